@@ -1,0 +1,75 @@
+# Switchyard developer tasks. `make` (or `make help`) lists the targets.
+#
+# Targets that need Kafka and Postgres run through deploy/local/with-services.sh:
+# it uses SWITCHYARD_KAFKA_BROKERS / SWITCHYARD_DATABASE_URL when they are set,
+# reuses local services that are already running, and otherwise starts them
+# (deploy/local/kafka.sh, deploy/local/postgres.sh) and stops them again
+# afterwards, whatever the command's outcome.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO            ?= go
+PKGS          ?= ./...
+TEST_TIMEOUT  ?= 20m
+FAULT_TIMEOUT ?= 60m
+GOTESTFLAGS   ?=
+BENCH_ARGS    ?=
+SWITCHYARD_FAULT_CYCLES ?= 20
+
+LOCAL         := deploy/local
+WITH_SERVICES := bash $(LOCAL)/with-services.sh
+
+.PHONY: help build test test-faults vet lint dev bench \
+	services-up services-down services-status services-clean
+
+help: ## Show this help
+	@echo "Usage: make <target>"
+	@echo
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo
+	@echo "Variables: GO PKGS TEST_TIMEOUT FAULT_TIMEOUT GOTESTFLAGS BENCH_ARGS SWITCHYARD_FAULT_CYCLES"
+
+build: ## Build bin/switchyard
+	$(GO) build -o bin/switchyard ./cmd/switchyard
+
+vet: ## Run go vet
+	$(GO) vet $(PKGS)
+
+test: vet ## go vet + all tests (-race) against real Kafka and Postgres
+	$(WITH_SERVICES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $(PKGS)
+
+test-faults: vet ## Fault-injection tests (-run Fault, SWITCHYARD_FAULT_CYCLES=20)
+	SWITCHYARD_FAULT_CYCLES=$(SWITCHYARD_FAULT_CYCLES) \
+		$(WITH_SERVICES) $(GO) test -race -count=1 -run Fault -timeout $(FAULT_TIMEOUT) $(GOTESTFLAGS) $(PKGS)
+
+lint: ## gofmt check + go vet
+	@unformatted="$$(gofmt -l .)"; \
+	if [[ -n "$$unformatted" ]]; then \
+		echo "gofmt needed on:"; echo "$$unformatted"; exit 1; \
+	fi
+	$(GO) vet $(PKGS)
+
+dev: ## Run switchyard in dev mode (go run ./cmd/switchyard dev)
+	$(GO) run ./cmd/switchyard dev
+
+bench: ## Run the benchmark (go run ./cmd/switchyard bench) with services
+	$(WITH_SERVICES) $(GO) run ./cmd/switchyard bench $(BENCH_ARGS)
+
+services-up: ## Start local Kafka (:19092) and Postgres (:15432) and leave them running
+	bash $(LOCAL)/kafka.sh start
+	bash $(LOCAL)/postgres.sh start
+	@echo 'Use them with: eval "$$($(LOCAL)/env.sh)"'
+
+services-down: ## Stop local Kafka and Postgres
+	bash $(LOCAL)/kafka.sh stop
+	bash $(LOCAL)/postgres.sh stop
+
+services-status: ## Show whether local Kafka and Postgres are running
+	-@bash $(LOCAL)/kafka.sh status
+	-@bash $(LOCAL)/postgres.sh status
+
+services-clean: ## Stop local Kafka and Postgres and delete their data
+	bash $(LOCAL)/kafka.sh clean
+	bash $(LOCAL)/postgres.sh clean

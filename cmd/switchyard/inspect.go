@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+// openStore loads the config (the database part is enough) and connects.
+func openStore(ctx context.Context, fs *flag.FlagSet, cfgPath string) (*pgstore.Store, error) {
+	cfg, err := loadConfig(fs, cfgPath, true)
+	if err != nil {
+		return nil, err
+	}
+	return pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func parseID(what, s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usagef("%s: %q is not a positive integer id", what, s)
+	}
+	return id, nil
+}
+
+func notFoundAs(err error, what string, id int64) error {
+	if errors.Is(err, pgstore.ErrNotFound) {
+		return fmt.Errorf("%s %d not found", what, id)
+	}
+	return err
+}
+
+func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("missing subcommand: get ID | list [--state S] [--queue Q] [--key K] | cancel ID")
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "get", "cancel":
+		fs, cfgPath := newFlags("jobs "+sub, "jobs "+sub+" [--config FILE] ID", stderr)
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return usagef("jobs %s takes exactly one job id", sub)
+		}
+		id, err := parseID("job id", fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		store, err := openStore(ctx, fs, *cfgPath)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		if sub == "cancel" {
+			if err := store.JobCancel(ctx, id); err != nil {
+				if errors.Is(err, pgstore.ErrConflict) {
+					return fmt.Errorf("job %d already finished; nothing to cancel", id)
+				}
+				return notFoundAs(err, "job", id)
+			}
+		}
+		j, err := store.JobGet(ctx, id)
+		if err != nil {
+			return notFoundAs(err, "job", id)
+		}
+		return printJSON(stdout, j)
+	case "list":
+		fs, cfgPath := newFlags("jobs list", "jobs list [--config FILE] [--state S] [--queue Q] [--key K] [--limit N] [--after ID]", stderr)
+		var f pgstore.JobFilter
+		fs.StringVar(&f.State, "state", "", "only jobs in this state")
+		fs.StringVar(&f.Queue, "queue", "", "only jobs of this queue")
+		fs.StringVar(&f.Key, "key", "", "only jobs of this key")
+		fs.IntVar(&f.Limit, "limit", 50, "at most this many (1-1000)")
+		fs.Int64Var(&f.After, "after", 0, "start after this job id")
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if f.Limit < 1 || f.Limit > 1000 {
+			return usagef("--limit: %d is not between 1 and 1000", f.Limit)
+		}
+		if f.State != "" && !pgstore.ValidState(f.State) {
+			return usagef("--state: %q is not a job state (%s)", f.State, pgstore.StatesList)
+		}
+		store, err := openStore(ctx, fs, *cfgPath)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		jobs, err := store.JobList(ctx, f)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, map[string]any{"items": nonNilSlice(jobs)})
+	}
+	return usagef("unknown subcommand %q: want get, list or cancel", sub)
+}
+
+func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("missing subcommand: list [--queue Q] | show ID")
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "show":
+		fs, cfgPath := newFlags("dlq show", "dlq show [--config FILE] ID", stderr)
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return usagef("dlq show takes exactly one entry id")
+		}
+		id, err := parseID("entry id", fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		store, err := openStore(ctx, fs, *cfgPath)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		e, err := store.DLQGet(ctx, id)
+		if err != nil {
+			return notFoundAs(err, "DLQ entry", id)
+		}
+		return printJSON(stdout, e)
+	case "list":
+		fs, cfgPath := newFlags("dlq list", "dlq list [--config FILE] [--queue Q] [--reason R] [--limit N] [--after ID]", stderr)
+		var f pgstore.DLQFilter
+		fs.StringVar(&f.Queue, "queue", "", "only entries of this queue")
+		fs.StringVar(&f.Reason, "reason", "", "only entries with this reason")
+		fs.IntVar(&f.Limit, "limit", 50, "at most this many (1-1000)")
+		fs.Int64Var(&f.After, "after", 0, "start after this entry id")
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if f.Limit < 1 || f.Limit > 1000 {
+			return usagef("--limit: %d is not between 1 and 1000", f.Limit)
+		}
+		store, err := openStore(ctx, fs, *cfgPath)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		es, err := store.DLQList(ctx, f)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, map[string]any{"items": nonNilSlice(es)})
+	}
+	return usagef("unknown subcommand %q: want list or show", sub)
+}
+
+func nonNilSlice[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// headerFlags collects repeated --header k=v flags.
+type headerFlags []kgo.RecordHeader
+
+func (h *headerFlags) String() string { return fmt.Sprint(len(*h)) }
+
+func (h *headerFlags) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q is not key=value", s)
+	}
+	*h = append(*h, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	return nil
+}
+
+func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cfgPath := newFlags("produce", "produce [--config FILE] --topic T [--key K] [--header k=v]... VALUE|-", stderr)
+	topic := fs.String("topic", "", "topic to write to (required)")
+	key := fs.String("key", "", "record key")
+	var headers headerFlags
+	fs.Var(&headers, "header", "record header k=v (repeatable)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *topic == "" {
+		return usagef("--topic: required")
+	}
+	if fs.NArg() != 1 {
+		return usagef("want exactly one VALUE argument, or - to read the value from stdin")
+	}
+	value := []byte(fs.Arg(0))
+	if fs.Arg(0) == "-" {
+		b, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<20))
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+		value = b
+	}
+	brokers, err := kafkaBrokers(fs, *cfgPath)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer cl.Close()
+	rec := &kgo.Record{Topic: *topic, Value: value, Headers: headers}
+	if *key != "" {
+		rec.Key = []byte(*key)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res := cl.ProduceSync(pctx, rec)
+	r, err := res.First()
+	if err != nil {
+		return fmt.Errorf("produce to %s: %w", *topic, err)
+	}
+	fmt.Fprintf(stdout, "produced %s/%d/%d\n", r.Topic, r.Partition, r.Offset)
+	return nil
+}
+
+// kafkaBrokers reads the brokers from the config, or from
+// SWITCHYARD_KAFKA_BROKERS alone when no config file is there.
+func kafkaBrokers(fs *flag.FlagSet, cfgPath string) ([]string, error) {
+	if _, err := os.Stat(cfgPath); !configNamed(fs) && errors.Is(err, os.ErrNotExist) {
+		var bs []string
+		for _, b := range strings.Split(os.Getenv("SWITCHYARD_KAFKA_BROKERS"), ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				bs = append(bs, b)
+			}
+		}
+		if len(bs) == 0 {
+			return nil, usagef("kafka.brokers: not set: pass --config or set SWITCHYARD_KAFKA_BROKERS")
+		}
+		return bs, nil
+	}
+	cfg, err := loadConfig(fs, cfgPath, false)
+	if err != nil {
+		return nil, err
+	}
+	return cfg.Kafka.Brokers, nil
+}

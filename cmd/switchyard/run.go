@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	switchyard "github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cfgPath := newFlags("migrate", "migrate [--config FILE]", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := loadConfig(fs, *cfgPath, true)
+	if err != nil {
+		return err
+	}
+	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	applied, err := store.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(stdout, "schema %s is up to date (migration %d)\n", cfg.Postgres.Schema, pgstore.LatestVersion())
+	}
+	for _, name := range applied {
+		fmt.Fprintf(stdout, "applied %s to schema %s\n", name, cfg.Postgres.Schema)
+	}
+	return nil
+}
+
+func runRun(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs, cfgPath := newFlags("run", "run [--config FILE] [--role all|ingest|work] [--reset-offsets]", stderr)
+	role := fs.String("role", switchyard.RoleAll, "which parts run here: all, ingest or work")
+	reset := fs.Bool("reset-offsets", false, "resume from Kafka's committed offsets for partitions with none stored in Postgres (after a database loss)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	switch *role {
+	case switchyard.RoleAll, switchyard.RoleIngest, switchyard.RoleWork:
+	default:
+		return usagef("--role: %q is not one of all, ingest, work", *role)
+	}
+	cfg, err := loadConfig(fs, *cfgPath, false)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(stderr)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // best effort at exit
+	eng, err := switchyard.New(cfg, switchyard.Options{Logger: log, Role: *role, ResetOffsets: *reset})
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	return serve(ctx, eng, log, cfg.ShutdownGrace.D())
+}
+
+// serve starts the engine and stops it on SIGTERM/SIGINT (I7): the first
+// signal shuts down in order within the grace period and exits 0; a
+// second one exits at once.
+func serve(ctx context.Context, eng *switchyard.Engine, log *zap.Logger, grace time.Duration) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	if err := eng.Start(ctx); err != nil {
+		_ = eng.Stop(context.Background())
+		return err
+	}
+	log.Info("switchyard running", zap.String("admin", eng.Addr()))
+	var fatal error
+	select {
+	case s := <-sigs:
+		log.Info("signal received; shutting down (send again to exit at once)", zap.String("signal", s.String()))
+	case fatal = <-eng.Done():
+	case <-ctx.Done():
+	}
+	stopped := make(chan error, 1)
+	go func() {
+		// The grace period bounds in-flight jobs; the extra time is for
+		// releasing leases and the final commits.
+		sctx, cancel := context.WithTimeout(context.Background(), grace+30*time.Second)
+		defer cancel()
+		stopped <- eng.Stop(sctx)
+	}()
+	select {
+	case err := <-stopped:
+		if fatal != nil {
+			return fatal
+		}
+		if err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+		log.Info("stopped cleanly")
+		return nil
+	case s := <-sigs:
+		log.Warn("second signal; exiting now", zap.String("signal", s.String()))
+		os.Exit(exitFailure)
+		return nil
+	}
+}

@@ -1,0 +1,200 @@
+package config
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// Config is the whole file.
+type Config struct {
+	Kafka    Kafka    `yaml:"kafka"`
+	Postgres Postgres `yaml:"postgres"`
+	HTTP     HTTP     `yaml:"http"`
+	// Queues are the worker pools by name. At least one is required;
+	// SetDefaults never adds one.
+	Queues map[string]Queue `yaml:"queues"`
+	// Routes map topics to jobs. At least one is required.
+	Routes []Route `yaml:"routes"`
+	// Schedules are optional.
+	Schedules []Schedule `yaml:"schedules"`
+	// ShutdownGrace is how long in-flight jobs may run after SIGTERM before
+	// they are cancelled and released. Defaults to 30s.
+	ShutdownGrace Duration `yaml:"shutdown_grace"`
+}
+
+// Kafka configures the consumer.
+type Kafka struct {
+	// Brokers are host:port seeds. Overridden by SWITCHYARD_KAFKA_BROKERS
+	// (comma-separated). Required.
+	Brokers []string `yaml:"brokers"`
+	// Group is the consumer group id. Defaults to "switchyard".
+	Group string `yaml:"group"`
+	// ClientID defaults to "switchyard".
+	ClientID string `yaml:"client_id"`
+	// Reset is where a partition with no stored offset starts:
+	// earliest | latest. Defaults to earliest.
+	Reset string `yaml:"reset"`
+	// FetchMaxRecords caps records per poll. Defaults to 10000.
+	FetchMaxRecords int `yaml:"fetch_max_records"`
+}
+
+// Postgres configures the database.
+type Postgres struct {
+	// URL is a libpq URL or DSN. Overridden by SWITCHYARD_DATABASE_URL.
+	// Required.
+	URL string `yaml:"url"`
+	// MaxConns caps the pool. Defaults to 20.
+	MaxConns int32 `yaml:"max_conns"`
+	// Schema holds all tables. Defaults to "switchyard". Must match
+	// ^[a-z_][a-z0-9_]{0,62}$.
+	Schema string `yaml:"schema"`
+}
+
+// HTTP configures the admin server.
+type HTTP struct {
+	// Listen is host:port. Defaults to 127.0.0.1:8080. Empty string after
+	// defaults is impossible; use "off" to disable the server.
+	Listen string `yaml:"listen"`
+	// Token is the admin bearer token. Only from SWITCHYARD_ADMIN_TOKEN or
+	// this field; never logged.
+	Token string `yaml:"token"`
+}
+
+// Queue is one worker pool (bulkhead).
+type Queue struct {
+	// Concurrency is the number of jobs run at once by one process.
+	// Defaults to 4.
+	Concurrency int `yaml:"concurrency"`
+	// Lease is how long a claim lasts without a heartbeat. Defaults to 30s.
+	Lease Duration `yaml:"lease"`
+	// MaxRuntime caps one attempt. Defaults to 5m.
+	MaxRuntime Duration `yaml:"max_runtime"`
+	// MaxDepth is the queued-job limit for API enqueues. 0 = no limit.
+	MaxDepth int `yaml:"max_depth"`
+	// StealFrom lists queues whose jobs this pool may run when idle.
+	StealFrom []string `yaml:"steal_from"`
+	// PollInterval is how often an idle pool looks for work. Defaults to 1s.
+	PollInterval Duration `yaml:"poll_interval"`
+}
+
+// Route maps a topic to jobs. A route is identified by its topic: each
+// topic has at most one route.
+type Route struct {
+	// Topic is the Kafka topic read. Required, unique across routes.
+	Topic string `yaml:"topic"`
+	// Kind is the job kind handlers register for. Required.
+	Kind string `yaml:"kind"`
+	// Queue names the configured queue whose pool runs the jobs. Required.
+	Queue string `yaml:"queue"`
+	// Key is the job key (the lane of an ordered route). Defaults to the
+	// record key.
+	Key FieldRef `yaml:"key"`
+	// Version is optional; it needs Ordered, because versions are compared
+	// within one key's lane.
+	Version *Version `yaml:"version"`
+	// Dedupe is the dedupe key. Defaults to topic/partition/offset.
+	Dedupe FieldRef `yaml:"dedupe"`
+	// Ordered runs one job per key at a time, in order. Defaults to false.
+	Ordered bool `yaml:"ordered"`
+	// OnDead is continue | block. Defaults to continue.
+	OnDead string `yaml:"on_dead"`
+	// MaxAttempts defaults to 8.
+	MaxAttempts int     `yaml:"max_attempts"`
+	Backoff     Backoff `yaml:"backoff"`
+	// TTL is the deadline to start a job; 0 = none.
+	TTL Duration `yaml:"ttl"`
+	// MaxRecordBytes: larger records are parked as too_large. Defaults to 1 MiB.
+	MaxRecordBytes int `yaml:"max_record_bytes"`
+	// GapTimeout is how long a strict-version lane waits for a missing
+	// version before GapPolicy applies. Defaults to 5m.
+	GapTimeout Duration `yaml:"gap_timeout"`
+	// GapPolicy is proceed | park. Defaults to park.
+	GapPolicy string `yaml:"gap_policy"`
+	Target    Target `yaml:"target"`
+}
+
+// FieldRef names where a value comes from: a dotted JSON path into the
+// record value (Field) or a record header (Header). Both empty means the
+// default for that use (record key; topic/partition/offset for dedupe).
+type FieldRef struct {
+	Field  string `yaml:"field"`
+	Header string `yaml:"header"`
+}
+
+// IsZero reports whether neither field nor header is set.
+func (f FieldRef) IsZero() bool { return f.Field == "" && f.Header == "" }
+
+// Version configures per-key versions.
+type Version struct {
+	FieldRef `yaml:",inline"`
+	// Policy is newer | strict. Defaults to newer.
+	Policy string `yaml:"policy"`
+}
+
+// Backoff is exponential with full jitter.
+type Backoff struct {
+	// Initial defaults to 1s.
+	Initial Duration `yaml:"initial"`
+	// Max defaults to 10m.
+	Max Duration `yaml:"max"`
+}
+
+// Target says who runs a route's jobs: exactly one of HTTP or Go.
+type Target struct {
+	HTTP *HTTPTarget `yaml:"http"`
+	// Go means a handler registered in-process for the route's kind.
+	Go bool `yaml:"go"`
+}
+
+// HTTPTarget is the SPEC §5 protocol endpoint.
+type HTTPTarget struct {
+	// URL is an absolute http or https URL. Required.
+	URL string `yaml:"url"`
+	// Timeout per attempt. Defaults to 10s.
+	Timeout Duration `yaml:"timeout"`
+	// FollowRedirects defaults to false.
+	FollowRedirects bool `yaml:"follow_redirects"`
+}
+
+// Schedule is a cron job (parsed and validated; not run yet).
+type Schedule struct {
+	// Name identifies the schedule. Required, unique.
+	Name string `yaml:"name"`
+	// Cron is five fields: minute hour day-of-month month day-of-week.
+	// Required; see ParseCron for the syntax.
+	Cron string `yaml:"cron"`
+	// Timezone is an IANA zone name. Defaults to UTC.
+	Timezone string `yaml:"timezone"`
+	// Kind is the job kind enqueued. Required.
+	Kind string `yaml:"kind"`
+	// Queue names the configured queue. Required.
+	Queue string `yaml:"queue"`
+	// Misfire is run_once | skip | catch_up. Defaults to run_once.
+	Misfire string `yaml:"misfire"`
+	// Overlap is skip | allow. Defaults to skip.
+	Overlap string `yaml:"overlap"`
+	// Jitter delays each run by a random amount up to it. Defaults to 0.
+	Jitter Duration `yaml:"jitter"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s").
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// QueueNames returns the configured queue names, sorted.
+func (c *Config) QueueNames() []string {
+	return slices.Sorted(maps.Keys(c.Queues))
+}
+
+// RouteForTopic returns the route of topic. The pointer aliases c.Routes.
+func (c *Config) RouteForTopic(topic string) (*Route, bool) {
+	for i := range c.Routes {
+		if c.Routes[i].Topic == topic {
+			return &c.Routes[i], true
+		}
+	}
+	return nil, false
+}

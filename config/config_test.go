@@ -1,0 +1,619 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// specExample is the SPEC §3 example with the target blocks filled in, plus
+// a second route that runs in-process and leaves every default unset.
+const specExample = `
+kafka:
+  brokers: ["127.0.0.1:9092"]
+  group: switchyard            # consumer group id
+postgres:
+  url: postgres://switchyard@127.0.0.1:5432/switchyard
+  max_conns: 20                # the real concurrency limit of the fleet
+  schema: switchyard           # all tables live in this schema
+http:
+  listen: 127.0.0.1:8080       # admin API, /metrics, /healthz, /readyz, dashboard
+queues:
+  interactive: {concurrency: 16, lease: 30s, max_runtime: 5m, max_depth: 100000}
+  bulk:        {concurrency: 4,  lease: 60s, max_runtime: 2h, steal_from: []}
+routes:
+  - topic: orders
+    kind: order.sync
+    queue: interactive
+    key: {field: customer_id}      # default: the record key
+    version: {field: seq, policy: newer}   # optional; policy newer | strict
+    dedupe: {field: event_id}      # default: topic/partition/offset
+    ordered: true                  # per-key lanes
+    on_dead: continue              # continue | block  (what a lane does when its head dies)
+    max_attempts: 8
+    backoff: {initial: 1s, max: 10m}   # exponential, full jitter
+    ttl: 0s                        # 0 = no deadline
+    max_record_bytes: 1048576
+    target:
+      http: {url: "http://127.0.0.1:9000/hooks/orders", timeout: 10s}
+  - topic: invoices
+    kind: invoice.render
+    queue: bulk
+    target: {go: true}
+schedules:
+  - name: nightly-reconcile
+    cron: "0 2 * * *"
+    timezone: UTC
+    kind: reconcile
+    queue: bulk
+    misfire: run_once              # run_once | skip | catch_up
+    overlap: skip                  # skip | allow
+    jitter: 0s
+`
+
+func TestParseSpecExample(t *testing.T) {
+	cfg, err := Parse([]byte(specExample), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const s, m = time.Second, time.Minute
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"kafka.brokers", cfg.Kafka.Brokers, []string{"127.0.0.1:9092"}},
+		{"kafka.client_id", cfg.Kafka.ClientID, "switchyard"},
+		{"kafka.reset", cfg.Kafka.Reset, "earliest"},
+		{"kafka.fetch_max_records", cfg.Kafka.FetchMaxRecords, 10000},
+		{"postgres.max_conns", cfg.Postgres.MaxConns, int32(20)},
+		{"http.listen", cfg.HTTP.Listen, "127.0.0.1:8080"},
+		{"shutdown_grace", cfg.ShutdownGrace.D(), 30 * s},
+		{"queue names", cfg.QueueNames(), []string{"bulk", "interactive"}},
+		{"interactive", cfg.Queues["interactive"], Queue{Concurrency: 16, Lease: Duration(30 * s), MaxRuntime: Duration(5 * m), MaxDepth: 100000, PollInterval: Duration(s)}},
+		{"bulk", cfg.Queues["bulk"], Queue{Concurrency: 4, Lease: Duration(60 * s), MaxRuntime: Duration(120 * m), StealFrom: []string{}, PollInterval: Duration(s)}},
+		{"routes[0].key", cfg.Routes[0].Key, FieldRef{Field: "customer_id"}},
+		{"routes[0].version", *cfg.Routes[0].Version, Version{FieldRef: FieldRef{Field: "seq"}, Policy: "newer"}},
+		{"routes[0].target", *cfg.Routes[0].Target.HTTP, HTTPTarget{URL: "http://127.0.0.1:9000/hooks/orders", Timeout: Duration(10 * s)}},
+		{"routes[0].gap_policy", cfg.Routes[0].GapPolicy, "park"},
+		{"routes[1]", cfg.Routes[1], Route{
+			Topic: "invoices", Kind: "invoice.render", Queue: "bulk",
+			OnDead: "continue", MaxAttempts: 8, Backoff: Backoff{Initial: Duration(s), Max: Duration(10 * m)},
+			MaxRecordBytes: 1 << 20, GapTimeout: Duration(5 * m), GapPolicy: "park",
+			Target: Target{Go: true},
+		}},
+		{"schedules[0]", cfg.Schedules[0], Schedule{
+			Name: "nightly-reconcile", Cron: "0 2 * * *", Timezone: "UTC", Kind: "reconcile",
+			Queue: "bulk", Misfire: "run_once", Overlap: "skip",
+		}},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s = %+v, want %+v", c.name, c.got, c.want)
+		}
+	}
+
+	r, ok := cfg.RouteForTopic("invoices")
+	if !ok || r != &cfg.Routes[1] {
+		t.Errorf("RouteForTopic(invoices) = %p, %v; want &Routes[1]", r, ok)
+	}
+	if _, ok := cfg.RouteForTopic("nope"); ok {
+		t.Error("RouteForTopic(nope) found a route")
+	}
+}
+
+func TestDefaultsFillOnlyZeroes(t *testing.T) {
+	cfg, err := Parse([]byte(base+`
+routes:
+  - {topic: a, kind: k, queue: bulk, ordered: true, version: {header: v}, target: {http: {url: "https://h/x"}}}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Routes[0]
+	if r.Version.Policy != "newer" || r.Target.HTTP.Timeout.D() != 10*time.Second {
+		t.Errorf("version policy %q, http timeout %s; want newer, 10s", r.Version.Policy, r.Target.HTTP.Timeout)
+	}
+	q := cfg.Queues["bulk"]
+	if q.Concurrency != 4 || q.Lease.D() != 30*time.Second || q.MaxRuntime.D() != 5*time.Minute {
+		t.Errorf("bulk = %+v, want the queue defaults", q)
+	}
+
+	before, _ := yaml.Marshal(cfg)
+	cfg.SetDefaults()
+	after, _ := yaml.Marshal(cfg)
+	if string(before) != string(after) {
+		t.Errorf("SetDefaults is not idempotent:\n%s\n---\n%s", before, after)
+	}
+
+	var empty Config
+	empty.SetDefaults()
+	if empty.Queues != nil || empty.Routes != nil || empty.Schedules != nil {
+		t.Errorf("SetDefaults invented queues, routes or schedules: %+v", empty)
+	}
+}
+
+// base is the smallest valid config without routes; cases append to it.
+const base = `
+kafka: {brokers: ["k:9092"]}
+postgres: {url: "postgres://u@h/db"}
+queues: {bulk: {}, interactive: {}}
+`
+
+const goRoute = `
+routes:
+  - {topic: orders, kind: order.sync, queue: bulk, target: {go: true}}
+`
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		yaml string
+		env  map[string]string
+		want []string // each must appear in the error
+	}{
+		{
+			name: "unknown top-level key",
+			yaml: base + goRoute + "quues: {}\n",
+			want: []string{`line 8: unknown key "quues" (known keys: kafka, postgres, http, queues, routes, schedules, shutdown_grace)`},
+		},
+		{
+			name: "unknown nested key",
+			yaml: base + "routes:\n  - topic: orders\n    kind: k\n    queue: bulk\n    target: {go: true, url: x}\n",
+			want: []string{`line 9: routes[0].target: unknown key "url"`},
+		},
+		{
+			name: "unknown key in a queue",
+			yaml: "queues:\n  bulk:\n    concurency: 3\n",
+			want: []string{`line 3: queues.bulk: unknown key "concurency"`, "known keys: concurrency, lease"},
+		},
+		{
+			name: "bad duration",
+			yaml: "queues:\n  bulk: {lease: 5 minutes}\n",
+			want: []string{`line 2: queues.bulk.lease: bad duration "5 minutes": time: unknown unit`},
+		},
+		{
+			name: "duration without unit",
+			yaml: "shutdown_grace: 30\n",
+			want: []string{`line 1: shutdown_grace: bad duration "30": time: missing unit`},
+		},
+		{
+			name: "negative duration",
+			yaml: "routes:\n  - backoff: {initial: -1s}\n",
+			want: []string{`line 2: routes[0].backoff.initial: bad duration "-1s": must not be negative`},
+		},
+		{
+			name: "duration given a mapping",
+			yaml: "routes:\n  - ttl: {s: 1}\n",
+			want: []string{`line 2: routes[0].ttl: want a duration such as 30s, got a mapping`},
+		},
+		{
+			name: "wrong type",
+			yaml: "queues:\n  bulk: {concurrency: many}\nkafka:\n  brokers: k:9092\n",
+			want: []string{
+				`line 2: queues.bulk.concurrency: want a whole number, got "many"`,
+				`line 4: kafka.brokers: want a list, got "k:9092"`,
+			},
+		},
+		{
+			name: "duplicate key",
+			yaml: "kafka:\n  group: a\n  group: b\n",
+			want: []string{`line 3: kafka: duplicate key "group" (first at line 2)`},
+		},
+		{
+			name: "duplicate key on one line",
+			yaml: "kafka: {group: a, group: b}\n",
+			want: []string{`line 1: kafka: duplicate key "group" (first at line 1)`},
+		},
+		{
+			name: "syntax error",
+			yaml: "kafka: [\n",
+			want: []string{"config: line 1: did not find expected node content"},
+		},
+		{
+			name: "bad bytes",
+			yaml: "kafka:\n  group: \"a\x01\"\n",
+			want: []string{"config: line 2: control characters are not allowed"},
+		},
+		{
+			name: "second document",
+			yaml: base + goRoute + "---\nkafka: {}\n",
+			want: []string{"line 8: a second YAML document"},
+		},
+		{
+			name: "missing brokers and url",
+			yaml: "queues: {bulk: {}}\n" + goRoute,
+			want: []string{
+				"kafka.brokers: required: list host:port seeds or set SWITCHYARD_KAFKA_BROKERS",
+				"postgres.url: required: set it or SWITCHYARD_DATABASE_URL",
+			},
+		},
+		{
+			name: "bad broker",
+			yaml: strings.Replace(base, `"k:9092"`, `"k:9092", "k", "k:x", ":1"`, 1) + goRoute,
+			want: []string{
+				`kafka.brokers[1]: "k": want host:port`,
+				`kafka.brokers[2]: "k:x": port must be a number 1..65535`,
+				`kafka.brokers[3]: ":1": missing host`,
+			},
+		},
+		{
+			name: "bad schema name",
+			yaml: strings.Replace(base, "postgres: {", `postgres: {schema: "Switch-Yard", `, 1) + goRoute,
+			want: []string{`postgres.schema: "Switch-Yard": use lowercase letters`},
+		},
+		{
+			name: "reserved schema",
+			yaml: strings.Replace(base, "postgres: {", `postgres: {schema: pg_jobs, `, 1) + goRoute,
+			want: []string{`postgres.schema: "pg_jobs": names starting with pg_ are reserved`},
+		},
+		{
+			name: "bad listen",
+			yaml: base + goRoute + "http: {listen: localhost}\n",
+			want: []string{`http.listen: "localhost": want host:port, or "off"`},
+		},
+		{
+			name: "no queues",
+			yaml: "kafka: {brokers: [\"k:9092\"]}\npostgres: {url: \"postgres://u@h/db\"}\n" + goRoute,
+			want: []string{"queues: at least one queue is required", `routes[0].queue: unknown queue "bulk" (no queues configured)`},
+		},
+		{
+			name: "bad queue settings",
+			yaml: strings.Replace(base, "bulk: {}", `bulk: {concurrency: 20000, lease: 500ms, max_depth: -1, poll_interval: 1ms, steal_from: [bulk, nope]}, "Big Q": {}`, 1) + goRoute,
+			want: []string{
+				"queues.bulk.concurrency: 20000 is out of range 1..10000",
+				"queues.bulk.lease: 500ms is shorter than 1s",
+				"queues.bulk.max_depth: must not be negative",
+				"queues.bulk.poll_interval: 1ms is shorter than 10ms",
+				"queues.bulk.steal_from[0]: a queue cannot steal from itself",
+				`queues.bulk.steal_from[1]: unknown queue "nope"`,
+				`queues["Big Q"]: invalid queue name`,
+			},
+		},
+		{
+			name: "no routes",
+			yaml: base,
+			want: []string{"routes: at least one route is required"},
+		},
+		{
+			name: "unknown queue in route",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: foo, target: {go: true}}\n",
+			want: []string{`routes[0].queue: unknown queue "foo" (configured: bulk, interactive)`},
+		},
+		{
+			name: "missing target",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk}\n",
+			want: []string{"routes[0].target: missing: set http.url or go: true"},
+		},
+		{
+			name: "both targets",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, target: {go: true, http: {url: \"http://h/\"}}}\n",
+			want: []string{"routes[0].target: set http or go: true, not both"},
+		},
+		{
+			name: "bad http target",
+			yaml: base + "routes:\n  - {topic: a, kind: k, queue: bulk, target: {http: {url: \"/hooks\"}}}\n" +
+				"  - {topic: b, kind: k, queue: bulk, target: {http: {}}}\n",
+			want: []string{
+				"routes[0].target.http.url: want an absolute http:// or https:// URL with a host",
+				"routes[1].target.http.url: required",
+			},
+		},
+		{
+			name: "duplicate topic",
+			yaml: base + goRoute + "  - {topic: orders, kind: other, queue: bulk, target: {go: true}}\n",
+			want: []string{`routes[1].topic: "orders" is already routed by routes[0]; a route is identified by its topic`},
+		},
+		{
+			name: "bad topic and kind",
+			yaml: base + "routes:\n  - {topic: \"my topic\", kind: \".x\", queue: bulk, target: {go: true}}\n  - {queue: bulk, target: {go: true}}\n",
+			want: []string{
+				`routes[0].topic: "my topic" is not a valid Kafka topic name`,
+				`routes[0].kind: ".x": use letters`,
+				"routes[1].topic: required",
+				"routes[1].kind: required",
+			},
+		},
+		{
+			name: "bad field paths",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, key: {field: customer..id}, dedupe: {field: a, header: b}, target: {go: true}}\n",
+			want: []string{
+				`routes[0].key.field: field path "customer..id" has an empty key`,
+				"routes[0].dedupe: set field or header, not both",
+			},
+		},
+		{
+			name: "version without ordered",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, version: {field: seq}, target: {go: true}}\n",
+			want: []string{"routes[0].version: requires ordered: true"},
+		},
+		{
+			name: "bad version",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, ordered: true, version: {policy: newest}, target: {go: true}}\n",
+			want: []string{
+				"routes[0].version: set field or header",
+				`routes[0].version.policy: "newest" is not one of newer, strict`,
+			},
+		},
+		{
+			name: "bad on_dead",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, on_dead: retry, target: {go: true}}\n",
+			want: []string{`routes[0].on_dead: "retry" is not one of continue, block`},
+		},
+		{
+			name: "bad route limits",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, max_attempts: 5000, backoff: {initial: 1m, max: 1s}, max_record_bytes: 100000000, gap_policy: wait, target: {go: true}}\n",
+			want: []string{
+				"routes[0].max_attempts: 5000 is out of range 1..1000",
+				"routes[0].backoff.max: 1s is less than backoff.initial 1m0s",
+				"routes[0].max_record_bytes: 100000000 is out of range 1..67108864",
+				`routes[0].gap_policy: "wait" is not one of proceed, park`,
+			},
+		},
+		{
+			name: "bad kafka settings",
+			yaml: strings.Replace(base, "kafka: {", "kafka: {reset: newest, fetch_max_records: -1, ", 1) + goRoute,
+			want: []string{
+				`kafka.reset: "newest" is not one of earliest, latest`,
+				"kafka.fetch_max_records: must be at least 1",
+			},
+		},
+		{
+			name: "bad cron",
+			yaml: base + goRoute + "schedules:\n  - {name: a, cron: \"0 25 * * *\", kind: k, queue: bulk}\n  - {name: b, cron: \"@daily\", kind: k, queue: bulk}\n",
+			want: []string{
+				`schedules[0].cron: hour field "25": 25 is out of range 0-23`,
+				`schedules[1].cron: "@daily" has 1 fields, want 5`,
+			},
+		},
+		{
+			name: "bad timezone",
+			yaml: base + goRoute + "schedules:\n  - {name: a, cron: \"* * * * *\", timezone: Mars/Olympus, kind: k, queue: bulk}\n  - {name: b, cron: \"* * * * *\", timezone: Local, kind: k, queue: bulk}\n",
+			want: []string{
+				`schedules[0].timezone: unknown time zone "Mars/Olympus"`,
+				"schedules[1].timezone: name an IANA zone",
+			},
+		},
+		{
+			name: "bad schedule",
+			yaml: base + goRoute + "schedules:\n  - {name: a, cron: \"* * * * *\", queue: nope, misfire: later, overlap: queue}\n  - {name: a, cron: \"* * * * *\", kind: k, queue: bulk}\n  - {kind: k, queue: bulk}\n",
+			want: []string{
+				"schedules[0].kind: required",
+				`schedules[0].queue: unknown queue "nope"`,
+				`schedules[0].misfire: "later" is not one of run_once, skip, catch_up`,
+				`schedules[0].overlap: "queue" is not one of skip, allow`,
+				`schedules[1].name: "a" is already used by schedules[0]`,
+				"schedules[2].name: required",
+				"schedules[2].cron: required",
+			},
+		},
+		{
+			name: "bad broker from env is blamed on env",
+			yaml: base + goRoute,
+			env:  map[string]string{EnvKafkaBrokers: "k:9092,broker"},
+			want: []string{`kafka.brokers[1]: "broker": want host:port (set by SWITCHYARD_KAFKA_BROKERS)`},
+		},
+		{
+			name: "env brokers without any address",
+			yaml: base + goRoute,
+			env:  map[string]string{EnvKafkaBrokers: " , ,"},
+			want: []string{"SWITCHYARD_KAFKA_BROKERS: no broker addresses"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(c.yaml), mapEnv(c.env))
+			if err == nil {
+				t.Fatalf("no error; config %+v", cfg)
+			}
+			if cfg != nil {
+				t.Errorf("config %+v returned with an error", cfg)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not contain %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateReturnsFieldErrors(t *testing.T) {
+	var cfg Config
+	cfg.SetDefaults()
+	err := cfg.Validate()
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is a %T, not a *FieldError", e, e)
+		}
+		fields = append(fields, fe.Field)
+	}
+	want := []string{"kafka.brokers", "postgres.url", "queues", "routes"}
+	if !reflect.DeepEqual(fields, want) {
+		t.Errorf("fields = %q, want %q", fields, want)
+	}
+}
+
+func TestEmptyDocument(t *testing.T) {
+	env := mapEnv(map[string]string{
+		EnvKafkaBrokers: "k:9092",
+		EnvDatabaseURL:  "postgres://u@h/db",
+	})
+	for _, doc := range []string{"", "  \n\t\n", "# only a comment\n", "---\n"} {
+		_, err := Parse([]byte(doc), env)
+		// Nothing wrong with the YAML: only the settings nobody can default.
+		var fe *FieldError
+		if !errors.As(err, &fe) || strings.Contains(err.Error(), "line ") {
+			t.Errorf("Parse(%q) = %v; want only field errors", doc, err)
+		}
+		if !strings.Contains(err.Error(), "queues: at least one queue is required") {
+			t.Errorf("Parse(%q) = %v; want the missing queues reported", doc, err)
+		}
+	}
+}
+
+func TestEnvOverridesWin(t *testing.T) {
+	doc := strings.Replace(base, "postgres: {", "http: {token: file-token}\npostgres: {", 1) + goRoute
+	cfg, err := Parse([]byte(doc), mapEnv(map[string]string{
+		EnvDatabaseURL:  " postgres://env@db/sy\n",
+		EnvKafkaBrokers: " a:9092, ,b:9093 ,",
+		EnvAdminToken:   "env-token\n",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Postgres.URL, "postgres://env@db/sy"; got != want {
+		t.Errorf("postgres.url = %q, want %q", got, want)
+	}
+	if got, want := cfg.Kafka.Brokers, []string{"a:9092", "b:9093"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("kafka.brokers = %q, want %q", got, want)
+	}
+	if got, want := cfg.HTTP.Token, "env-token"; got != want {
+		t.Errorf("http.token = %q, want %q", got, want)
+	}
+
+	// An empty variable is the same as an unset one: the file stands.
+	cfg, err = Parse([]byte(doc), mapEnv(map[string]string{EnvAdminToken: ""}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP.Token != "file-token" {
+		t.Errorf("http.token = %q, want the file's", cfg.HTTP.Token)
+	}
+}
+
+func TestSecretsNeverInErrors(t *testing.T) {
+	const secret = "s3cret"
+	cases := []struct {
+		name string
+		yaml string
+		env  map[string]string
+	}{
+		{"unparsable url in file", strings.Replace(base, "postgres://u@h/db", "postgres://u:s3cret@h:port/db", 1) + goRoute, nil},
+		{"url with a bad escape", strings.Replace(base, "postgres://u@h/db", "postgres://u:s3%cret@h/db", 1) + goRoute, nil},
+		{"unparsable url from env", base + goRoute, map[string]string{EnvDatabaseURL: "postgres://u:s3cret@h:port/db"}},
+		{"url neither URL nor DSN", strings.Replace(base, "postgres://u@h/db", "u:s3cret@h/db", 1) + goRoute, nil},
+		{"valid url, other errors", "postgres: {url: \"postgres://u:s3cret@h/db\"}\n", nil},
+		{"url of the wrong type", "postgres: {url: [postgres://u:s3cret@h/db]}\n", nil},
+		{"token with other errors", "http: {token: s3cret, listen: nowhere}\n", map[string]string{EnvAdminToken: "s3cret"}},
+		{"target url with credentials", base + "routes:\n  - {topic: a, kind: k, queue: bulk, target: {http: {url: \"ftp://u:s3cret@h/\"}}}\n", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.yaml), mapEnv(c.env))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error reveals the secret:\n%v", err)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(good, []byte(specExample), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("kafka:\n  brokers: []\n  nope: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := Load(good, nil); err != nil {
+		t.Errorf("Load(good) = %v", err)
+	}
+	_, err := Load(bad, nil)
+	if want := "config " + bad + `: line 3: kafka: unknown key "nope"`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Load(bad) = %v, want prefix %q", err, want)
+	}
+	missing := filepath.Join(dir, "missing.yaml")
+	if _, err := Load(missing, nil); err == nil || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("Load(missing) = %v, want a not-exist error naming the file", err)
+	}
+	// No file: the environment alone, and no invented queues.
+	_, err = Load("", mapEnv(map[string]string{EnvKafkaBrokers: "k:9092", EnvDatabaseURL: "postgres://h/db"}))
+	if err == nil || !strings.HasPrefix(err.Error(), "config: 2 problems:\n  queues: at least one queue is required\n  routes: at least one route is required") {
+		t.Errorf("Load(\"\") = %v", err)
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{in: "30s", want: 30 * time.Second},
+		{in: "1m30s", want: 90 * time.Second},
+		{in: "0s"},
+		{in: "0"},
+		{in: `"2h"`, want: 2 * time.Hour},
+		{in: "-1s", err: `line 1: bad duration "-1s": must not be negative`},
+		{in: "5 minutes", err: `line 1: bad duration "5 minutes": time: unknown unit " minutes" in duration "5 minutes"`},
+		{in: "[1s]", err: "line 1: want a duration such as 30s, got a list"},
+	} {
+		var v struct{ D Duration }
+		err := yaml.Unmarshal([]byte("d: "+c.in), &v)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: error %v, want %q", c.in, err, c.err)
+		case c.err == "" && (err != nil || v.D.D() != c.want):
+			t.Errorf("%s = %s, %v; want %s", c.in, v.D, err, c.want)
+		}
+	}
+
+	out, err := yaml.Marshal(struct{ D Duration }{Duration(90 * time.Second)})
+	if err != nil || string(out) != "d: 1m30s\n" {
+		t.Errorf("Marshal = %q, %v; want d: 1m30s", out, err)
+	}
+}
+
+// FuzzParse holds Parse to I8: whatever the bytes, an error and never a
+// panic; and anything accepted is valid, stable under SetDefaults, and reads
+// back the same after writing it out.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(specExample))
+	f.Add([]byte(base + goRoute))
+	f.Add([]byte(base + goRoute + "schedules:\n  - {name: a, cron: \"*/5 1-3 * * 1,3\", kind: k, queue: bulk}\n"))
+	f.Add([]byte("queues:\n  bulk: {lease: 5 minutes, concurrency: x}\n"))
+	f.Add([]byte("a: &a [*a, *a]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data, nil)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error message")
+			}
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("accepted config fails Validate: %v", err)
+		}
+		out, err := yaml.Marshal(cfg)
+		if err != nil {
+			t.Fatalf("Marshal: %v", err)
+		}
+		again, err := Parse(out, nil)
+		if err != nil {
+			t.Fatalf("written config does not read back: %v\n%s", err, out)
+		}
+		again.SetDefaults()
+		out2, _ := yaml.Marshal(again)
+		if string(out) != string(out2) {
+			t.Fatalf("read back differently:\n%s\n---\n%s", out, out2)
+		}
+	})
+}
+
+func mapEnv(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}

@@ -1,0 +1,87 @@
+package config
+
+import "time"
+
+// The defaults documented on the fields.
+const (
+	defaultGroup           = "switchyard"
+	defaultClientID        = "switchyard"
+	defaultReset           = "earliest"
+	defaultFetchMaxRecords = 10000
+	defaultMaxConns        = 20
+	defaultSchema          = "switchyard"
+	defaultListen          = "127.0.0.1:8080"
+	defaultShutdownGrace   = 30 * time.Second
+
+	defaultConcurrency  = 4
+	defaultLease        = 30 * time.Second
+	defaultMaxRuntime   = 5 * time.Minute
+	defaultPollInterval = time.Second
+
+	defaultOnDead         = "continue"
+	defaultMaxAttempts    = 8
+	defaultBackoffInitial = time.Second
+	defaultBackoffMax     = 10 * time.Minute
+	defaultMaxRecordBytes = 1 << 20
+	defaultGapTimeout     = 5 * time.Minute
+	defaultGapPolicy      = "park"
+	defaultVersionPolicy  = "newer"
+	defaultHTTPTimeout    = 10 * time.Second
+
+	defaultTimezone = "UTC"
+	defaultMisfire  = "run_once"
+	defaultOverlap  = "skip"
+)
+
+// SetDefaults replaces every zero value that has a documented default. It
+// is idempotent, and it never adds queues, routes or schedules: a pool or a
+// topic nobody asked for would run or consume work silently.
+func (c *Config) SetDefaults() {
+	setDefault(&c.Kafka.Group, defaultGroup)
+	setDefault(&c.Kafka.ClientID, defaultClientID)
+	setDefault(&c.Kafka.Reset, defaultReset)
+	setDefault(&c.Kafka.FetchMaxRecords, defaultFetchMaxRecords)
+	setDefault(&c.Postgres.MaxConns, defaultMaxConns)
+	setDefault(&c.Postgres.Schema, defaultSchema)
+	setDefault(&c.HTTP.Listen, defaultListen)
+	setDefault(&c.ShutdownGrace, Duration(defaultShutdownGrace))
+
+	for name, q := range c.Queues {
+		setDefault(&q.Concurrency, defaultConcurrency)
+		setDefault(&q.Lease, Duration(defaultLease))
+		setDefault(&q.MaxRuntime, Duration(defaultMaxRuntime))
+		setDefault(&q.PollInterval, Duration(defaultPollInterval))
+		c.Queues[name] = q
+	}
+
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		setDefault(&r.OnDead, defaultOnDead)
+		setDefault(&r.MaxAttempts, defaultMaxAttempts)
+		setDefault(&r.Backoff.Initial, Duration(defaultBackoffInitial))
+		setDefault(&r.Backoff.Max, Duration(defaultBackoffMax))
+		setDefault(&r.MaxRecordBytes, defaultMaxRecordBytes)
+		setDefault(&r.GapTimeout, Duration(defaultGapTimeout))
+		setDefault(&r.GapPolicy, defaultGapPolicy)
+		if r.Version != nil {
+			setDefault(&r.Version.Policy, defaultVersionPolicy)
+		}
+		if r.Target.HTTP != nil {
+			setDefault(&r.Target.HTTP.Timeout, Duration(defaultHTTPTimeout))
+		}
+	}
+
+	for i := range c.Schedules {
+		s := &c.Schedules[i]
+		setDefault(&s.Timezone, defaultTimezone)
+		setDefault(&s.Misfire, defaultMisfire)
+		setDefault(&s.Overlap, defaultOverlap)
+	}
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}

@@ -1,0 +1,172 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The environment variables that override the file. Secrets can then stay
+// out of the file entirely.
+const (
+	EnvDatabaseURL  = "SWITCHYARD_DATABASE_URL"
+	EnvKafkaBrokers = "SWITCHYARD_KAFKA_BROKERS"
+	EnvAdminToken   = "SWITCHYARD_ADMIN_TOKEN"
+)
+
+// Load reads the YAML file at path (none when path is ""), applies the
+// environment overrides read through env (os.Getenv in production; nil
+// means an empty environment), fills defaults and validates. Every problem
+// found is in the error, which names the file.
+func Load(path string, env func(string) string) (*Config, error) {
+	var data []byte
+	if path != "" {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("config: %w", err) // *fs.PathError names the file
+		}
+	}
+	return parse(path, data, env)
+}
+
+// Parse is Load for a file already in memory.
+func Parse(data []byte, env func(string) string) (*Config, error) {
+	return parse("", data, env)
+}
+
+func parse(source string, data []byte, env func(string) string) (*Config, error) {
+	cfg := new(Config)
+	if errs := decode(data, cfg); len(errs) > 0 {
+		return nil, &loadError{source: source, errs: errs}
+	}
+	fromEnv, err := applyEnv(cfg, env)
+	if err != nil {
+		return nil, &loadError{source: source, errs: []error{err}}
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		errs := unjoin(err)
+		blameEnv(errs, fromEnv)
+		return nil, &loadError{source: source, errs: errs}
+	}
+	return cfg, nil
+}
+
+// decode fills cfg from one YAML document. An empty document is an empty
+// config, so that a file of comments, or the environment alone, can
+// configure everything.
+func decode(data []byte, cfg *Config) []error {
+	// YAML refuses a tab at the start of a line even on an otherwise blank
+	// one; a blank file should not fail on invisible characters.
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	switch err := dec.Decode(cfg); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return yamlErrors(data, err)
+	}
+	// A second document would otherwise be silently ignored, and with it
+	// whatever the operator meant by it.
+	var extra yaml.Node
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return yamlErrors(data, err)
+	default:
+		return []error{fmt.Errorf("line %d: a second YAML document; the config is one document", extra.Line)}
+	}
+}
+
+// applyEnv overrides the file with the environment. It returns, for each
+// field it set, the variable that set it, so that a bad value is blamed on
+// the variable rather than on a file that does not contain it. Values are
+// trimmed because secrets mounted from files often end in a newline.
+func applyEnv(cfg *Config, env func(string) string) (map[string]string, error) {
+	if env == nil {
+		return nil, nil
+	}
+	fromEnv := map[string]string{}
+	if v := strings.TrimSpace(env(EnvDatabaseURL)); v != "" {
+		cfg.Postgres.URL = v
+		fromEnv["postgres.url"] = EnvDatabaseURL
+	}
+	if v := strings.TrimSpace(env(EnvKafkaBrokers)); v != "" {
+		var brokers []string
+		for b := range strings.SplitSeq(v, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				brokers = append(brokers, b)
+			}
+		}
+		if len(brokers) == 0 {
+			return nil, &FieldError{Field: EnvKafkaBrokers, Msg: "no broker addresses in a comma-separated list"}
+		}
+		cfg.Kafka.Brokers = brokers
+		fromEnv["kafka.brokers"] = EnvKafkaBrokers
+	}
+	if v := strings.TrimSpace(env(EnvAdminToken)); v != "" {
+		cfg.HTTP.Token = v
+		fromEnv["http.token"] = EnvAdminToken
+	}
+	return fromEnv, nil
+}
+
+// blameEnv notes on each field error about an overridden field which
+// variable supplied the value.
+func blameEnv(errs []error, fromEnv map[string]string) {
+	for _, err := range errs {
+		var fe *FieldError
+		if !errors.As(err, &fe) {
+			continue
+		}
+		for field, name := range fromEnv {
+			if fe.Field == field || strings.HasPrefix(fe.Field, field+"[") {
+				fe.Msg += " (set by " + name + ")"
+			}
+		}
+	}
+}
+
+// unjoin lists the errors inside an errors.Join.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// loadError is every problem found in one config source. It prints them one
+// per line under the source's name, so that an operator fixes them all in
+// one pass rather than one per restart.
+type loadError struct {
+	source string // file path, "" for bytes
+	errs   []error
+}
+
+func (e *loadError) Error() string {
+	head := "config"
+	if e.source != "" {
+		head += " " + e.source
+	}
+	if len(e.errs) == 1 {
+		return head + ": " + e.errs[0].Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d problems:", head, len(e.errs))
+	for _, err := range e.errs {
+		b.WriteString("\n  ")
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e *loadError) Unwrap() []error { return e.errs }

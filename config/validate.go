@@ -1,0 +1,363 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	// Schedules name IANA zones; without the embedded database a config
+	// that validates on a laptop would fail in a slim container image.
+	_ "time/tzdata"
+)
+
+// FieldError is one problem with one setting.
+type FieldError struct {
+	Field string // path as written in the file: "routes[1].queue"
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Limits past which a value is almost certainly a typo, or would hurt
+// Postgres more than it helps.
+const (
+	maxConcurrency    = 10000
+	minLease          = time.Second
+	minPollInterval   = 10 * time.Millisecond
+	maxMaxAttempts    = 1000
+	maxMaxRecordBytes = 64 << 20
+)
+
+var (
+	reSchema = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	reQueue  = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+	reTopic  = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+	reKind   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+)
+
+// Validate reports every problem in c, each a *FieldError, joined with
+// errors.Join; nil means c is usable. It expects SetDefaults to have run:
+// a zero where a default belongs is reported as out of range.
+func (c *Config) Validate() error {
+	var p problems
+	c.validateKafka(&p)
+	c.validatePostgres(&p)
+	c.validateHTTP(&p)
+	if c.ShutdownGrace <= 0 {
+		p.add("shutdown_grace", "must be positive")
+	}
+	c.validateQueues(&p)
+	c.validateRoutes(&p)
+	c.validateSchedules(&p)
+	return errors.Join(p...)
+}
+
+type problems []error
+
+func (p *problems) add(field, format string, args ...any) {
+	*p = append(*p, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// oneOf checks an enumerated setting.
+func (p *problems) oneOf(field, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		p.add(field, "%q is not one of %s", v, strings.Join(allowed, ", "))
+	}
+}
+
+func (p *problems) between(field string, v, lo, hi int) {
+	if v < lo || v > hi {
+		p.add(field, "%d is out of range %d..%d", v, lo, hi)
+	}
+}
+
+func (c *Config) validateKafka(p *problems) {
+	if len(c.Kafka.Brokers) == 0 {
+		p.add("kafka.brokers", "required: list host:port seeds or set %s", EnvKafkaBrokers)
+	}
+	for i, b := range c.Kafka.Brokers {
+		if msg := checkHostPort(b, false); msg != "" {
+			p.add(fmt.Sprintf("kafka.brokers[%d]", i), "%q: %s", b, msg)
+		}
+	}
+	p.oneOf("kafka.reset", c.Kafka.Reset, "earliest", "latest")
+	if c.Kafka.FetchMaxRecords < 1 {
+		p.add("kafka.fetch_max_records", "must be at least 1")
+	}
+}
+
+// checkHostPort returns what is wrong with a host:port address, or "".
+// A listener may leave the host empty (all interfaces) and use port 0.
+func checkHostPort(s string, listener bool) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "want host:port"
+	}
+	if host == "" && !listener {
+		return "missing host"
+	}
+	if strings.ContainsFunc(host, unicode.IsSpace) {
+		return "host contains whitespace"
+	}
+	n, err := strconv.Atoi(port)
+	lo := 1
+	if listener {
+		lo = 0
+	}
+	if err != nil || n < lo || n > 65535 {
+		return fmt.Sprintf("port must be a number %d..65535", lo)
+	}
+	return ""
+}
+
+func (c *Config) validatePostgres(p *problems) {
+	switch {
+	case c.Postgres.URL == "":
+		p.add("postgres.url", "required: set it or %s", EnvDatabaseURL)
+	case !validPostgresURL(c.Postgres.URL):
+		// Never echo the value or the parser's error: both can hold the
+		// password.
+		p.add("postgres.url", "invalid URL: want postgres://user@host:port/db or key=value settings")
+	}
+	if c.Postgres.MaxConns < 1 {
+		p.add("postgres.max_conns", "must be at least 1")
+	}
+	switch s := c.Postgres.Schema; {
+	case !reSchema.MatchString(s):
+		p.add("postgres.schema", "%q: use lowercase letters, digits and _, not starting with a digit, at most 63 characters", s)
+	case strings.HasPrefix(s, "pg_"):
+		p.add("postgres.schema", "%q: names starting with pg_ are reserved by PostgreSQL", s)
+	}
+}
+
+// validPostgresURL splits the two forms as pgx does. It is a shape check
+// only: pgx's own parser also reads password and certificate files, which
+// validation must not.
+func validPostgresURL(s string) bool {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		_, err := url.Parse(s)
+		return err == nil
+	}
+	return strings.Contains(s, "=")
+}
+
+func (c *Config) validateHTTP(p *problems) {
+	if c.HTTP.Listen == "off" {
+		return
+	}
+	if msg := checkHostPort(c.HTTP.Listen, true); msg != "" {
+		p.add("http.listen", "%q: %s, or \"off\"", c.HTTP.Listen, msg)
+	}
+}
+
+func (c *Config) validateQueues(p *problems) {
+	if len(c.Queues) == 0 {
+		p.add("queues", "at least one queue is required")
+	}
+	for _, name := range c.QueueNames() {
+		q := c.Queues[name]
+		f := queueField(name)
+		if !reQueue.MatchString(name) {
+			p.add(f, "invalid queue name: use lowercase letters, digits, _ . and -, starting with a letter or digit, at most 63 characters")
+		}
+		p.between(f+".concurrency", q.Concurrency, 1, maxConcurrency)
+		if q.Lease < Duration(minLease) {
+			p.add(f+".lease", "%s is shorter than %s", q.Lease, minLease)
+		}
+		if q.MaxRuntime <= 0 {
+			p.add(f+".max_runtime", "must be positive")
+		}
+		if q.MaxDepth < 0 {
+			p.add(f+".max_depth", "must not be negative (0 means no limit)")
+		}
+		if q.PollInterval < Duration(minPollInterval) {
+			p.add(f+".poll_interval", "%s is shorter than %s", q.PollInterval, minPollInterval)
+		}
+		for i, from := range q.StealFrom {
+			sf := fmt.Sprintf("%s.steal_from[%d]", f, i)
+			switch {
+			case from == name:
+				p.add(sf, "a queue cannot steal from itself")
+			case !c.hasQueue(from):
+				p.add(sf, "%s", c.unknownQueue(from))
+			}
+		}
+	}
+}
+
+// queueField is the path of a queue, quoted when the name itself is the
+// problem so that the path stays readable.
+func queueField(name string) string {
+	if reQueue.MatchString(name) {
+		return "queues." + name
+	}
+	return fmt.Sprintf("queues[%q]", name)
+}
+
+func (c *Config) hasQueue(name string) bool {
+	_, ok := c.Queues[name]
+	return ok
+}
+
+func (c *Config) unknownQueue(name string) string {
+	if len(c.Queues) == 0 {
+		return fmt.Sprintf("unknown queue %q (no queues configured)", name)
+	}
+	return fmt.Sprintf("unknown queue %q (configured: %s)", name, strings.Join(c.QueueNames(), ", "))
+}
+
+// checkQueueRef checks a route's or schedule's queue.
+func (c *Config) checkQueueRef(p *problems, field, name string) {
+	switch {
+	case name == "":
+		p.add(field, "required")
+	case !c.hasQueue(name):
+		p.add(field, "%s", c.unknownQueue(name))
+	}
+}
+
+func checkKind(p *problems, field, kind string) {
+	switch {
+	case kind == "":
+		p.add(field, "required")
+	case !reKind.MatchString(kind):
+		p.add(field, "%q: use letters, digits, _ . : and -, starting with a letter or digit, at most 128 characters", kind)
+	}
+}
+
+func (c *Config) validateRoutes(p *problems) {
+	if len(c.Routes) == 0 {
+		p.add("routes", "at least one route is required")
+	}
+	byTopic := map[string]int{}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		f := fmt.Sprintf("routes[%d]", i)
+
+		switch {
+		case r.Topic == "":
+			p.add(f+".topic", "required")
+		case !reTopic.MatchString(r.Topic) || r.Topic == "." || r.Topic == "..":
+			p.add(f+".topic", "%q is not a valid Kafka topic name", r.Topic)
+		}
+		if first, dup := byTopic[r.Topic]; dup && r.Topic != "" {
+			p.add(f+".topic", "%q is already routed by routes[%d]; a route is identified by its topic, so each topic has one route", r.Topic, first)
+		} else {
+			byTopic[r.Topic] = i
+		}
+		checkKind(p, f+".kind", r.Kind)
+		c.checkQueueRef(p, f+".queue", r.Queue)
+
+		checkFieldRef(p, f+".key", r.Key)
+		checkFieldRef(p, f+".dedupe", r.Dedupe)
+		if v := r.Version; v != nil {
+			if v.IsZero() {
+				p.add(f+".version", "set field or header: the record must carry the version")
+			}
+			checkFieldRef(p, f+".version", v.FieldRef)
+			p.oneOf(f+".version.policy", v.Policy, "newer", "strict")
+			if !r.Ordered {
+				p.add(f+".version", "requires ordered: true (versions are compared between jobs of one key, and only an ordered route runs a key's jobs in order)")
+			}
+		}
+
+		p.oneOf(f+".on_dead", r.OnDead, "continue", "block")
+		p.between(f+".max_attempts", r.MaxAttempts, 1, maxMaxAttempts)
+		if r.Backoff.Initial <= 0 {
+			p.add(f+".backoff.initial", "must be positive")
+		}
+		if r.Backoff.Max < r.Backoff.Initial {
+			p.add(f+".backoff.max", "%s is less than backoff.initial %s", r.Backoff.Max, r.Backoff.Initial)
+		}
+		if r.TTL < 0 {
+			p.add(f+".ttl", "must not be negative (0 means no deadline)")
+		}
+		p.between(f+".max_record_bytes", r.MaxRecordBytes, 1, maxMaxRecordBytes)
+		if r.GapTimeout <= 0 {
+			p.add(f+".gap_timeout", "must be positive")
+		}
+		p.oneOf(f+".gap_policy", r.GapPolicy, "proceed", "park")
+		checkTarget(p, f+".target", r.Target)
+	}
+}
+
+func checkFieldRef(p *problems, field string, ref FieldRef) {
+	if ref.Field != "" && ref.Header != "" {
+		p.add(field, "set field or header, not both")
+	}
+	if ref.Field != "" {
+		if _, err := ParseFieldPath(ref.Field); err != nil {
+			p.add(field+".field", "%v", err)
+		}
+	}
+}
+
+func checkTarget(p *problems, field string, t Target) {
+	switch {
+	case t.HTTP == nil && !t.Go:
+		p.add(field, "missing: set http.url or go: true")
+		return
+	case t.HTTP != nil && t.Go:
+		p.add(field, "set http or go: true, not both")
+		return
+	case t.Go:
+		return
+	}
+	// The URL is not echoed: it may carry credentials.
+	switch u, err := url.Parse(t.HTTP.URL); {
+	case t.HTTP.URL == "":
+		p.add(field+".http.url", "required")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		p.add(field+".http.url", "want an absolute http:// or https:// URL with a host")
+	}
+	if t.HTTP.Timeout <= 0 {
+		p.add(field+".http.timeout", "must be positive")
+	}
+}
+
+func (c *Config) validateSchedules(p *problems) {
+	byName := map[string]int{}
+	for i := range c.Schedules {
+		s := &c.Schedules[i]
+		f := fmt.Sprintf("schedules[%d]", i)
+		if s.Name == "" {
+			p.add(f+".name", "required")
+		} else if first, dup := byName[s.Name]; dup {
+			p.add(f+".name", "%q is already used by schedules[%d]", s.Name, first)
+		} else {
+			byName[s.Name] = i
+		}
+		if s.Cron == "" {
+			p.add(f+".cron", "required")
+		} else if err := ParseCron(s.Cron); err != nil {
+			p.add(f+".cron", "%v", err)
+		}
+		checkTimezone(p, f+".timezone", s.Timezone)
+		checkKind(p, f+".kind", s.Kind)
+		c.checkQueueRef(p, f+".queue", s.Queue)
+		p.oneOf(f+".misfire", s.Misfire, "run_once", "skip", "catch_up")
+		p.oneOf(f+".overlap", s.Overlap, "skip", "allow")
+		if s.Jitter < 0 {
+			p.add(f+".jitter", "must not be negative")
+		}
+	}
+}
+
+func checkTimezone(p *problems, field, tz string) {
+	if tz == "Local" {
+		// time.LoadLocation accepts it, but it means whatever zone each
+		// host happens to be set to.
+		p.add(field, "name an IANA zone such as Europe/Berlin instead of Local")
+		return
+	}
+	if _, err := time.LoadLocation(tz); err != nil {
+		p.add(field, "unknown time zone %q", tz)
+	}
+}

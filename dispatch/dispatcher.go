@@ -1,0 +1,204 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/internal/metrics"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// Queue configures one worker pool.
+type Queue struct {
+	Name string
+	// Concurrency is the number of jobs this process runs at once.
+	Concurrency int
+	// Lease is how long a claim lasts without a heartbeat.
+	Lease time.Duration
+	// MaxRuntime caps one attempt; the lease never extends past it.
+	MaxRuntime time.Duration
+	// PollInterval is how often an idle pool looks for work.
+	PollInterval time.Duration
+}
+
+// Backoff is a route's retry policy: exponential, full jitter.
+type Backoff struct {
+	Initial time.Duration
+	Max     time.Duration
+}
+
+// Config configures a Dispatcher.
+type Config struct {
+	Queues []Queue
+	// Backoff per route; routes not listed use DefaultBackoff.
+	Backoff map[string]Backoff
+	// Resolve returns the handler for a job; an error makes the attempt
+	// fail permanently (no handler is a wiring bug retries cannot fix).
+	Resolve func(*workers.Job) (workers.Handler, error)
+	// Grace is how long in-flight jobs may finish after Stop. Defaults to 30s.
+	Grace time.Duration
+	// RescueInterval is how often expired leases are looked for.
+	// Defaults to a third of the shortest lease, at most 5s.
+	RescueInterval time.Duration
+}
+
+// DefaultBackoff applies to routes without their own.
+var DefaultBackoff = Backoff{Initial: time.Second, Max: 10 * time.Minute}
+
+// Dispatcher owns the pools of one process.
+type Dispatcher struct {
+	cfg     Config
+	store   *pgstore.Store
+	log     *zap.Logger
+	metrics *metrics.Metrics
+
+	pools     map[string]*pool
+	completer *completer
+
+	stopClaim chan struct{} // closed: pools stop claiming
+	hardStop  context.CancelCauseFunc
+	jobCtx    context.Context // parent of every handler context
+	wg        sync.WaitGroup  // pool loops, rescuer, listener
+	stopOnce  sync.Once
+	started   bool
+}
+
+// New validates cfg and builds a dispatcher.
+func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) (*Dispatcher, error) {
+	if cfg.Resolve == nil {
+		return nil, errors.New("dispatch: Resolve is required")
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 30 * time.Second
+	}
+	minLease := time.Duration(0)
+	for _, q := range cfg.Queues {
+		if q.Concurrency < 1 || q.Lease <= 0 || q.MaxRuntime <= 0 || q.PollInterval <= 0 {
+			return nil, fmt.Errorf("queues.%s: concurrency, lease, max_runtime and poll_interval must be positive", q.Name)
+		}
+		if minLease == 0 || q.Lease < minLease {
+			minLease = q.Lease
+		}
+	}
+	if cfg.RescueInterval == 0 {
+		cfg.RescueInterval = min(max(minLease/3, 100*time.Millisecond), 5*time.Second)
+	}
+	d := &Dispatcher{cfg: cfg, store: store, log: log.Named("dispatch"), metrics: m,
+		pools: map[string]*pool{}, stopClaim: make(chan struct{})}
+	d.completer = newCompleter(store, d.log, m)
+	for _, q := range cfg.Queues {
+		d.pools[q.Name] = newPool(d, q)
+	}
+	return d, nil
+}
+
+// Start launches the pools, the completer, the rescuer and the wake-up
+// listener. It returns at once.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	base := context.WithoutCancel(ctx)
+	d.jobCtx, d.hardStop = context.WithCancelCause(base)
+	d.completer.start()
+	for _, p := range d.pools {
+		d.wg.Add(1)
+		go func() { defer d.wg.Done(); p.run() }()
+	}
+	d.wg.Add(2)
+	go func() { defer d.wg.Done(); d.rescue() }()
+	go func() { defer d.wg.Done(); d.listen() }()
+	d.started = true
+	return nil
+}
+
+// Wake tells a queue's pool that work may be waiting (in-process ingest
+// calls it; other processes hear NOTIFY).
+func (d *Dispatcher) Wake(queue string) {
+	if p := d.pools[queue]; p != nil {
+		p.wake()
+	}
+}
+
+// Stop shuts down in order (see the package doc). Idempotent.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	if !d.started {
+		return nil
+	}
+	d.stopOnce.Do(func() {
+		close(d.stopClaim)
+		grace := time.NewTimer(d.cfg.Grace)
+		defer grace.Stop()
+		allIdle := make(chan struct{})
+		go func() {
+			for _, p := range d.pools {
+				p.jobs.Wait()
+			}
+			close(allIdle)
+		}()
+		select {
+		case <-allIdle:
+		case <-grace.C:
+			d.log.Warn("grace period over; cancelling jobs still running", zap.Duration("grace", d.cfg.Grace))
+		case <-ctx.Done():
+		}
+		d.hardStop(workers.ErrShutdown)
+		<-allIdle
+		d.wg.Wait()
+		d.completer.stop()
+	})
+	return nil
+}
+
+// rescue periodically returns expired leases to their queue.
+func (d *Dispatcher) rescue() {
+	t := time.NewTicker(d.cfg.RescueInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stopClaim:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
+		rescued, dead, expired, err := d.store.JobRescue(ctx, 1000)
+		cancel()
+		if err != nil {
+			d.log.Warn("rescue failed", zap.Error(err))
+			continue
+		}
+		if rescued+dead+expired > 0 {
+			d.log.Info("rescued expired leases", zap.Int64("retrying", rescued), zap.Int64("dead", dead), zap.Int64("expired", expired))
+			for _, p := range d.pools {
+				p.wake()
+			}
+		}
+	}
+}
+
+// listen turns NOTIFY into wake-ups, reconnecting on errors.
+func (d *Dispatcher) listen() {
+	ctx, cancel := context.WithCancel(d.jobCtx)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.stopClaim:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		err := d.store.Listen(ctx, d.Wake)
+		if ctx.Err() != nil {
+			return
+		}
+		d.log.Warn("listen for wake-ups failed; polling meanwhile", zap.Error(err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -1,0 +1,40 @@
+// Package dispatch runs jobs: it claims runnable jobs for each queue's
+// worker pool, holds their leases with heartbeats, records outcomes, and
+// rescues jobs whose worker vanished.
+//
+// # Design
+//
+// Every hot path is batched, because one transaction per job caps a
+// Postgres queue at ~1.5–2k jobs/s on a small machine:
+//
+//   - Claim: a pool with n free workers claims up to n jobs in ONE
+//     statement (pgstore.JobClaim: FOR UPDATE SKIP LOCKED over a partial
+//     index of runnable rows). The same UPDATE counts the attempt (I5),
+//     draws a fresh fencing token from a sequence (I4), and sets the lease
+//     from the database clock.
+//   - Heartbeat: every lease/3, one statement extends all leases a pool
+//     holds, token-checked. A lease the statement did not extend is lost:
+//     the handler's context is cancelled at once with workers.ErrLeaseLost
+//     (an HTTP request in flight is aborted).
+//   - Complete: a completer gathers outcomes for a few milliseconds and
+//     writes them in one statement, conditional on the token and on the
+//     row still running, so a stale holder changes nothing (I4). Dead jobs
+//     get their DLQ entry in that same statement.
+//   - Rescue: expired leases (a killed or stalled process) go back to
+//     retrying, or to dead once attempts are used up (I5). Any number of
+//     processes may run it: it is SKIP LOCKED and batched.
+//
+// Wake-ups come from LISTEN/NOTIFY after ingest commits; polling every
+// poll_interval stays the source of truth, so a lost notification only
+// costs latency.
+//
+// # Shutdown (I7)
+//
+// Stop stops claiming, lets in-flight jobs finish for the grace period,
+// then cancels the rest with workers.ErrShutdown and releases their leases
+// back to queued (handing the attempt back: a deploy is not the job's
+// fault), flushes the completer on a context that is not cancelled, and
+// returns once every goroutine it started has ended.
+//
+// Dispatch never decodes records and never touches Kafka.
+package dispatch

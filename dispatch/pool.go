@@ -1,0 +1,298 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// pool is one queue's workers in this process.
+type pool struct {
+	d     *Dispatcher
+	q     Queue
+	log   *zap.Logger
+	wakeC chan struct{}
+	freed chan struct{}
+	jobs  sync.WaitGroup // running handlers
+
+	mu     sync.Mutex
+	leases map[int64]*running
+}
+
+type running struct {
+	job    *workers.Job
+	cancel context.CancelCauseFunc
+}
+
+func newPool(d *Dispatcher, q Queue) *pool {
+	return &pool{d: d, q: q, log: d.log.With(zap.String("queue", q.Name)),
+		wakeC: make(chan struct{}, 1), freed: make(chan struct{}, 1), leases: map[int64]*running{}}
+}
+
+func (p *pool) wake() {
+	select {
+	case p.wakeC <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pool) inFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.leases)
+}
+
+// run claims for every free worker in one statement, then waits for a
+// slot, a wake-up or the poll interval. It also heartbeats the pool's
+// leases every lease/3.
+func (p *pool) run() {
+	poll := time.NewTimer(p.q.PollInterval)
+	defer poll.Stop()
+	hb := time.NewTicker(p.q.Lease / 3)
+	defer hb.Stop()
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		for {
+			select {
+			case <-p.d.jobCtx.Done():
+				return
+			case <-hb.C:
+				p.heartbeat()
+			}
+		}
+	}()
+	defer func() { <-hbDone }()
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-p.d.stopClaim:
+			// Leases must keep being extended while in-flight jobs finish
+			// during the grace period; the heartbeat goroutine stops with
+			// jobCtx, after Stop has waited for the jobs.
+			return
+		default:
+		}
+		free := p.q.Concurrency - p.inFlight()
+		next := p.q.PollInterval
+		if free > 0 {
+			n, err := p.claim(free)
+			switch {
+			case err != nil:
+				p.log.Warn("claim failed", zap.Error(err), zap.Duration("backoff", backoff))
+				next = backoff
+				backoff = min(backoff*2, 5*time.Second)
+			case n == free:
+				backoff = 100 * time.Millisecond
+				continue // every slot filled: there is probably more work
+			default:
+				backoff = 100 * time.Millisecond
+			}
+		}
+		resetTimer(poll, next)
+		select {
+		case <-p.d.stopClaim:
+			return
+		case <-p.wakeC:
+		case <-p.freed:
+		case <-poll.C:
+		}
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
+}
+
+func (p *pool) claim(n int) (int, error) {
+	ctx, cancel := context.WithTimeout(p.d.jobCtx, 30*time.Second)
+	defer cancel()
+	jobs, err := p.d.store.JobClaim(ctx, pgstore.JobClaimParams{
+		Queue: p.q.Name, Limit: n, Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime})
+	if err != nil {
+		return 0, err
+	}
+	for _, j := range jobs {
+		jctx, cancel := context.WithCancelCause(p.d.jobCtx)
+		p.mu.Lock()
+		p.leases[j.ID] = &running{job: j, cancel: cancel}
+		p.mu.Unlock()
+		p.jobs.Add(1)
+		go p.execute(jctx, j)
+	}
+	return len(jobs), nil
+}
+
+func (p *pool) execute(ctx context.Context, job *workers.Job) {
+	defer p.jobs.Done()
+	start := time.Now()
+	err := p.invoke(ctx, job)
+	elapsed := time.Since(start)
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, workers.ErrLeaseLost):
+		// Someone else may own the job now; whatever we'd write would be
+		// rejected by the token anyway.
+		p.finish(job.ID)
+		p.observe(job, "lease_lost", elapsed)
+		return
+	case err != nil && errors.Is(cause, workers.ErrShutdown):
+		p.release(job)
+		return
+	}
+	out := p.outcome(job, err)
+	p.observe(job, metricOutcome(out.State), elapsed)
+	p.d.completer.submit(out, func(applied bool) {
+		if !applied {
+			p.observe(job, "lease_lost", 0)
+		}
+		p.finish(job.ID)
+	})
+}
+
+// invoke runs the handler with the attempt's deadline, turning a panic
+// into an ordinary (transient) error rather than a dead process.
+func (p *pool) invoke(ctx context.Context, job *workers.Job) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("handler panicked", zap.Int64("job_id", job.ID), zap.Any("panic", r),
+				zap.ByteString("stack", debug.Stack()))
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	h, err := p.d.cfg.Resolve(job)
+	if err != nil {
+		return workers.Permanent(err)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, p.q.MaxRuntime,
+		fmt.Errorf("max_runtime %s exceeded", p.q.MaxRuntime))
+	defer cancel()
+	return h.Handle(ctx, job)
+}
+
+// outcome decides what an attempt's error means (SPEC §5 for HTTP; the
+// same rules for Go handlers).
+func (p *pool) outcome(job *workers.Job, err error) pgstore.Outcome {
+	o := pgstore.Outcome{ID: job.ID, Token: job.Token}
+	switch {
+	case err == nil:
+		o.State = "succeeded"
+		return o
+	case workers.IsPermanent(err):
+		o.State, o.Reason = "dead", "permanent"
+	case job.Attempt >= job.MaxAttempts:
+		o.State, o.Reason = "dead", "max_attempts"
+	default:
+		o.State = "retrying"
+		o.Delay = p.d.backoff(job, err)
+	}
+	o.Error = err.Error()
+	return o
+}
+
+// backoff is exponential with full jitter: a uniform delay in
+// [0, min(max, initial·2^(attempt−1))]. A RetryAfter delay wins, capped
+// by max.
+func (d *Dispatcher) backoff(job *workers.Job, err error) time.Duration {
+	b, ok := d.cfg.Backoff[job.Route]
+	if !ok {
+		b = DefaultBackoff
+	}
+	if after, ok := workers.RetryDelay(err); ok {
+		return min(after, b.Max)
+	}
+	ceil := b.Initial
+	for i := 1; i < job.Attempt && ceil < b.Max; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, b.Max)
+	if ceil <= 0 {
+		return 0
+	}
+	return rand.N(ceil + 1)
+}
+
+func metricOutcome(state string) string {
+	switch state {
+	case "succeeded":
+		return "succeeded"
+	case "dead":
+		return "dead"
+	}
+	return "retry"
+}
+
+func (p *pool) observe(job *workers.Job, outcome string, elapsed time.Duration) {
+	m := p.d.metrics
+	if m == nil {
+		return
+	}
+	m.JobAttempts.WithLabelValues(job.Kind, outcome).Inc()
+	if elapsed > 0 {
+		m.JobDuration.WithLabelValues(job.Kind, outcome).Observe(elapsed.Seconds())
+	}
+}
+
+func (p *pool) finish(id int64) {
+	p.mu.Lock()
+	delete(p.leases, id)
+	p.mu.Unlock()
+	select {
+	case p.freed <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pool) release(job *workers.Job) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.d.jobCtx), 10*time.Second)
+	defer cancel()
+	if _, err := p.d.store.JobRelease(ctx, []pgstore.Lease{{ID: job.ID, Token: job.Token}}); err != nil {
+		// The lease will expire and the rescuer will requeue the job.
+		p.log.Warn("release at shutdown failed; the lease will expire instead", zap.Int64("job_id", job.ID), zap.Error(err))
+	}
+	p.finish(job.ID)
+}
+
+// heartbeat extends all leases of the pool in one statement and cancels
+// the handlers of those it could not extend.
+func (p *pool) heartbeat() {
+	p.mu.Lock()
+	leases := make([]pgstore.Lease, 0, len(p.leases))
+	for id, r := range p.leases {
+		leases = append(leases, pgstore.Lease{ID: id, Token: r.job.Token})
+	}
+	p.mu.Unlock()
+	if len(leases) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.d.jobCtx), p.q.Lease/3)
+	defer cancel()
+	kept, err := p.d.store.JobHeartbeat(ctx, leases, p.q.Lease, p.q.MaxRuntime)
+	if err != nil {
+		// Not knowing is not losing: the next beat may still be in time.
+		p.log.Warn("heartbeat failed", zap.Error(err))
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range leases {
+		if r, ok := p.leases[l.ID]; ok && !kept[l.ID] {
+			p.log.Warn("lease lost; cancelling the attempt", zap.Int64("job_id", l.ID), zap.Int64("token", l.Token))
+			r.cancel(workers.ErrLeaseLost)
+		}
+	}
+}

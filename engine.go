@@ -1,0 +1,378 @@
+// Package switchyard is the engine behind the switchyard binary, importable
+// by Go programs: build it from the same YAML config, register in-process
+// handlers for the kinds of `target: {go: true}` routes, and run it.
+//
+//	cfg, err := config.Load("switchyard.yaml", os.Getenv)
+//	eng, err := switchyard.New(cfg, switchyard.Options{Logger: log})
+//	eng.Register("order.sync", workers.HandlerFunc(syncOrder))
+//	err = eng.Start(ctx) // … eng.Stop(ctx) on shutdown
+//
+// The engine wires the components and owns their lifecycle; it holds no
+// logic of its own: ingest turns records into rows, dispatch runs them,
+// workers holds handlers and the HTTP target, internal/admin serves the API.
+package switchyard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/dispatch"
+	"github.com/switchyard-dev/switchyard/ingest"
+	"github.com/switchyard-dev/switchyard/internal/admin"
+	"github.com/switchyard-dev/switchyard/internal/metrics"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// Roles select which parts of the engine run in a process.
+const (
+	RoleAll    = "all"
+	RoleIngest = "ingest"
+	RoleWork   = "work"
+)
+
+// Options are the engine's settings that are not in the YAML file.
+type Options struct {
+	// Logger defaults to a no-op logger.
+	Logger *zap.Logger
+	// Role is all | ingest | work. Defaults to all.
+	Role string
+	// Registry receives the metrics. Defaults to a new registry with the
+	// Go and process collectors.
+	Registry *prometheus.Registry
+	// KafkaOpts are extra franz-go options (TLS, SASL, tuning).
+	KafkaOpts []kgo.Opt
+	// ResetOffsets allows resuming from Kafka's committed offsets when
+	// Postgres has none stored (see ingest.Config.ResetOffsets).
+	ResetOffsets bool
+	// StatsInterval is how often queue gauges are refreshed. Defaults to 5s.
+	StatsInterval time.Duration
+}
+
+// Engine is one Switchyard process.
+type Engine struct {
+	cfg      *config.Config
+	opts     Options
+	log      *zap.Logger
+	registry *workers.Registry
+	targets  map[string]*workers.HTTPTarget // by route (topic)
+	routes   map[string]config.Route
+
+	store      *pgstore.Store
+	metrics    *metrics.Metrics
+	consumer   *ingest.Consumer
+	dispatcher *dispatch.Dispatcher
+	server     *http.Server
+	listener   net.Listener
+
+	fatal     chan error
+	stopStats context.CancelFunc
+	wg        sync.WaitGroup
+	stopOnce  sync.Once
+	stopErr   error
+}
+
+// New builds an engine from a loaded, validated config.
+func New(cfg *config.Config, opts Options) (*Engine, error) {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Role == "" {
+		opts.Role = RoleAll
+	}
+	switch opts.Role {
+	case RoleAll, RoleIngest, RoleWork:
+	default:
+		return nil, fmt.Errorf("--role: %q is not one of all, ingest, work", opts.Role)
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if opts.StatsInterval == 0 {
+		opts.StatsInterval = 5 * time.Second
+	}
+	e := &Engine{cfg: cfg, opts: opts, log: opts.Logger, registry: workers.NewRegistry(),
+		targets: map[string]*workers.HTTPTarget{}, routes: map[string]config.Route{},
+		metrics: metrics.New(opts.Registry), fatal: make(chan error, 1)}
+	for i, r := range cfg.Routes {
+		e.routes[r.Topic] = r
+		if r.Target.HTTP == nil {
+			continue
+		}
+		t, err := workers.NewHTTPTarget(workers.HTTPTargetConfig{URL: r.Target.HTTP.URL,
+			Timeout: r.Target.HTTP.Timeout.D(), FollowRedirects: r.Target.HTTP.FollowRedirects})
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d].target: %w", i, err)
+		}
+		e.targets[r.Topic] = t
+	}
+	return e, nil
+}
+
+// Register adds the Go handler for a kind. Call it before Start.
+func (e *Engine) Register(kind string, h workers.Handler) error {
+	return e.registry.Register(kind, h)
+}
+
+// resolve finds the handler of a job: the route's HTTP target, else the
+// Go handler registered for its kind.
+func (e *Engine) resolve(j *workers.Job) (workers.Handler, error) {
+	if t, ok := e.targets[j.Route]; ok {
+		return t, nil
+	}
+	if h, ok := e.registry.Lookup(j.Kind); ok {
+		return h, nil
+	}
+	return nil, fmt.Errorf("no handler for kind %q (route %q): register one with Engine.Register", j.Kind, j.Route)
+}
+
+// Store is the engine's database access, for embedders' own checks and
+// for ordering's conditional writes. Valid after Start.
+func (e *Engine) Store() *pgstore.Store { return e.store }
+
+// Addr is the admin server's address once started ("" when disabled).
+func (e *Engine) Addr() string {
+	if e.listener == nil {
+		return ""
+	}
+	return e.listener.Addr().String()
+}
+
+// Done reports a fatal error that stopped a component (e.g. the consumer
+// refusing to resume without stored offsets). The process should Stop
+// and exit non-zero.
+func (e *Engine) Done() <-chan error { return e.fatal }
+
+// Start connects to Postgres (whose schema must be migrated), checks every
+// go-target route has a handler, and starts the HTTP server, the consumer
+// and the worker pools. It returns once they run.
+func (e *Engine) Start(ctx context.Context) error {
+	if err := e.checkHandlers(); err != nil {
+		return err
+	}
+	if e.cfg.HTTP.Listen != "off" {
+		if err := admin.CheckListen(e.cfg.HTTP.Listen, e.cfg.HTTP.Token); err != nil {
+			return err
+		}
+	}
+	store, err := pgstore.Open(ctx, pgstore.Config{URL: e.cfg.Postgres.URL, Schema: e.cfg.Postgres.Schema,
+		MaxConns: e.cfg.Postgres.MaxConns})
+	if err != nil {
+		return err
+	}
+	e.store = store
+	if v, err := store.SchemaVersion(ctx); err != nil {
+		return fmt.Errorf("postgres: read schema version: %w", err)
+	} else if v != pgstore.LatestVersion() {
+		return fmt.Errorf("postgres: schema %q is at migration %d, this binary needs %d: run `switchyard migrate` first",
+			e.cfg.Postgres.Schema, v, pgstore.LatestVersion())
+	}
+	if e.opts.Role != RoleIngest {
+		if err := e.startDispatch(ctx); err != nil {
+			return err
+		}
+	}
+	if e.opts.Role != RoleWork {
+		if err := e.startIngest(ctx); err != nil {
+			return err
+		}
+	}
+	// HTTP last: its handlers read the components started above.
+	if e.cfg.HTTP.Listen != "off" {
+		if err := e.startHTTP(); err != nil {
+			return err
+		}
+	}
+	statsCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.stopStats = cancel
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.sampleStats(statsCtx) }()
+	return nil
+}
+
+func (e *Engine) checkHandlers() error {
+	if e.opts.Role == RoleIngest {
+		return nil
+	}
+	var missing []string
+	for _, r := range e.cfg.Routes {
+		if r.Target.Go {
+			if _, ok := e.registry.Lookup(r.Kind); !ok {
+				missing = append(missing, r.Kind)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return fmt.Errorf("routes with target go: true need a registered handler; missing kinds: %v", missing)
+	}
+	return nil
+}
+
+func (e *Engine) startHTTP() error {
+	srv := admin.New(admin.Config{
+		Token:   e.cfg.HTTP.Token,
+		Queues:  e.cfg.QueueNames(),
+		Metrics: promhttp.HandlerFor(e.opts.Registry, promhttp.HandlerOpts{}),
+		Ready:   e.kafkaReady,
+	}, e.store, e.log.Named("admin"))
+	ln, err := net.Listen("tcp", e.cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http.listen: %w", err)
+	}
+	e.listener = ln
+	e.server = admin.NewHTTPServer(e.cfg.HTTP.Listen, srv.Handler())
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		if err := e.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			e.fail(fmt.Errorf("admin server: %w", err))
+		}
+	}()
+	e.log.Info("admin API listening", zap.String("addr", ln.Addr().String()))
+	return nil
+}
+
+// kafkaReady is the Kafka part of /readyz; a work-only process has no
+// consumer and does not need Kafka.
+func (e *Engine) kafkaReady(ctx context.Context) error {
+	if e.opts.Role == RoleWork {
+		return nil
+	}
+	if e.consumer == nil {
+		return errors.New("kafka consumer not started yet")
+	}
+	return e.consumer.Ping(ctx)
+}
+
+func (e *Engine) startDispatch(ctx context.Context) error {
+	dc := dispatch.Config{Resolve: e.resolve, Grace: e.cfg.ShutdownGrace.D(), Backoff: map[string]dispatch.Backoff{}}
+	for _, name := range e.cfg.QueueNames() {
+		q := e.cfg.Queues[name]
+		dc.Queues = append(dc.Queues, dispatch.Queue{Name: name, Concurrency: q.Concurrency,
+			Lease: q.Lease.D(), MaxRuntime: q.MaxRuntime.D(), PollInterval: q.PollInterval.D()})
+	}
+	for _, r := range e.cfg.Routes {
+		dc.Backoff[r.Topic] = dispatch.Backoff{Initial: r.Backoff.Initial.D(), Max: r.Backoff.Max.D()}
+	}
+	d, err := dispatch.New(dc, e.store, e.log, e.metrics)
+	if err != nil {
+		return err
+	}
+	e.dispatcher = d
+	return d.Start(ctx)
+}
+
+func (e *Engine) startIngest(ctx context.Context) error {
+	ic := ingest.Config{Brokers: e.cfg.Kafka.Brokers, Group: e.cfg.Kafka.Group, ClientID: e.cfg.Kafka.ClientID,
+		Reset: e.cfg.Kafka.Reset, MaxPollRecords: e.cfg.Kafka.FetchMaxRecords,
+		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts}
+	for _, r := range e.cfg.Routes {
+		cr, err := ingest.CompileRoute(r)
+		if err != nil {
+			return err
+		}
+		ic.Routes = append(ic.Routes, cr)
+	}
+	c, err := ingest.New(ic, e.store, e.log, e.metrics)
+	if err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	e.consumer = c
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		if err := c.Err(); err != nil {
+			e.fail(fmt.Errorf("ingest stopped: %w", err))
+		}
+	}()
+	return nil
+}
+
+func (e *Engine) fail(err error) {
+	e.log.Error("fatal", zap.Error(err))
+	select {
+	case e.fatal <- err:
+	default:
+	}
+}
+
+// sampleStats refreshes the queue gauges from Postgres.
+func (e *Engine) sampleStats(ctx context.Context) {
+	t := time.NewTicker(e.opts.StatsInterval)
+	defer t.Stop()
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		stats, err := e.store.QueueStats(qctx)
+		cancel()
+		if err == nil {
+			e.metrics.QueueJobs.Reset()
+			e.metrics.QueueOldestAge.Reset()
+			e.metrics.DLQEntries.Reset()
+			for _, name := range e.cfg.QueueNames() {
+				e.metrics.QueueOldestAge.WithLabelValues(name).Set(0)
+			}
+			for q, s := range stats {
+				e.metrics.QueueOldestAge.WithLabelValues(q).Set(s.OldestRunnableAgeSeconds)
+				for st, n := range s.Jobs {
+					e.metrics.QueueJobs.WithLabelValues(q, st).Set(float64(n))
+				}
+				for reason, n := range s.DLQ {
+					e.metrics.DLQEntries.WithLabelValues(q, reason).Set(float64(n))
+				}
+			}
+		} else if ctx.Err() == nil {
+			e.log.Warn("reading queue stats failed", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Stop shuts down in order: stop fetching (the batch in hand commits),
+// stop claiming and let in-flight jobs finish within the grace period,
+// release the rest, then close the HTTP server and the database pool.
+// Idempotent.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.stopOnce.Do(func() {
+		var errs []error
+		if e.consumer != nil {
+			errs = append(errs, e.consumer.Stop(ctx))
+		}
+		if e.dispatcher != nil {
+			errs = append(errs, e.dispatcher.Stop(ctx))
+		}
+		if e.stopStats != nil {
+			e.stopStats()
+		}
+		if e.server != nil {
+			errs = append(errs, e.server.Shutdown(ctx))
+		}
+		e.wg.Wait()
+		if e.store != nil {
+			e.store.Close()
+		}
+		e.stopErr = errors.Join(errs...)
+	})
+	return e.stopErr
+}

@@ -1,0 +1,387 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/internal/metrics"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+// Config configures a Consumer.
+type Config struct {
+	// Brokers are the seed brokers. Required.
+	Brokers []string
+	// Group is the consumer group id. Required.
+	Group string
+	// ClientID defaults to "switchyard".
+	ClientID string
+	// Reset is where a partition with neither a stored nor a committed
+	// offset starts: "earliest" or "latest". Defaults to earliest.
+	Reset string
+	// MaxPollRecords caps one poll, and so one transaction. Defaults to 10000.
+	MaxPollRecords int
+	// Routes, one per topic. Required.
+	Routes []*Route
+	// ResetOffsets allows resuming from Kafka's committed offsets for
+	// partitions that have none stored in Postgres. Without it such a
+	// partition stops the consumer: the database was lost or replaced, and
+	// silently resuming would skip whatever the old database held.
+	ResetOffsets bool
+	// Opts are extra franz-go options for embedders (TLS, SASL, tuning).
+	// They are applied after Switchyard's own.
+	Opts []kgo.Opt
+}
+
+var errSimulatedCrash = errors.New("simulated crash after the Postgres commit")
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// Consumer turns records into job rows (see doc.go).
+type Consumer struct {
+	cfg     Config
+	store   *pgstore.Store
+	log     *zap.Logger
+	metrics *metrics.Metrics
+	routes  map[string]*Route
+	// crashAfterStore, when set and returning true, makes the loop stop
+	// right after the Postgres commit, before the Kafka commit, as a crash
+	// there would: tests use it to hit that exact point.
+	crashAfterStore func() bool
+
+	cl     *kgo.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // why the loop stopped, read after done closes
+
+	mu sync.Mutex
+	// expected is the stored next offset of each owned partition as this
+	// member last saw it, -1 when no row exists yet: the fence of I1.
+	expected map[tp]int64
+	fatal    error
+}
+
+// New validates cfg and builds a consumer; Start connects.
+func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) (*Consumer, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("kafka.brokers: at least one broker is required")
+	}
+	if cfg.Group == "" {
+		return nil, errors.New("kafka.group: required")
+	}
+	if len(cfg.Routes) == 0 {
+		return nil, errors.New("routes: at least one route is required")
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = "switchyard"
+	}
+	if cfg.MaxPollRecords == 0 {
+		cfg.MaxPollRecords = 10000
+	}
+	c := &Consumer{cfg: cfg, store: store, log: log.Named("ingest"), metrics: m,
+		routes: map[string]*Route{}, expected: map[tp]int64{}}
+	for _, r := range cfg.Routes {
+		c.routes[r.Topic] = r
+	}
+	return c, nil
+}
+
+func (c *Consumer) topics() []string {
+	ts := make([]string, 0, len(c.routes))
+	for t := range c.routes {
+		ts = append(ts, t)
+	}
+	sort.Strings(ts)
+	return ts
+}
+
+// Start joins the group and begins consuming. It returns once the client
+// is created; Done reports when the loop ends.
+func (c *Consumer) Start(ctx context.Context) error {
+	reset := kgo.NewOffset().AtStart()
+	if c.cfg.Reset == "latest" {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(c.cfg.Brokers...),
+		kgo.ClientID(c.cfg.ClientID),
+		kgo.ConsumerGroup(c.cfg.Group),
+		kgo.ConsumeTopics(c.topics()...),
+		kgo.ConsumeResetOffset(reset),
+		kgo.DisableAutoCommit(),
+		// No rebalance can revoke a partition between a poll and the end
+		// of its transaction, so we never commit for a partition we lost
+		// in the middle of a batch. The Postgres fence covers the rest.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.AdjustFetchOffsetsFn(c.adjustOffsets),
+		kgo.OnPartitionsRevoked(c.forget),
+		kgo.OnPartitionsLost(c.forget),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.WithLogger(kgoLogger{c.log}),
+	}
+	cl, err := kgo.NewClient(append(opts, c.cfg.Opts...)...)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	c.cl = cl
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancel = cancel
+	c.done = make(chan struct{})
+	go func() {
+		defer close(c.done)
+		c.err = c.loop(loopCtx)
+	}()
+	return nil
+}
+
+// Done is closed when the consume loop has ended; Err then says why.
+func (c *Consumer) Done() <-chan struct{} { return c.done }
+
+// Err is the reason the loop ended: nil after Stop, else a fatal error.
+func (c *Consumer) Err() error {
+	<-c.done
+	return c.err
+}
+
+// Stop stops fetching, lets the batch in hand finish its transaction,
+// leaves the group and closes the client. Idempotent.
+func (c *Consumer) Stop(ctx context.Context) error {
+	if c.cl == nil {
+		return nil
+	}
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.cl.Close()
+	return nil
+}
+
+// adjustOffsets replaces Kafka's committed offsets with the positions
+// stored in Postgres, the source of truth (I1).
+func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	stored, err := c.store.OffsetLoad(ctx, c.cfg.Group, c.topics())
+	if err != nil {
+		return nil, fmt.Errorf("load stored offsets: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for topic, parts := range offs {
+		for p, o := range parts {
+			if next, ok := stored[topic][p]; ok {
+				parts[p] = kgo.NewOffset().At(next).WithEpoch(-1)
+				c.expected[tp{topic, p}] = next
+				continue
+			}
+			if committed := o.EpochOffset().Offset; committed >= 0 && !c.cfg.ResetOffsets {
+				c.fatal = fmt.Errorf("partition %s/%d: Kafka group %q has committed offset %d but Postgres has no stored offset: "+
+					"the database looks lost or replaced, so resuming would silently skip its jobs; "+
+					"restart with --reset-offsets to resume from Kafka's committed offsets",
+					topic, p, c.cfg.Group, committed)
+				return nil, c.fatal
+			}
+			c.expected[tp{topic, p}] = -1
+		}
+	}
+	return offs, nil
+}
+
+func (c *Consumer) forget(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for topic, parts := range lost {
+		for _, p := range parts {
+			delete(c.expected, tp{topic, p})
+		}
+	}
+}
+
+func (c *Consumer) loop(ctx context.Context) error {
+	for {
+		fetches := c.cl.PollRecords(ctx, c.cfg.MaxPollRecords)
+		if ctx.Err() != nil {
+			c.cl.AllowRebalance()
+			return nil
+		}
+		c.mu.Lock()
+		fatal := c.fatal
+		c.mu.Unlock()
+		if fatal != nil {
+			c.cl.AllowRebalance()
+			return fatal
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			c.log.Warn("fetch error", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
+		})
+		err := c.process(ctx, fetches)
+		if errors.Is(err, errSimulatedCrash) {
+			c.cl.AllowRebalance()
+			return nil
+		}
+		if err != nil && ctx.Err() == nil {
+			c.log.Error("batch not stored; it will be consumed again", zap.Error(err))
+		}
+		c.cl.AllowRebalance()
+	}
+}
+
+// process stores one poll. Transient database errors are retried with the
+// same batch until they pass or the consumer stops; records already
+// polled are never skipped.
+func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
+	batch, commits, counts := c.build(fetches)
+	if len(batch.Offsets) == 0 {
+		return nil
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		// The transaction runs on a context that Stop does not cancel:
+		// a batch in hand finishes (or fails) on its own, bounded.
+		txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		res, err := c.store.IngestCommit(txCtx, batch)
+		cancel()
+		if err == nil {
+			if c.crashAfterStore != nil && c.crashAfterStore() {
+				return errSimulatedCrash
+			}
+			c.committed(ctx, batch, commits, counts, res)
+			return nil
+		}
+		if errors.Is(err, pgstore.ErrOffsetFenced) {
+			c.log.Warn("stored offsets moved under this member; re-seeking", zap.Error(err))
+			return c.reseek(ctx, batch)
+		}
+		c.log.Warn("storing batch failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+type partCount struct{ jobs, poison int }
+
+func (c *Consumer) build(fetches kgo.Fetches) (pgstore.IngestBatch, map[string]map[int32]kgo.EpochOffset, map[string]*partCount) {
+	batch := pgstore.IngestBatch{Group: c.cfg.Group}
+	commits := map[string]map[int32]kgo.EpochOffset{}
+	counts := map[string]*partCount{}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) == 0 {
+			return
+		}
+		exp, owned := c.expected[tp{fp.Topic, fp.Partition}]
+		route := c.routes[fp.Topic]
+		if !owned || route == nil {
+			return
+		}
+		cnt := counts[fp.Topic]
+		if cnt == nil {
+			cnt = &partCount{}
+			counts[fp.Topic] = cnt
+		}
+		for _, rec := range fp.Records {
+			job, poison := route.Decode(rec, now)
+			if job != nil {
+				batch.Jobs = append(batch.Jobs, *job)
+				cnt.jobs++
+			} else {
+				batch.Poison = append(batch.Poison, *poison)
+				cnt.poison++
+			}
+		}
+		last := fp.Records[len(fp.Records)-1]
+		batch.Offsets = append(batch.Offsets, pgstore.OffsetAdvance{
+			Topic: fp.Topic, Partition: fp.Partition, Expected: exp, Next: last.Offset + 1})
+		if commits[fp.Topic] == nil {
+			commits[fp.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		commits[fp.Topic][fp.Partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+	})
+	return batch, commits, counts
+}
+
+func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset, counts map[string]*partCount, res pgstore.IngestResult) {
+	c.mu.Lock()
+	for _, o := range batch.Offsets {
+		c.expected[tp{o.Topic, o.Partition}] = o.Next
+	}
+	c.mu.Unlock()
+	// Kafka's committed offset only follows Postgres, so that lag tools
+	// keep working; losing this commit loses nothing.
+	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	c.cl.CommitOffsetsSync(commitCtx, commits, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err == nil && resp != nil {
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if err = kerr.ErrorForCode(p.ErrorCode); err != nil {
+						break
+					}
+				}
+			}
+		}
+		if err != nil {
+			c.log.Warn("kafka commit failed (Postgres holds the position)", zap.Error(err))
+		}
+	})
+	if c.metrics != nil {
+		for topic, cnt := range counts {
+			inserted := res.InsertedByTopic[topic]
+			c.metrics.IngestRecords.WithLabelValues(topic, "job").Add(float64(inserted))
+			c.metrics.IngestRecords.WithLabelValues(topic, "duplicate").Add(float64(int64(cnt.jobs) - inserted))
+			c.metrics.IngestRecords.WithLabelValues(topic, "poison").Add(float64(cnt.poison))
+		}
+	}
+}
+
+// reseek moves every partition of a fenced batch back to the position
+// stored in Postgres.
+func (c *Consumer) reseek(ctx context.Context, batch pgstore.IngestBatch) error {
+	stored, err := c.store.OffsetLoad(ctx, c.cfg.Group, c.topics())
+	if err != nil {
+		return err
+	}
+	seek := map[string]map[int32]kgo.EpochOffset{}
+	c.mu.Lock()
+	for _, o := range batch.Offsets {
+		next, ok := stored[o.Topic][o.Partition]
+		if !ok {
+			continue
+		}
+		if seek[o.Topic] == nil {
+			seek[o.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		seek[o.Topic][o.Partition] = kgo.EpochOffset{Epoch: -1, Offset: next}
+		c.expected[tp{o.Topic, o.Partition}] = next
+	}
+	c.mu.Unlock()
+	c.cl.SetOffsets(seek)
+	return nil
+}
+
+// Ping checks a broker answers, for /readyz.
+func (c *Consumer) Ping(ctx context.Context) error {
+	if c.cl == nil {
+		return errors.New("kafka consumer not started")
+	}
+	return c.cl.Ping(ctx)
+}

@@ -1,0 +1,236 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/metrics"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+func route(t *testing.T, topic string, dedupe string) *Route {
+	t.Helper()
+	r, err := CompileRoute(config.Route{Topic: topic, Kind: "k", Queue: "q", MaxAttempts: 3,
+		MaxRecordBytes: 1024, Key: config.FieldRef{Field: "customer"}, Dedupe: config.FieldRef{Field: dedupe}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func startConsumer(t *testing.T, store *pgstore.Store, group string, routes []*Route, crash func() bool) *Consumer {
+	t.Helper()
+	return startConsumerMetrics(t, store, group, routes, crash, nil)
+}
+
+func startConsumerMetrics(t *testing.T, store *pgstore.Store, group string, routes []*Route, crash func() bool, m *metrics.Metrics) *Consumer {
+	t.Helper()
+	c, err := New(Config{Brokers: testenv.Brokers(t), Group: group, Routes: routes, MaxPollRecords: 50},
+		store, zaptest.NewLogger(t), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.crashAfterStore = crash
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c
+}
+
+func count(t *testing.T, store *pgstore.Store, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := store.Pool().QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func records(partition int32, from, to int) []*kgo.Record {
+	var rs []*kgo.Record
+	for i := from; i < to; i++ {
+		rs = append(rs, &kgo.Record{Partition: partition,
+			Value: fmt.Appendf(nil, `{"customer":"c%d","event":"e%d-%d"}`, i%7, partition, i)})
+	}
+	return rs
+}
+
+// I1 + I2: a consumer that dies after the Postgres commit and before the
+// Kafka commit loses nothing and duplicates nothing when a new member
+// takes over: the stored offsets, not Kafka's, decide where it resumes.
+func TestCrashBetweenPostgresAndKafkaCommit(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 2)
+	group := testenv.Name("g")
+	testenv.Produce(t, topic, records(0, 0, 120)...)
+	testenv.Produce(t, topic, records(1, 0, 80)...)
+
+	// Crash right after the first stored batch, before its Kafka commit.
+	c1 := startConsumer(t, store, group, []*Route{route(t, topic, "")}, func() bool { return true })
+	<-c1.Done()
+	if err := c1.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stored := count(t, store, `SELECT count(*) FROM jobs`)
+	if stored == 0 {
+		t.Fatal("first batch was not stored before the crash point")
+	}
+	adm := testenv.Admin(t)
+	committed, err := adm.FetchOffsets(context.Background(), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range committed.Sorted() {
+		if o.At > 0 {
+			t.Fatalf("Kafka commit happened before the crash point: %+v", o)
+		}
+	}
+
+	m := metrics.New(prometheus.NewRegistry())
+	startConsumerMetrics(t, store, group, []*Route{route(t, topic, "")}, nil, m)
+	testenv.Eventually(t, 60*time.Second, "all 200 records stored", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs`) == 200
+	})
+	// Resuming from Kafka's (absent) commit would re-read the stored
+	// batch; resuming from Postgres reads each record once.
+	if d := testutil.ToFloat64(m.IngestRecords.WithLabelValues(topic, "duplicate")); d != 0 {
+		t.Fatalf("%v records were read again after the crash: resumed from Kafka, not Postgres", d)
+	}
+	if n := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM jobs`); n != 200 {
+		t.Fatalf("distinct sources = %d, want 200", n)
+	}
+	if n := count(t, store, `SELECT sum(next_offset) FROM kafka_offsets WHERE group_id = $1`, group); n != 200 {
+		t.Fatalf("stored offsets sum = %d, want 200", n)
+	}
+}
+
+// I2: the same event produced twice, and a whole topic consumed again by a
+// second group, make one job per dedupe key.
+func TestDedupeAcrossRedeliveryAndReproduce(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 1)
+	rs := records(0, 0, 30)
+	testenv.Produce(t, topic, rs...)
+	testenv.Produce(t, topic, records(0, 0, 30)...) // re-produced: same event ids, new offsets
+	startConsumer(t, store, testenv.Name("g"), []*Route{route(t, topic, "event")}, nil)
+	testenv.Eventually(t, 60*time.Second, "60 records consumed", func() bool {
+		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 60
+	})
+	// A second group replays everything into the same table.
+	startConsumer(t, store, testenv.Name("g"), []*Route{route(t, topic, "event")}, nil)
+	testenv.Eventually(t, 60*time.Second, "replay consumed", func() bool {
+		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 120
+	})
+	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 30 {
+		t.Fatalf("jobs = %d, want 30 (one per event id)", n)
+	}
+}
+
+// I6: poison between good records is parked in the same transaction and
+// the partition moves on.
+func TestPoisonDoesNotBlock(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 1)
+	big := make([]byte, 2048)
+	for i := range big {
+		big[i] = 'x'
+	}
+	testenv.Produce(t, topic,
+		&kgo.Record{Value: []byte(`{"customer":"a","event":"1"}`)},
+		&kgo.Record{Value: []byte(`not json`)},
+		&kgo.Record{Value: []byte(`{"event":"2"}`)},                     // no key field
+		&kgo.Record{Value: []byte(`{"customer":"b"}`)},                  // no dedupe field
+		&kgo.Record{Value: big},                                         // too large
+		&kgo.Record{Value: []byte(`{"customer":{"id":1},"event":"3"}`)}, // key is an object
+		&kgo.Record{Value: []byte(`{"customer":"c","event":"4"}`), Headers: []kgo.RecordHeader{{Key: "h", Value: []byte{0xff}}}},
+	)
+	startConsumer(t, store, testenv.Name("g"), []*Route{route(t, topic, "event")}, nil)
+	testenv.Eventually(t, 60*time.Second, "partition consumed", func() bool {
+		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 7
+	})
+	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 2 {
+		t.Fatalf("jobs = %d, want 2", n)
+	}
+	want := map[string]int{"decode": 2, "missing_field": 2, "too_large": 1}
+	for reason, n := range want {
+		if got := count(t, store, `SELECT count(*) FROM dlq_entries WHERE reason = $1 AND job_id IS NULL`, reason); got != n {
+			t.Errorf("dlq %s = %d, want %d", reason, got, n)
+		}
+	}
+	var payload []byte
+	if err := store.Pool().QueryRow(context.Background(),
+		`SELECT payload FROM dlq_entries WHERE src_offset = 1`).Scan(&payload); err != nil || string(payload) != "not json" {
+		t.Fatalf("poison payload = %q, %v; want the raw bytes", payload, err)
+	}
+}
+
+// I1 fence: a zombie member whose expected offset is stale cannot commit
+// a batch; nothing it would have written lands.
+func TestStaleMemberIsFenced(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	ctx := context.Background()
+	batch := func(expected, next int64) pgstore.IngestBatch {
+		return pgstore.IngestBatch{Group: "g",
+			Jobs: []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(next),
+				Payload: []byte("{}"), MaxAttempts: 1, Topic: "t", Offset: next - 1}},
+			Offsets: []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: expected, Next: next}}}
+	}
+	if _, err := store.IngestCommit(ctx, batch(-1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.IngestCommit(ctx, batch(-1, 11)); err != pgstore.ErrOffsetFenced {
+		t.Fatalf("second first-insert: err = %v, want ErrOffsetFenced", err)
+	}
+	if _, err := store.IngestCommit(ctx, batch(10, 20)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.IngestCommit(ctx, batch(10, 21)); err != pgstore.ErrOffsetFenced {
+		t.Fatalf("zombie: err = %v, want ErrOffsetFenced", err)
+	}
+	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 2 {
+		t.Fatalf("jobs = %d, want 2: a fenced batch wrote rows", n)
+	}
+}
+
+// A database that lost its offsets while Kafka still has commits makes
+// the consumer fail closed instead of silently resuming.
+func TestFailsClosedWithoutStoredOffsets(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 1)
+	group := testenv.Name("g")
+	testenv.Produce(t, topic, records(0, 0, 5)...)
+	c := startConsumer(t, store, group, []*Route{route(t, topic, "")}, nil)
+	testenv.Eventually(t, 60*time.Second, "consumed", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs`) == 5
+	})
+	if err := c.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fresh := testenv.MigratedStore(t) // the "replaced" database
+	c2 := startConsumer(t, fresh, group, []*Route{route(t, topic, "")}, nil)
+	select {
+	case <-c2.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatal("consumer kept running without stored offsets")
+	}
+	if err := c2.Err(); err == nil {
+		t.Fatal("want an error naming the missing stored offsets")
+	} else {
+		t.Logf("fails closed with: %v", err)
+	}
+}

@@ -1,0 +1,200 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+// readyTimeout bounds all of /readyz's checks together, below the probe
+// timeouts orchestrators use by default.
+const readyTimeout = 2 * time.Second
+
+// page is the SPEC's list shape. Next is the cursor to pass as ?after= for
+// the following page, "" when there is none.
+type page[T any] struct {
+	Items []T    `json:"items"`
+	Next  string `json:"next"`
+}
+
+// newPage trims rows fetched with limit+1 to limit. The extra row tells
+// whether another page exists, so next is "" exactly on the last page and
+// a client never has to fetch an empty one.
+func newPage[T any](rows []T, limit int, id func(T) int64) page[T] {
+	p := page[T]{Items: rows}
+	if len(rows) > limit {
+		p.Items = rows[:limit]
+		p.Next = strconv.FormatInt(id(rows[limit-1]), 10)
+	}
+	if p.Items == nil {
+		p.Items = []T{} // "items": [] rather than null
+	}
+	return p
+}
+
+func (s *Server) jobGet(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	job, err := s.store.JobGet(r.Context(), id)
+	if errors.Is(err, pgstore.ErrNotFound) {
+		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("job %d not found", id), field: "id"}
+	}
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, job)
+	return nil
+}
+
+func (s *Server) jobList(w http.ResponseWriter, r *http.Request) error {
+	q, err := parseList(r, "state", "queue", "key")
+	if err != nil {
+		return err
+	}
+	if err := q.oneOf("state", jobStates); err != nil {
+		return err
+	}
+	jobs, err := s.store.JobList(r.Context(), pgstore.JobFilter{
+		State: q.filters["state"], Queue: q.filters["queue"], Key: q.filters["key"],
+		After: q.after, Limit: q.limit + 1,
+	})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, newPage(jobs, q.limit, func(j pgstore.JobRow) int64 { return j.ID }))
+	return nil
+}
+
+func (s *Server) dlqGet(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	e, err := s.store.DLQGet(r.Context(), id)
+	if errors.Is(err, pgstore.ErrNotFound) {
+		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("DLQ entry %d not found", id), field: "id"}
+	}
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, e)
+	return nil
+}
+
+func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) error {
+	q, err := parseList(r, "queue", "reason", "route")
+	if err != nil {
+		return err
+	}
+	if err := q.oneOf("reason", dlqReasons); err != nil {
+		return err
+	}
+	entries, err := s.store.DLQList(r.Context(), pgstore.DLQFilter{
+		Queue: q.filters["queue"], Reason: q.filters["reason"], Route: q.filters["route"],
+		After: q.after, Limit: q.limit + 1,
+	})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, newPage(entries, q.limit, func(e pgstore.DLQEntry) int64 { return e.ID }))
+	return nil
+}
+
+// depthStates are the states pgstore.QueueStats counts. Every queue
+// reports each of them and every DLQ reason, zero included, so that the
+// shape of a queue does not change as work comes and goes.
+var depthStates = []string{"waiting", "queued", "running", "retrying", "dead"}
+
+// queueList is not paginated: queues come from configuration and are few.
+// It still answers the list shape so clients handle every list alike.
+func (s *Server) queueList(w http.ResponseWriter, r *http.Request) error {
+	stats, err := s.store.QueueStats(r.Context())
+	if err != nil {
+		return err
+	}
+	names := slices.Clone(s.cfg.Queues)
+	for name := range stats {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	names = slices.Compact(names)
+	items := make([]pgstore.QueueStat, 0, len(names))
+	for _, name := range names {
+		st := stats[name]
+		if st == nil {
+			st = &pgstore.QueueStat{Queue: name, Jobs: map[string]int64{}, DLQ: map[string]int64{}}
+		}
+		zeroFill(st.Jobs, depthStates)
+		zeroFill(st.DLQ, dlqReasons)
+		items = append(items, *st)
+	}
+	s.writeJSON(w, http.StatusOK, page[pgstore.QueueStat]{Items: items})
+	return nil
+}
+
+func zeroFill(counts map[string]int64, keys []string) {
+	for _, k := range keys {
+		if _, ok := counts[k]; !ok {
+			counts[k] = 0
+		}
+	}
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {
+	s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+// readyBody is /readyz's answer: status on success, error on failure, and
+// always the result of each check.
+type readyBody struct {
+	Status string            `json:"status,omitempty"`
+	Error  string            `json:"error,omitempty"`
+	Checks map[string]string `json:"checks"`
+}
+
+// readyz reports whether this process can do its work: Postgres answers,
+// the schema is at this binary's migration, and Config.Ready passes.
+// It has no authentication (probes carry no token), so the Postgres
+// failure is reported as a word and logged in full: pgx's errors name the
+// database user, host and database.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	checks := map[string]string{"postgres": "ok", "migrations": "ok"}
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.Warn("readyz: postgres unreachable", zap.Error(err))
+		checks["postgres"] = "unreachable"
+		checks["migrations"] = "unknown: postgres unreachable"
+	} else if v, err := s.store.SchemaVersion(ctx); err != nil {
+		s.log.Warn("readyz: reading schema version", zap.Error(err))
+		checks["migrations"] = "unknown: cannot read the schema version"
+	} else if want := pgstore.LatestVersion(); v != want {
+		checks["migrations"] = fmt.Sprintf("at %d, want %d", v, want)
+	}
+	if s.cfg.Ready != nil {
+		checks["kafka"] = "ok"
+		if err := s.cfg.Ready(ctx); err != nil {
+			checks["kafka"] = err.Error()
+		}
+	}
+	for _, result := range checks {
+		if result != "ok" {
+			s.writeJSON(w, http.StatusServiceUnavailable, readyBody{Error: "not ready", Checks: checks})
+			return nil
+		}
+	}
+	s.writeJSON(w, http.StatusOK, readyBody{Status: "ok", Checks: checks})
+	return nil
+}

@@ -1,0 +1,94 @@
+package admin
+
+import (
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+const (
+	defaultLimit = 50
+	maxLimit     = 500
+)
+
+// jobStates is the allow-list for ?state=, every state of the jobs table.
+var jobStates = []string{"waiting", "queued", "running", "retrying", "succeeded", "dead", "cancelled", "skipped", "expired"}
+
+// dlqReasons is the allow-list for ?reason= (SPEC §6).
+var dlqReasons = []string{"decode", "missing_field", "too_large", "permanent", "max_attempts", "gap"}
+
+// listQuery is the validated query string of a list endpoint.
+type listQuery struct {
+	filters map[string]string // filter name → value; absent or "" means no filter
+	limit   int
+	after   int64
+}
+
+// parseList validates a list endpoint's query string: only the given
+// filters plus limit and after are accepted, each at most once. Rejecting
+// unknown parameters turns a typo (?stat=dead) into an error instead of an
+// unfiltered listing that looks like an answer.
+func parseList(r *http.Request, filters ...string) (listQuery, error) {
+	vals, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return listQuery{}, badRequest("", "malformed query string")
+	}
+	names := make([]string, 0, len(vals))
+	for name := range vals {
+		names = append(names, name)
+	}
+	sort.Strings(names) // report the same parameter first every time
+	q := listQuery{filters: map[string]string{}, limit: defaultLimit}
+	for _, name := range names {
+		if name != "limit" && name != "after" && !slices.Contains(filters, name) {
+			return listQuery{}, badRequest(name, "unknown query parameter %q; accepted: %s",
+				name, strings.Join(slices.Concat(filters, []string{"limit", "after"}), ", "))
+		}
+		if len(vals[name]) > 1 {
+			return listQuery{}, badRequest(name, "%s may be given only once", name)
+		}
+		v := vals[name][0]
+		// Postgres rejects such text with an error we would have to
+		// report as a 500; it is the client's input that is wrong.
+		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return listQuery{}, badRequest(name, "%s must be valid UTF-8 without NUL bytes", name)
+		}
+		q.filters[name] = v
+	}
+	if v := q.filters["limit"]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLimit {
+			return listQuery{}, badRequest("limit", "limit must be an integer from 1 to %d", maxLimit)
+		}
+		q.limit = n
+	}
+	if v := q.filters["after"]; v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return listQuery{}, badRequest("after", "after must be a cursor from a previous page's next")
+		}
+		q.after = n
+	}
+	return q, nil
+}
+
+// oneOf checks an enumerated filter against its allow-list.
+func (q listQuery) oneOf(name string, allowed []string) error {
+	if v := q.filters[name]; v != "" && !slices.Contains(allowed, v) {
+		return badRequest(name, "%s must be one of %s", name, strings.Join(allowed, ", "))
+	}
+	return nil
+}
+
+// pathID parses the {id} path segment.
+func pathID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, badRequest("id", "id must be a positive integer")
+	}
+	return id, nil
+}

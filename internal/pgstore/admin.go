@@ -1,0 +1,244 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// JobRow is a job as the admin API and CLI show it.
+type JobRow struct {
+	ID          int64      `json:"id"`
+	Route       string     `json:"route"`
+	Kind        string     `json:"kind"`
+	Queue       string     `json:"queue"`
+	State       string     `json:"state"`
+	Key         string     `json:"key"`
+	Version     *int64     `json:"version"`
+	Attempts    int        `json:"attempts"`
+	MaxAttempts int        `json:"max_attempts"`
+	LastError   *string    `json:"last_error"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ScheduledAt time.Time  `json:"scheduled_at"`
+	StartedAt   *time.Time `json:"started_at"`
+	FinishedAt  *time.Time `json:"finished_at"`
+	Source      *SourceRow `json:"source"`
+}
+
+// SourceRow is a Kafka position; nil for jobs that did not come from Kafka.
+type SourceRow struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+const jobColumns = `id, route, kind, queue, state, key, version, attempts, max_attempts, last_error,
+	created_at, scheduled_at, started_at, finished_at, src_topic, src_partition, src_offset`
+
+func scanJob(r pgx.CollectableRow) (JobRow, error) {
+	var j JobRow
+	var topic *string
+	var part *int32
+	var off *int64
+	err := r.Scan(&j.ID, &j.Route, &j.Kind, &j.Queue, &j.State, &j.Key, &j.Version, &j.Attempts,
+		&j.MaxAttempts, &j.LastError, &j.CreatedAt, &j.ScheduledAt, &j.StartedAt, &j.FinishedAt,
+		&topic, &part, &off)
+	if topic != nil && part != nil && off != nil {
+		j.Source = &SourceRow{Topic: *topic, Partition: *part, Offset: *off}
+	}
+	return j, err
+}
+
+// JobGet returns one job or ErrNotFound.
+func (s *Store) JobGet(ctx context.Context, id int64) (JobRow, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id)
+	if err != nil {
+		return JobRow{}, err
+	}
+	j, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	return j, notFound(err)
+}
+
+// JobFilter selects jobs for listing; empty fields do not filter. Results
+// are ordered by id and resume after After (keyset pagination).
+type JobFilter struct {
+	State string
+	Queue string
+	Key   string
+	After int64
+	Limit int
+}
+
+// JobList lists jobs by filter. The filter is bound as parameters; a
+// NULL parameter matches everything, so the query text never changes.
+func (s *Store) JobList(ctx context.Context, f JobFilter) ([]JobRow, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR queue = $2)
+		  AND ($3::text IS NULL OR key = $3) AND id > $4
+		ORDER BY id LIMIT $5`, nullable(f.State), nullable(f.Queue), nullable(f.Key), f.After, f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanJob)
+}
+
+// DLQEntry is a parked job or record.
+type DLQEntry struct {
+	ID        int64           `json:"id"`
+	Reason    string          `json:"reason"`
+	Route     string          `json:"route"`
+	Queue     string          `json:"queue"`
+	JobID     *int64          `json:"job_id"`
+	Source    *SourceRow      `json:"source"`
+	Attempts  int             `json:"attempts"`
+	LastError string          `json:"last_error"`
+	Errors    json.RawMessage `json:"errors"`
+	CreatedAt time.Time       `json:"created_at"`
+	Payload   []byte          `json:"payload_base64"`
+	Headers   []HeaderRow     `json:"headers"`
+}
+
+// HeaderRow is one record header; the value is base64 in JSON because
+// Kafka header values are bytes.
+type HeaderRow struct {
+	Key   string `json:"key"`
+	Value []byte `json:"value_base64"`
+}
+
+const dlqColumns = `id, reason, route, queue, job_id, src_topic, src_partition, src_offset,
+	attempts, last_error, errors, created_at, payload, header_keys, header_values`
+
+func scanDLQ(r pgx.CollectableRow) (DLQEntry, error) {
+	var e DLQEntry
+	var topic *string
+	var part *int32
+	var off *int64
+	var hk []string
+	var hv [][]byte
+	err := r.Scan(&e.ID, &e.Reason, &e.Route, &e.Queue, &e.JobID, &topic, &part, &off,
+		&e.Attempts, &e.LastError, &e.Errors, &e.CreatedAt, &e.Payload, &hk, &hv)
+	if topic != nil && part != nil && off != nil {
+		e.Source = &SourceRow{Topic: *topic, Partition: *part, Offset: *off}
+	}
+	e.Headers = []HeaderRow{}
+	for i := range hk {
+		if i < len(hv) {
+			e.Headers = append(e.Headers, HeaderRow{Key: hk[i], Value: hv[i]})
+		}
+	}
+	return e, err
+}
+
+// DLQFilter selects DLQ entries; empty fields do not filter.
+type DLQFilter struct {
+	Queue  string
+	Reason string
+	Route  string
+	After  int64
+	Limit  int
+}
+
+// DLQList lists DLQ entries by id.
+func (s *Store) DLQList(ctx context.Context, f DLQFilter) ([]DLQEntry, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+dlqColumns+` FROM dlq_entries
+		WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR reason = $2)
+		  AND ($3::text IS NULL OR route = $3) AND id > $4
+		ORDER BY id LIMIT $5`, nullable(f.Queue), nullable(f.Reason), nullable(f.Route), f.After, f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanDLQ)
+}
+
+// DLQGet returns one entry or ErrNotFound.
+func (s *Store) DLQGet(ctx context.Context, id int64) (DLQEntry, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+dlqColumns+` FROM dlq_entries WHERE id = $1`, id)
+	if err != nil {
+		return DLQEntry{}, err
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, scanDLQ)
+	return e, notFound(err)
+}
+
+// QueueStat is the health of one queue.
+type QueueStat struct {
+	Queue string `json:"queue"`
+	// Depth by state, non-terminal states plus dead.
+	Jobs map[string]int64 `json:"jobs"`
+	// OldestRunnableAgeSeconds is how long the oldest job that could run
+	// now has waited; 0 when none. THE latency signal.
+	OldestRunnableAgeSeconds float64          `json:"oldest_runnable_age_seconds"`
+	Running                  int64            `json:"running"`
+	Dead                     int64            `json:"dead"`
+	DLQ                      map[string]int64 `json:"dlq"`
+}
+
+// QueueStats reads depth by state and the oldest runnable age for every
+// queue. Terminal states other than dead are not counted: they grow
+// without bound and are history, not depth.
+func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
+	out := map[string]*QueueStat{}
+	get := func(q string) *QueueStat {
+		if out[q] == nil {
+			out[q] = &QueueStat{Queue: q, Jobs: map[string]int64{}, DLQ: map[string]int64{}}
+		}
+		return out[q]
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT queue, state, count(*) FROM jobs
+		WHERE state IN ('waiting', 'queued', 'running', 'retrying', 'dead')
+		GROUP BY queue, state`)
+	if err != nil {
+		return nil, err
+	}
+	var q, st string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&q, &st, &n}, func() error {
+		qs := get(q)
+		qs.Jobs[st] = n
+		switch st {
+		case "running":
+			qs.Running = n
+		case "dead":
+			qs.Dead = n
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows, err = s.pool.Query(ctx, `
+		SELECT queue, extract(epoch FROM now() - min(scheduled_at))::float8 FROM jobs
+		WHERE state IN ('queued', 'retrying') AND scheduled_at <= now()
+		GROUP BY queue`)
+	if err != nil {
+		return nil, err
+	}
+	var age float64
+	_, err = pgx.ForEachRow(rows, []any{&q, &age}, func() error {
+		get(q).OldestRunnableAgeSeconds = age
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows, err = s.pool.Query(ctx, `SELECT queue, reason, count(*) FROM dlq_entries GROUP BY queue, reason`)
+	if err != nil {
+		return nil, err
+	}
+	var reason string
+	_, err = pgx.ForEachRow(rows, []any{&q, &reason, &n}, func() error {
+		get(q).DLQ[reason] = n
+		return nil
+	})
+	return out, err
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

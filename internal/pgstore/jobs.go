@@ -1,0 +1,250 @@
+package pgstore
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// JobClaimParams asks for up to Limit runnable jobs of one queue.
+type JobClaimParams struct {
+	Queue      string
+	Limit      int
+	Lease      time.Duration
+	MaxRuntime time.Duration
+}
+
+// JobClaim claims up to p.Limit runnable jobs of a queue in ONE statement:
+// FOR UPDATE SKIP LOCKED over the partial runnable index, attempts counted
+// here (I5), a fresh fencing token per job from a sequence (I4), and the
+// lease measured on the database clock so that process clocks never
+// matter.
+func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH c AS (
+			SELECT id FROM jobs
+			WHERE queue = $1 AND state IN ('queued', 'retrying') AND scheduled_at <= now()
+			ORDER BY scheduled_at, id
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED
+		)
+		UPDATE jobs j SET state = 'running', attempts = j.attempts + 1,
+			token = nextval('job_token_seq'), started_at = now(),
+			lease_expires_at = now() + least($3::bigint, $4::bigint) * interval '1 millisecond'
+		FROM c WHERE j.id = c.id
+		RETURNING j.id, j.kind, j.queue, j.route, j.key, j.version, j.attempts, j.max_attempts,
+			j.token, j.payload, j.header_keys, j.header_values,
+			coalesce(j.src_topic, ''), coalesce(j.src_partition, 0), coalesce(j.src_offset, 0), j.created_at`,
+		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*workers.Job, error) {
+		j := &workers.Job{}
+		var hk []string
+		var hv [][]byte
+		err := r.Scan(&j.ID, &j.Kind, &j.Queue, &j.Route, &j.Key, &j.Version, &j.Attempt, &j.MaxAttempts,
+			&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt)
+		for i := range hk {
+			if i < len(hv) {
+				j.Headers = append(j.Headers, workers.Header{Key: hk[i], Value: hv[i]})
+			}
+		}
+		return j, err
+	})
+}
+
+// Lease identifies one held lease.
+type Lease struct {
+	ID    int64
+	Token int64
+}
+
+// JobHeartbeat extends every given lease in one statement, never past
+// started_at + maxRuntime. It returns the leases it extended; any other
+// lease is lost (expired, rescued or re-claimed) and its handler must stop.
+// An expired lease is not revived: the rescuer may already be acting on it.
+func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRuntime time.Duration) (map[int64]bool, error) {
+	ids, tokens := splitLeases(leases)
+	rows, err := s.pool.Query(ctx, `
+		UPDATE jobs j SET lease_expires_at = least(now() + $3::bigint * interval '1 millisecond',
+			j.started_at + $4::bigint * interval '1 millisecond')
+		FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+		WHERE j.id = h.id AND j.token = h.token AND j.state = 'running' AND j.lease_expires_at > now()
+		RETURNING j.id`, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	kept := make(map[int64]bool, len(leases))
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { kept[id] = true; return nil })
+	return kept, err
+}
+
+// Outcome is the end of one attempt.
+type Outcome struct {
+	ID    int64
+	Token int64
+	// State is succeeded, retrying or dead.
+	State string
+	// Reason is the DLQ reason when State is dead: permanent | max_attempts.
+	Reason string
+	Error  string
+	// Delay before the next attempt when State is retrying.
+	Delay time.Duration
+}
+
+// JobComplete applies a batch of outcomes in ONE statement. Each row
+// changes only if its fencing token still matches and it is still running
+// (I4): a holder whose lease was lost changes nothing. Dead jobs get their
+// DLQ entry in the same statement. It returns the ids that were applied;
+// the rest were stale.
+func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (map[int64]bool, error) {
+	n := len(outs)
+	ids, tokens := make([]int64, n), make([]int64, n)
+	states, reasons, errs := make([]string, n), make([]string, n), make([]*string, n)
+	delays := make([]int64, n)
+	for i, o := range outs {
+		ids[i], tokens[i], states[i], reasons[i], delays[i] = o.ID, o.Token, o.State, o.Reason, o.Delay.Milliseconds()
+		if o.Error != "" {
+			e := truncate(o.Error, 4096)
+			errs[i] = &e
+		}
+	}
+	rows, err := s.pool.Query(ctx, `
+		WITH o AS (
+			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+				AS o(id, token, state, reason, err, delay_ms)
+		), u AS (
+			UPDATE jobs j SET state = o.state,
+				finished_at = CASE WHEN o.state = 'retrying' THEN NULL ELSE now() END,
+				scheduled_at = CASE WHEN o.state = 'retrying'
+					THEN now() + o.delay_ms * interval '1 millisecond' ELSE j.scheduled_at END,
+				lease_expires_at = NULL,
+				last_error = coalesce(o.err, j.last_error),
+				errors = CASE WHEN o.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(
+					jsonb_build_object('attempt', j.attempts, 'error', left(o.err, 1024), 'at', now())) END
+			FROM o
+			WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
+			RETURNING j.*, o.reason
+		), d AS (
+			INSERT INTO dlq_entries (reason, route, queue, job_id, src_topic, src_partition, src_offset,
+				attempts, last_error, errors, payload, header_keys, header_values)
+			SELECT u.reason, u.route, u.queue, u.id, u.src_topic, u.src_partition, u.src_offset,
+				u.attempts, coalesce(u.last_error, ''), u.errors, u.payload, u.header_keys, u.header_values
+			FROM u WHERE u.state = 'dead'
+			ON CONFLICT DO NOTHING
+		)
+		SELECT id FROM u`, ids, tokens, states, reasons, errs, delays)
+	if err != nil {
+		return nil, err
+	}
+	applied := make(map[int64]bool, n)
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { applied[id] = true; return nil })
+	return applied, err
+}
+
+// JobRescue returns running jobs whose lease expired (their worker died or
+// stalled) to retrying, or to dead with a DLQ entry when they have used
+// all their attempts (I5), and expires queued jobs past their deadline.
+// Batched and SKIP LOCKED so every process can run it at once.
+func (s *Store) JobRescue(ctx context.Context, limit int) (rescued, dead, expired int64, err error) {
+	err = s.pool.QueryRow(ctx, `
+		WITH x AS (
+			SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at < now()
+			ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+		), u AS (
+			UPDATE jobs j SET
+				state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'retrying' END,
+				finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+				scheduled_at = now(), lease_expires_at = NULL,
+				last_error = 'lease expired: worker lost or stalled',
+				errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempts,
+					'error', 'lease expired: worker lost or stalled', 'at', now()))
+			FROM x WHERE j.id = x.id
+			RETURNING j.*
+		), d AS (
+			INSERT INTO dlq_entries (reason, route, queue, job_id, src_topic, src_partition, src_offset,
+				attempts, last_error, errors, payload, header_keys, header_values)
+			SELECT 'max_attempts', u.route, u.queue, u.id, u.src_topic, u.src_partition, u.src_offset,
+				u.attempts, u.last_error, u.errors, u.payload, u.header_keys, u.header_values
+			FROM u WHERE u.state = 'dead'
+			ON CONFLICT DO NOTHING
+		), e AS (
+			UPDATE jobs j SET state = 'expired', finished_at = now(), last_error = 'deadline passed before start'
+			WHERE j.id IN (SELECT id FROM jobs WHERE state IN ('queued', 'retrying') AND deadline < now()
+				LIMIT $1 FOR UPDATE SKIP LOCKED)
+			RETURNING 1
+		)
+		SELECT (SELECT count(*) FROM u WHERE state = 'retrying'),
+			(SELECT count(*) FROM u WHERE state = 'dead'), (SELECT count(*) FROM e)`, limit).
+		Scan(&rescued, &dead, &expired)
+	return
+}
+
+// JobRelease gives unfinished jobs back to their queue at shutdown (I7).
+// The attempt is handed back too: a deploy is not the job's fault.
+func (s *Store) JobRelease(ctx context.Context, leases []Lease) (int64, error) {
+	ids, tokens := splitLeases(leases)
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE jobs j SET state = 'queued', scheduled_at = now(), lease_expires_at = NULL,
+			started_at = NULL, attempts = greatest(j.attempts - 1, 0)
+		FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
+		WHERE j.id = h.id AND j.token = h.token AND j.state = 'running'`, ids, tokens)
+	return tag.RowsAffected(), err
+}
+
+func splitLeases(ls []Lease) ([]int64, []int64) {
+	ids, tokens := make([]int64, len(ls)), make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i], tokens[i] = l.ID, l.Token
+	}
+	return ids, tokens
+}
+
+// truncate cuts s to at most n bytes on a rune boundary and drops
+// invalid UTF-8, which Postgres text would reject (and with it the whole
+// batch of outcomes).
+func truncate(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
+	}
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "")
+}
+
+// States is every job state.
+var States = []string{"waiting", "queued", "running", "retrying", "succeeded", "dead", "cancelled", "skipped", "expired"}
+
+// StatesList is States for error messages.
+var StatesList = strings.Join(States, ", ")
+
+// ValidState reports whether s is a job state.
+func ValidState(s string) bool { return slices.Contains(States, s) }
+
+// JobCancel cancels a job that has not finished. A running job's lease is
+// thereby lost: its next heartbeat cancels the handler, and its completion
+// is rejected.
+func (s *Store) JobCancel(ctx context.Context, id int64) error {
+	var state string
+	err := s.pool.QueryRow(ctx, `
+		WITH old AS (SELECT id, state FROM jobs WHERE id = $1 FOR UPDATE),
+		upd AS (
+			UPDATE jobs j SET state = 'cancelled', finished_at = now(), lease_expires_at = NULL
+			FROM old WHERE j.id = old.id AND old.state IN ('waiting', 'queued', 'running', 'retrying')
+			RETURNING j.id
+		)
+		SELECT old.state FROM old`, id).Scan(&state)
+	if err != nil {
+		return notFound(err)
+	}
+	if !slices.Contains([]string{"waiting", "queued", "running", "retrying"}, state) {
+		return ErrConflict
+	}
+	return nil
+}

@@ -1,0 +1,136 @@
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %q: name must start with a number and '_'", e.Name())
+		}
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+// LatestVersion is the highest migration this binary knows.
+func LatestVersion() int {
+	ms, err := migrations()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
+}
+
+// Migrate creates the schema and applies every migration not yet applied,
+// in one transaction under an advisory lock keyed by the schema name, so
+// that several processes may run it at once: the first applies, the rest
+// wait on the lock and then find nothing to do. It returns the names of
+// the migrations it applied.
+func (s *Store) Migrate(ctx context.Context) ([]string, error) {
+	ms, err := migrations()
+	if err != nil {
+		return nil, err
+	}
+	ident := pgx.Identifier{s.schema}.Sanitize()
+	var applied []string
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('switchyard.migrate:' || $1, 0))`, s.schema); err != nil {
+			return err
+		}
+		// The schema name is allow-listed by ValidSchema and quoted here;
+		// DDL cannot take it as a parameter.
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+ident); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL search_path TO `+ident); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return err
+		}
+		done := map[int]bool{}
+		rows, err := tx.Query(ctx, `SELECT version FROM schema_migrations`)
+		if err != nil {
+			return err
+		}
+		vs, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			return err
+		}
+		for _, v := range vs {
+			done[v] = true
+		}
+		for _, m := range ms {
+			if done[m.version] {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return fmt.Errorf("migration %s: %w", m.name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+				return err
+			}
+			applied = append(applied, m.name)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrate schema %s: %w", s.schema, err)
+	}
+	return applied, nil
+}
+
+// SchemaVersion returns the highest applied migration, 0 when none.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v)
+	if err != nil {
+		// No table yet means nothing applied.
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P01" {
+			return 0, nil
+		}
+		return 0, err
+	}
+	return v, nil
+}
+
+// DropSchema removes the schema and everything in it (tests, bench).
+func (s *Store) DropSchema(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{s.schema}.Sanitize()+` CASCADE`)
+	return err
+}

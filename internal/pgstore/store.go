@@ -1,0 +1,147 @@
+// Package pgstore is the one place Switchyard talks SQL. Every runtime
+// query lives here, named noun-then-verb (JobClaim, OffsetLoad, DLQList),
+// and pgx errors are translated once at this boundary into ErrNotFound,
+// ErrOffsetFenced and friends.
+//
+// All tables live in one schema chosen by configuration. The schema name
+// is validated against an allow-list pattern and applied as the
+// connection's search_path, so no query text is ever built from input.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var (
+	// ErrNotFound is returned when a job or DLQ entry does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrOffsetFenced means the stored offset of a partition moved under
+	// us: another consumer processed that range (we are a zombie after a
+	// rebalance). The batch was rolled back; re-seek to the stored offsets.
+	ErrOffsetFenced = errors.New("stored offset moved: another consumer owns this partition")
+	// ErrConflict is returned when a state transition is not allowed from
+	// the row's current state (e.g. re-driving a DLQ entry twice).
+	ErrConflict = errors.New("conflict")
+)
+
+var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// ValidSchema reports whether name is an allowed schema identifier.
+func ValidSchema(name string) bool { return schemaPattern.MatchString(name) }
+
+// Store wraps a pool whose connections use the Switchyard schema.
+type Store struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+// Config opens a Store.
+type Config struct {
+	// URL is a libpq URL or DSN (TLS modes pass through it).
+	URL string
+	// Schema defaults to "switchyard".
+	Schema string
+	// MaxConns defaults to 20.
+	MaxConns int32
+	// StatementTimeout is set on every connection. Defaults to 60s; it
+	// bounds a stuck query, never a job (jobs run outside transactions).
+	StatementTimeoutMS int
+}
+
+// Open connects and checks the server answers. It does not migrate.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Schema == "" {
+		cfg.Schema = "switchyard"
+	}
+	if !ValidSchema(cfg.Schema) {
+		return nil, fmt.Errorf("postgres.schema: %q is not a valid schema name", cfg.Schema)
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 20
+	}
+	if cfg.StatementTimeoutMS == 0 {
+		cfg.StatementTimeoutMS = 60_000
+	}
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		// pgx's parse error can echo the URL, password included.
+		return nil, errors.New("postgres.url: invalid connection string")
+	}
+	pc.MaxConns = cfg.MaxConns
+	rp := pc.ConnConfig.RuntimeParams
+	rp["search_path"] = cfg.Schema
+	rp["application_name"] = "switchyard"
+	rp["statement_timeout"] = fmt.Sprint(cfg.StatementTimeoutMS)
+	rp["idle_in_transaction_session_timeout"] = "60000"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", redact(err))
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", redact(err))
+	}
+	return &Store{pool: pool, schema: cfg.Schema}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Pool exposes the pool to embedders that want to write their own
+// tables in the same database (ordering's conditional writes).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Schema is the schema the store's tables live in.
+func (s *Store) Schema() string { return s.schema }
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error { return redact(s.pool.Ping(ctx)) }
+
+// redact keeps connection errors from carrying the password: pgconn's
+// ConnectError includes the config, whose String hides nothing we care
+// about, but wrapped errors from the URL parser can contain the raw URL.
+func redact(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("cannot connect: %w", ce.Unwrap())
+	}
+	return err
+}
+
+func notFound(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// Listen LISTENs on Channel and calls wake with each notification's
+// payload (a queue name) until ctx ends or the connection fails.
+func (s *Store) Listen(ctx context.Context, wake func(queue string)) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection ends in LISTEN state; don't give it back to the pool.
+	defer conn.Hijack().Close(context.Background())
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{s.Channel()}.Sanitize()); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		wake(n.Payload)
+	}
+}

@@ -1,0 +1,119 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Job is what a handler receives for one attempt. It is a read-only view
+// of the job row at claim time.
+type Job struct {
+	ID          int64
+	Kind        string
+	Queue       string
+	Route       string
+	Key         string
+	Version     *int64 // nil when the route carries no version
+	Attempt     int    // 1-based, counted at claim time (I5)
+	MaxAttempts int
+	Token       int64 // fencing token of this attempt's lease
+	Payload     []byte
+	Headers     []Header
+	Source      Source // zero for jobs that did not come from Kafka
+	CreatedAt   time.Time
+}
+
+// Header is one Kafka record header, kept in record order (keys may repeat).
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Source is the Kafka position a job was made from.
+type Source struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// String renders the source as topic/partition/offset, the form used in
+// the Switchyard-Source header and in logs.
+func (s Source) String() string {
+	return fmt.Sprintf("%s/%d/%d", s.Topic, s.Partition, s.Offset)
+}
+
+// Handler runs one attempt of a job. Returning nil marks the job
+// succeeded; Permanent(err) makes it dead at once; RetryAfter(d, err)
+// schedules the next attempt after d (capped by the route's backoff.max);
+// any other error is transient and retried with backoff.
+//
+// The context is cancelled when the job is cancelled, its lease is lost,
+// or the process shuts down; context.Cause tells which.
+type Handler interface {
+	Handle(ctx context.Context, job *Job) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, job *Job) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, job *Job) error { return f(ctx, job) }
+
+// Cancellation causes, readable with context.Cause inside a handler.
+var (
+	ErrLeaseLost = errors.New("switchyard: lease lost")
+	ErrShutdown  = errors.New("switchyard: process shutting down")
+	ErrCancelled = errors.New("switchyard: job cancelled")
+)
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth retrying: the job goes dead at once.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("permanent failure")
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err (or anything it wraps) was marked Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type retryAfterError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("retry after %s: %v", e.after, e.err)
+}
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter asks for the next attempt no sooner than d. The delay is still
+// capped by the route's backoff.max, and max_attempts still applies.
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		err = errors.New("retry requested")
+	}
+	if d < 0 {
+		d = 0
+	}
+	return &retryAfterError{after: d, err: err}
+}
+
+// RetryDelay returns the delay requested with RetryAfter, if any.
+func RetryDelay(err error) (time.Duration, bool) {
+	var r *retryAfterError
+	if errors.As(err, &r) {
+		return r.after, true
+	}
+	return 0, false
+}

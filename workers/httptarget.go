@@ -1,0 +1,341 @@
+package workers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	defaultHTTPTimeout = 10 * time.Second
+
+	// maxErrorBody is how much of a response body reaches the job's error
+	// (SPEC §5: "the first 4 KiB of the body").
+	maxErrorBody = 4 << 10
+	// maxDrain bounds what is read past maxErrorBody so the connection can
+	// go back to the pool. A target that sends more than this loses its
+	// connection instead of costing us unbounded reads.
+	maxDrain = 64 << 10
+
+	// maxRedirects matches net/http's own default limit.
+	maxRedirects = 10
+
+	// maxIdlePerHost is sized for a whole worker pool posting to one
+	// target at once; net/http's default of 2 would make every request
+	// beyond the second dial a new connection.
+	maxIdlePerHost = 256
+
+	defaultContentType  = "application/octet-stream"
+	recordHeaderPrefix  = "Switchyard-Header-"
+	httpTargetUserAgent = "switchyard"
+)
+
+// HTTPTargetConfig configures an HTTPTarget.
+type HTTPTargetConfig struct {
+	// URL is the absolute http or https URL every attempt is POSTed to.
+	// Required. It comes from configuration only, never from a job.
+	URL string
+	// Timeout bounds one attempt, from dialling to the response headers
+	// and the error body. Defaults to 10s.
+	Timeout time.Duration
+	// FollowRedirects follows up to 10 redirects. Defaults to false: a 3xx
+	// response is then a permanent failure, because a target that moved is a
+	// configuration error that retrying will not fix.
+	FollowRedirects bool
+	// Client, when set, supplies the Transport (for example a test server's
+	// TLS setup). Only its Transport is used: the timeout, redirect policy
+	// and the absence of a cookie jar are the target's own. Defaults to a
+	// Transport tuned for many concurrent requests to one host.
+	Client *http.Client
+}
+
+func (c *HTTPTargetConfig) validate() error {
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		// url.Parse's error quotes the whole URL, which may carry
+		// credentials; keep only the reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("http target: url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return errors.New("http target: url: must be an absolute http or https URL")
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("http target: timeout: must not be negative, got %s", c.Timeout)
+	}
+	return nil
+}
+
+// HTTPTarget is a Handler that runs each attempt by POSTing the job to a URL,
+// following SPEC §5.
+//
+// The request body is the job payload byte for byte. Headers:
+//
+//	Content-Type         the record's content-type header, else application/octet-stream
+//	Idempotency-Key      job id
+//	Switchyard-Job-Id    job id
+//	Switchyard-Kind, Switchyard-Queue, Switchyard-Key
+//	Switchyard-Attempt   1-based attempt number
+//	Switchyard-Version   only when the job has a version
+//	Switchyard-Source    topic/partition/offset, only for jobs from Kafka
+//	Switchyard-Token     the attempt's fencing token (an extension to SPEC §5)
+//	traceparent          when the record carried one
+//	Switchyard-Header-<name>  each other record header, repeated keys as repeated values
+//
+// Switchyard-Token increases with every lease of a job, so a target that
+// stores the highest token seen per job id can refuse a write from an attempt
+// whose lease has already been taken over.
+//
+// Record headers are matched by name case-insensitively, as HTTP will treat
+// them anyway; for content-type and traceparent the first usable one wins.
+// A header whose name is not an HTTP token, or whose value holds control
+// characters (CR and LF included), is left out rather than failing the job:
+// a record's headers are the producer's data, and one odd header must not
+// make a job undeliverable.
+//
+// Outcomes: 2xx succeeds; 408, 425, 429, 5xx, a timeout or a connection error
+// is transient, with the delay from Retry-After on 429 and 503; any other
+// status, including 3xx when redirects are not followed or run out, is
+// Permanent with the status and the first 4 KiB of the body. When the
+// context passed to Handle is cancelled the request is aborted and the error
+// wraps context.Cause.
+type HTTPTarget struct {
+	url     string
+	timeout time.Duration
+	client  *http.Client
+	now     func() time.Time // for Retry-After HTTP-dates
+}
+
+// NewHTTPTarget validates cfg and returns a target with its own client.
+func NewHTTPTarget(cfg HTTPTargetConfig) (*HTTPTarget, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = defaultHTTPTimeout
+	}
+	var transport http.RoundTripper
+	if cfg.Client != nil {
+		transport = cfg.Client.Transport
+	} else {
+		transport = &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			MaxIdleConns:        maxIdlePerHost,
+			MaxIdleConnsPerHost: maxIdlePerHost,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second,
+		}
+	}
+	return &HTTPTarget{
+		url:     cfg.URL,
+		timeout: cfg.Timeout,
+		client: &http.Client{
+			Transport:     transport,
+			CheckRedirect: checkRedirect(cfg.FollowRedirects),
+		},
+		now: time.Now,
+	}, nil
+}
+
+// checkRedirect returns the redirect policy. Both policies end in
+// ErrUseLastResponse rather than an error, so the 3xx itself comes back and
+// is reported like any other unexpected status, body included.
+func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
+	return func(_ *http.Request, via []*http.Request) error {
+		if !follow || len(via) >= maxRedirects {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}
+}
+
+// Handle runs one attempt; see HTTPTarget for the protocol and outcomes.
+func (t *HTTPTarget) Handle(ctx context.Context, job *Job) error {
+	attemptCtx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(attemptCtx, http.MethodPost, t.url, bytes.NewReader(job.Payload))
+	if err != nil {
+		// The URL was validated and the method is fixed, so this is a bug
+		// that no retry would get past.
+		return Permanent(fmt.Errorf("http target: build request: %w", err))
+	}
+	setRequestHeaders(req.Header, job)
+
+	resp, err := t.client.Do(req)
+	if err != nil {
+		// Check the caller's context first: when it is done, the attempt
+		// context is done too, and the cause (lease lost, shutdown,
+		// cancelled) is what dispatch needs to see.
+		if ctx.Err() != nil {
+			return fmt.Errorf("http target: request aborted: %w", context.Cause(ctx))
+		}
+		if errors.Is(attemptCtx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("http target: timeout after %s", t.timeout)
+		}
+		return fmt.Errorf("http target: %w", err)
+	}
+	body := consumeBody(resp.Body)
+
+	code := resp.StatusCode
+	switch {
+	case code >= 200 && code <= 299:
+		return nil
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly,
+		code == http.StatusTooManyRequests, code >= 500 && code <= 599:
+		err := statusError(resp.Status, body)
+		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+			if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), t.now()); ok {
+				return RetryAfter(d, err)
+			}
+		}
+		return err
+	default:
+		return Permanent(statusError(resp.Status, body))
+	}
+}
+
+// setRequestHeaders writes the SPEC §5 headers for job into h.
+//
+// Setting Idempotency-Key also lets net/http resend the POST on its own when
+// a pooled keep-alive connection turns out to be closed by the server before
+// the request was written; without it a non-idempotent method is never
+// replayed and such races would surface as transient job failures.
+func setRequestHeaders(h http.Header, job *Job) {
+	id := strconv.FormatInt(job.ID, 10)
+	h.Set("User-Agent", httpTargetUserAgent)
+	h.Set("Idempotency-Key", id)
+	h.Set("Switchyard-Job-Id", id)
+	setValid(h, "Switchyard-Kind", job.Kind)
+	setValid(h, "Switchyard-Queue", job.Queue)
+	h.Set("Switchyard-Attempt", strconv.Itoa(job.Attempt))
+	setValid(h, "Switchyard-Key", job.Key)
+	if job.Version != nil {
+		h.Set("Switchyard-Version", strconv.FormatInt(*job.Version, 10))
+	}
+	if job.Source.Topic != "" {
+		setValid(h, "Switchyard-Source", job.Source.String())
+	}
+	h.Set("Switchyard-Token", strconv.FormatInt(job.Token, 10))
+
+	contentType := ""
+	traceparent := ""
+	for _, rh := range job.Headers {
+		v := string(rh.Value)
+		switch {
+		case strings.EqualFold(rh.Key, "content-type"):
+			if contentType == "" && validHeaderValue(v) {
+				contentType = v
+			}
+		case strings.EqualFold(rh.Key, "traceparent"):
+			if traceparent == "" && validHeaderValue(v) {
+				traceparent = v
+			}
+		case validHeaderName(rh.Key) && validHeaderValue(v):
+			h.Add(recordHeaderPrefix+rh.Key, v)
+		}
+	}
+	if contentType == "" {
+		contentType = defaultContentType
+	}
+	h.Set("Content-Type", contentType)
+	if traceparent != "" {
+		h.Set("Traceparent", traceparent)
+	}
+}
+
+// setValid sets a header whose value comes from job data. net/http refuses
+// to send a request with an invalid header value, so such a value is left
+// out instead of failing every attempt of the job.
+func setValid(h http.Header, name, value string) {
+	if validHeaderValue(value) {
+		h.Set(name, value)
+	}
+}
+
+// validHeaderName reports whether s is a non-empty token (RFC 9110 §5.1).
+// net/http would reject the whole request otherwise.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether s can be sent as a field value: no control
+// characters other than horizontal tab (RFC 9110 §5.5). Bytes of 0x80 and
+// above (obs-text) are allowed, as net/http allows them; CR and LF never
+// are, which is what keeps a record header from injecting headers.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// consumeBody returns up to maxErrorBody bytes of body, then drains a bounded
+// amount more and closes it: net/http only reuses a connection whose body was
+// read to the end. Read errors are ignored because the status has already
+// decided the outcome; the body only adds detail to the error.
+func consumeBody(body io.ReadCloser) []byte {
+	b, _ := io.ReadAll(io.LimitReader(body, maxErrorBody))
+	_, _ = io.CopyN(io.Discard, body, maxDrain)
+	_ = body.Close()
+	return b
+}
+
+// statusError describes an unwanted response. The body is made valid UTF-8
+// without NULs because the error text is stored in a Postgres text column,
+// which accepts neither; truncation at 4 KiB can also split a character.
+func statusError(status string, body []byte) error {
+	text := strings.TrimSpace(strings.ToValidUTF8(string(body), "\uFFFD"))
+	text = strings.ReplaceAll(text, "\x00", "\uFFFD")
+	if text == "" {
+		return fmt.Errorf("http target: status %s", status)
+	}
+	return fmt.Errorf("http target: status %s: %s", status, text)
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP-date
+// (RFC 9110 §10.2.3). A delay in the past or below zero means retry now.
+// ok is false when the value is absent or unparsable, and the route's own
+// backoff then applies.
+func parseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		// Clamp before converting so a huge value cannot overflow into a
+		// negative Duration; backoff.max caps the delay later anyway.
+		const maxSecs = math.MaxInt64 / int64(time.Second)
+		return time.Duration(max(0, min(secs, maxSecs))) * time.Second, true
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(0, at.Sub(now)), true
+	}
+	return 0, false
+}

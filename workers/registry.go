@@ -1,0 +1,42 @@
+package workers
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Registry maps job kinds to in-process Go handlers (routes with
+// target: {go: true}).
+type Registry struct {
+	mu       sync.RWMutex
+	handlers map[string]Handler
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{handlers: map[string]Handler{}} }
+
+// Register adds the handler for kind. Registering a kind twice is an
+// error: two handlers for one kind is always a wiring bug.
+func (r *Registry) Register(kind string, h Handler) error {
+	if kind == "" {
+		return fmt.Errorf("register handler: kind is empty")
+	}
+	if h == nil {
+		return fmt.Errorf("register handler %q: handler is nil", kind)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.handlers[kind]; dup {
+		return fmt.Errorf("register handler %q: a handler for this kind is already registered", kind)
+	}
+	r.handlers[kind] = h
+	return nil
+}
+
+// Lookup returns the handler for kind.
+func (r *Registry) Lookup(kind string) (Handler, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	h, ok := r.handlers[kind]
+	return h, ok
+}
