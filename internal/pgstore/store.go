@@ -132,13 +132,14 @@ func (s *Store) Listen(ctx context.Context, wake func(queue string)) error {
 	if err != nil {
 		return err
 	}
-	// The connection ends in LISTEN state; don't give it back to the pool.
-	defer conn.Hijack().Close(context.Background())
-	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{s.Channel()}.Sanitize()); err != nil {
+	// The connection ends in LISTEN state; it never goes back to the pool.
+	pc := conn.Hijack()
+	defer pc.Close(context.Background())
+	if _, err := pc.Exec(ctx, `LISTEN `+pgx.Identifier{s.Channel()}.Sanitize()); err != nil {
 		return err
 	}
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		n, err := pc.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}

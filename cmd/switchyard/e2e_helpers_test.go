@@ -1,0 +1,450 @@
+package main
+
+// Helpers of the end-to-end tests: the switchyard binary built once, a
+// recording HTTP target, one process per exec.Cmd with its log captured,
+// and checks read from the outside (rows, stored offsets, calls received).
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"go.uber.org/goleak"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// binPath is the switchyard binary built by TestMain.
+var binPath string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "switchyard-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: temp dir:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binPath = filepath.Join(dir, "switchyard")
+	args := []string{"build", "-o", binPath}
+	if os.Getenv("SWITCHYARD_E2E_RACE") != "" {
+		// The processes under test then report their own data races
+		// ("WARNING: DATA RACE" in their log fails the test). Off by
+		// default: a race-built process is several times slower.
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: go build: %v\n%s", err, out)
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		// Only in-process work (the CLI table test, test clients, the
+		// recording targets) runs in this process; all of it must be gone.
+		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: leaked goroutines:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// ---------------------------------------------------------------------
+// Recording HTTP target.
+
+// call is one request the target received.
+type call struct {
+	JobID   int64
+	Attempt int
+	Token   int64
+	Key     string
+	Source  string // topic/partition/offset
+	Body    []byte
+}
+
+// behaviour decides the answer to one request. It may block (on a test's
+// channel or on r.Context()); it returns the status to answer, 0 for 200.
+type behaviour func(r *http.Request, c call) int
+
+// target is a recording HTTP target (SPEC §5): it records every request,
+// answers 200 unless a behaviour says otherwise.
+type target struct {
+	srv *httptest.Server
+
+	mu     sync.Mutex
+	calls  []call
+	behave behaviour
+}
+
+func newTarget(t *testing.T) *target {
+	t.Helper()
+	tg := &target{}
+	tg.srv = httptest.NewServer(http.HandlerFunc(tg.serve))
+	t.Cleanup(func() {
+		// A behaviour may still hold a request from a process that was
+		// killed; dropping the connections cancels their contexts.
+		tg.srv.CloseClientConnections()
+		tg.srv.Close()
+	})
+	return tg
+}
+
+func (tg *target) URL() string { return tg.srv.URL + "/hook" }
+
+// setBehaviour plugs in how later requests are answered (nil: 200).
+func (tg *target) setBehaviour(b behaviour) {
+	tg.mu.Lock()
+	tg.behave = b
+	tg.mu.Unlock()
+}
+
+func (tg *target) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	c := call{Key: r.Header.Get("Switchyard-Key"), Source: r.Header.Get("Switchyard-Source"), Body: body}
+	c.JobID, _ = strconv.ParseInt(r.Header.Get("Switchyard-Job-Id"), 10, 64)
+	c.Attempt, _ = strconv.Atoi(r.Header.Get("Switchyard-Attempt"))
+	c.Token, _ = strconv.ParseInt(r.Header.Get("Switchyard-Token"), 10, 64)
+	tg.mu.Lock()
+	tg.calls = append(tg.calls, c)
+	b := tg.behave
+	tg.mu.Unlock()
+	status := 0
+	if b != nil {
+		status = b(r, c)
+	}
+	if status == 0 {
+		status = http.StatusOK
+	}
+	w.WriteHeader(status)
+}
+
+// received returns a copy of the calls so far.
+func (tg *target) received() []call {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return append([]call(nil), tg.calls...)
+}
+
+// callsFor returns the calls of one job, in arrival order.
+func (tg *target) callsFor(jobID int64) []call {
+	var out []call
+	for _, c := range tg.received() {
+		if c.JobID == jobID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------
+// Config.
+
+// e2eConfig is what varies between the tests' config files.
+type e2eConfig struct {
+	Topic, Group, Schema, TargetURL string
+	Grace                           time.Duration // shutdown_grace; default 3s
+	Lease                           time.Duration // default 2s
+	Concurrency                     int           // default 8
+	MaxAttempts                     int           // default 3
+	Dedupe                          bool          // dedupe on the payload's "id"
+}
+
+// writeConfig writes a config file for one test and returns its path.
+func writeConfig(t *testing.T, c e2eConfig) string {
+	t.Helper()
+	if c.Grace == 0 {
+		c.Grace = 3 * time.Second
+	}
+	if c.Lease == 0 {
+		c.Lease = 2 * time.Second
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 8
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 3
+	}
+	dedupe := ""
+	if c.Dedupe {
+		dedupe = "\n    dedupe: {field: id}"
+	}
+	body := fmt.Sprintf(`kafka: {brokers: [%q], group: %q}
+postgres: {url: %q, schema: %q}
+http: {listen: "off"}
+shutdown_grace: %s
+queues:
+  q: {concurrency: %d, lease: %s, max_runtime: 1m, poll_interval: 100ms}
+routes:
+  - topic: %q
+    kind: k
+    queue: q%s
+    max_attempts: %d
+    backoff: {initial: 50ms, max: 200ms}
+    target: {http: {url: %q, timeout: 5s}}
+`, strings.Join(testenv.Brokers(t), ","), c.Group, testenv.DatabaseURL(t), c.Schema, c.Grace,
+		c.Concurrency, c.Lease, c.Topic, dedupe, c.MaxAttempts, c.TargetURL)
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// ---------------------------------------------------------------------
+// Processes.
+
+// syncBuffer is a log buffer written by exec's copier and read by tests.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is one running switchyard process.
+type proc struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	log  *syncBuffer
+	out  *syncBuffer
+	done chan struct{} // closed once Wait returned
+	code int           // exit code, -1 when killed by a signal
+}
+
+// start runs the binary with args; the process is killed (if still
+// running) when the test ends, and its log is shown if the test failed.
+func start(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, log: &syncBuffer{}, out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binPath, args...)
+	p.cmd.Stdout = p.out
+	p.cmd.Stderr = p.log
+	p.cmd.Env = append(os.Environ(), "SWITCHYARD_LOG_LEVEL=info")
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("--- log of %s (exit %d) ---\n%s", p.name, p.code, tail(p.log.String(), 16<<10))
+		}
+		if strings.Contains(p.log.String(), "WARNING: DATA RACE") {
+			t.Errorf("%s reported a data race:\n%s", p.name, p.log.String())
+		}
+	})
+	return p
+}
+
+// startRun starts `switchyard run --config cfg`.
+func startRun(t *testing.T, name, cfg string, args ...string) *proc {
+	t.Helper()
+	return start(t, name, append([]string{"run", "--config", cfg}, args...)...)
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+// kill sends SIGKILL (if still running) and waits for the process.
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (p *proc) signal(s os.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(s); err != nil {
+		p.t.Fatalf("signal %s to %s: %v", s, p.name, err)
+	}
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits up to within for the process to exit and returns its code.
+func (p *proc) wait(within time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(within):
+		p.t.Fatalf("%s did not exit within %s", p.name, within)
+		return 0
+	}
+}
+
+// waitLog waits until the process logged a line containing s.
+func (p *proc) waitLog(within time.Duration, s string) {
+	p.t.Helper()
+	testenv.Eventually(p.t, within, fmt.Sprintf("%s to log %q", p.name, s), func() bool {
+		if p.exited() && !strings.Contains(p.log.String(), s) {
+			p.t.Fatalf("%s exited (code %d) before logging %q", p.name, p.code, s)
+		}
+		return strings.Contains(p.log.String(), s)
+	})
+}
+
+// waitRunning waits for the "switchyard running" log line.
+func (p *proc) waitRunning() { p.t.Helper(); p.waitLog(30*time.Second, "switchyard running") }
+
+// ---------------------------------------------------------------------
+// Checks from the outside.
+
+// jobRow is what the tests read of a job.
+type jobRow struct {
+	ID         int64
+	State      string
+	Attempts   int
+	DedupeKey  string
+	Partition  int32
+	Offset     int64
+	Payload    []byte
+	LastError  string
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+}
+
+func jobs(t *testing.T, s *pgstore.Store) []jobRow {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := s.Pool().Query(ctx, `SELECT id, state, attempts, dedupe_key, coalesce(src_partition, -1),
+		coalesce(src_offset, -1), payload, coalesce(last_error, ''), started_at, finished_at FROM jobs ORDER BY id`)
+	if err != nil {
+		t.Fatalf("read jobs: %v", err)
+	}
+	defer rows.Close()
+	var out []jobRow
+	for rows.Next() {
+		var j jobRow
+		if err := rows.Scan(&j.ID, &j.State, &j.Attempts, &j.DedupeKey, &j.Partition, &j.Offset,
+			&j.Payload, &j.LastError, &j.StartedAt, &j.FinishedAt); err != nil {
+			t.Fatalf("scan job: %v", err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("read jobs: %v", err)
+	}
+	return out
+}
+
+// jobByDedupe returns the job whose dedupe key is key, or nil.
+func jobByDedupe(t *testing.T, s *pgstore.Store, key string) *jobRow {
+	t.Helper()
+	for _, j := range jobs(t, s) {
+		if j.DedupeKey == key {
+			return &j
+		}
+	}
+	return nil
+}
+
+func count(t *testing.T, s *pgstore.Store, query string, args ...any) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var n int
+	if err := s.Pool().QueryRow(ctx, query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// storedOffsets returns kafka_offsets.next_offset by partition.
+func storedOffsets(t *testing.T, s *pgstore.Store, group, topic string) map[int32]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got, err := s.OffsetLoad(ctx, group, []string{topic})
+	if err != nil {
+		t.Fatalf("load offsets: %v", err)
+	}
+	out := map[int32]int64{}
+	for p, o := range got[topic] {
+		out[p] = o
+	}
+	return out
+}
+
+// endOffsets returns the topic's end (high watermark) offset by partition.
+func endOffsets(t *testing.T, adm *kadm.Client, topic string) map[int32]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	los, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatalf("list end offsets: %v", err)
+	}
+	out := map[int32]int64{}
+	los.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			t.Fatalf("end offset of %s/%d: %v", o.Topic, o.Partition, o.Err)
+		}
+		out[o.Partition] = o.Offset
+	})
+	return out
+}
+
+// offsetsCovered reports whether every partition with records has its
+// stored next offset at the end offset.
+func offsetsCovered(stored, end map[int32]int64) bool {
+	for p, e := range end {
+		if e == 0 {
+			continue
+		}
+		if stored[p] != e {
+			return false
+		}
+	}
+	return true
+}

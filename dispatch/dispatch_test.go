@@ -1,0 +1,290 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+}
+
+// enqueue inserts n jobs of queue "q" through the ingest path.
+func enqueue(t *testing.T, store *pgstore.Store, n, maxAttempts int) {
+	t.Helper()
+	var b pgstore.IngestBatch
+	b.Group = testenv.Name("g")
+	for i := range n {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: fmt.Sprint(i),
+			DedupeKey: fmt.Sprint(i), Payload: []byte("{}"), MaxAttempts: maxAttempts, Topic: "t", Offset: int64(i)})
+	}
+	b.Offsets = []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: -1, Next: int64(n)}}
+	if _, err := store.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func start(t *testing.T, store *pgstore.Store, concurrency int, lease time.Duration, h workers.Handler) *Dispatcher {
+	t.Helper()
+	d, err := New(Config{
+		Queues:  []Queue{{Name: "q", Concurrency: concurrency, Lease: lease, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond}},
+		Backoff: map[string]Backoff{"r": {Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}},
+		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
+		Grace:   200 * time.Millisecond,
+	}, store, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop(context.Background()) })
+	return d
+}
+
+func states(t *testing.T, store *pgstore.Store) map[string]int {
+	t.Helper()
+	rows, err := store.Pool().Query(context.Background(), `SELECT state, count(*) FROM jobs GROUP BY state`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		if err := rows.Scan(&s, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[s] = n
+	}
+	return out
+}
+
+// Workers never exceed the pool's concurrency, and every job runs.
+func TestPoolRunsEverythingWithinConcurrency(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 200, 3)
+	var cur, peak, calls atomic.Int64
+	start(t, store, 8, 5*time.Second, workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
+		n := cur.Add(1)
+		defer cur.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		calls.Add(1)
+		return nil
+	}))
+	testenv.Eventually(t, 30*time.Second, "200 succeeded", func() bool { return states(t, store)["succeeded"] == 200 })
+	if p := peak.Load(); p > 8 {
+		t.Fatalf("peak concurrency %d > 8", p)
+	}
+	if c := calls.Load(); c != 200 {
+		t.Fatalf("handler calls = %d, want 200 (each job once)", c)
+	}
+}
+
+// I5: transient failures retry with backoff and end dead after
+// max_attempts, with a DLQ entry; Permanent is dead at once.
+func TestRetriesEndDeadAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 2, 3)
+	var calls sync.Map
+	start(t, store, 2, 5*time.Second, workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
+		n, _ := calls.LoadOrStore(j.ID, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		if j.Key == "0" {
+			return errors.New("flaky downstream")
+		}
+		return workers.Permanent(errors.New("bad request"))
+	}))
+	testenv.Eventually(t, 30*time.Second, "both dead", func() bool { return states(t, store)["dead"] == 2 })
+	var transientAttempts, permanentAttempts int
+	ctx := context.Background()
+	_ = store.Pool().QueryRow(ctx, `SELECT attempts FROM jobs WHERE key = '0'`).Scan(&transientAttempts)
+	_ = store.Pool().QueryRow(ctx, `SELECT attempts FROM jobs WHERE key = '1'`).Scan(&permanentAttempts)
+	if transientAttempts != 3 || permanentAttempts != 1 {
+		t.Fatalf("attempts: transient %d (want 3), permanent %d (want 1)", transientAttempts, permanentAttempts)
+	}
+	for key, reason := range map[string]string{"0": "max_attempts", "1": "permanent"} {
+		var got string
+		err := store.Pool().QueryRow(ctx, `SELECT d.reason FROM dlq_entries d JOIN jobs j ON j.id = d.job_id WHERE j.key = $1`, key).Scan(&got)
+		if err != nil || got != reason {
+			t.Errorf("key %s: dlq reason %q (%v), want %q", key, got, err, reason)
+		}
+	}
+}
+
+// RetryAfter sets the next attempt's time (capped by backoff.max).
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 5)
+	d, err := New(Config{
+		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: 5 * time.Second, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond}},
+		Backoff: map[string]Backoff{"r": {Initial: time.Millisecond, Max: time.Hour}},
+		Resolve: func(*workers.Job) (workers.Handler, error) {
+			return workers.HandlerFunc(func(context.Context, *workers.Job) error {
+				return workers.RetryAfter(30*time.Minute, errors.New("429"))
+			}), nil
+		},
+	}, store, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop(context.Background()) //nolint:errcheck
+	testenv.Eventually(t, 30*time.Second, "retrying", func() bool { return states(t, store)["retrying"] == 1 })
+	var wait time.Duration
+	if err := store.Pool().QueryRow(context.Background(),
+		`SELECT (extract(epoch FROM scheduled_at - now()) * 1000)::bigint * interval '1 millisecond' FROM jobs`).Scan(&wait); err != nil {
+		t.Fatal(err)
+	}
+	if wait < 29*time.Minute || wait > 30*time.Minute {
+		t.Fatalf("next attempt in %s, want ~30m from Retry-After", wait)
+	}
+}
+
+// I4: a lease that expires under a live worker (a stall) is rescued and
+// re-claimed by another process; the old holder learns it lost the lease
+// (its context is cancelled with ErrLeaseLost), and anything it writes
+// with its old token is rejected.
+func TestExpiredLeaseUnderLiveWorker(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 5)
+	ctx := context.Background()
+
+	started := make(chan *workers.Job, 1)
+	causeC := make(chan error, 1)
+	var first atomic.Bool
+	var gotB atomic.Int64 // token of the attempt that succeeded
+	a := start(t, store, 1, 3*time.Second, workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
+		if !first.CompareAndSwap(false, true) {
+			gotB.Store(j.Token) // A may win the re-claim too; it is a new lease
+			return nil
+		}
+		started <- j
+		<-ctx.Done()
+		causeC <- context.Cause(ctx)
+		return nil // a stale "success" that must not count
+	}))
+	jobA := <-started
+	// The worker stalls past its lease: from the database's point of view
+	// the lease is over.
+	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, jobA.ID); err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, store, 1, 3*time.Second, workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
+		gotB.Store(j.Token)
+		return nil
+	}))
+	select {
+	case cause := <-causeC:
+		if !errors.Is(cause, workers.ErrLeaseLost) {
+			t.Fatalf("old holder's context cause = %v, want ErrLeaseLost", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("old holder was never told it lost the lease")
+	}
+	testenv.Eventually(t, 30*time.Second, "job succeeded by the new holder", func() bool { return gotB.Load() != 0 && states(t, store)["succeeded"] == 1 })
+	if tok := gotB.Load(); tok == jobA.Token {
+		t.Fatalf("new holder got the old fencing token %d", tok)
+	}
+	// The old holder's completion and heartbeat, token-checked, change nothing.
+	applied, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: jobA.ID, Token: jobA.Token, State: "dead", Reason: "permanent", Error: "stale"}})
+	if err != nil || applied[jobA.ID] {
+		t.Fatalf("stale completion applied=%v err=%v", applied[jobA.ID], err)
+	}
+	kept, err := store.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobA.ID, Token: jobA.Token}}, time.Minute, time.Hour)
+	if err != nil || kept[jobA.ID] {
+		t.Fatalf("stale heartbeat kept=%v err=%v", kept[jobA.ID], err)
+	}
+	if s := states(t, store); s["succeeded"] != 1 || s["dead"] != 0 {
+		t.Fatalf("states after stale writes: %v", s)
+	}
+	_ = a.Stop(ctx)
+	_ = b.Stop(ctx)
+}
+
+// I7: at shutdown, a job still running after the grace period is
+// cancelled with ErrShutdown and released to queued, its attempt handed
+// back.
+func TestStopReleasesUnfinishedJobs(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 5)
+	started := make(chan struct{}, 1)
+	causeC := make(chan error, 1)
+	d := start(t, store, 1, 5*time.Second, workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		causeC <- context.Cause(ctx)
+		return ctx.Err()
+	}))
+	<-started
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-causeC; !errors.Is(c, workers.ErrShutdown) {
+		t.Fatalf("cause = %v, want ErrShutdown", c)
+	}
+	var state string
+	var attempts int
+	if err := store.Pool().QueryRow(context.Background(), `SELECT state, attempts FROM jobs`).Scan(&state, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if state != "queued" || attempts != 0 {
+		t.Fatalf("after stop: state %s attempts %d, want queued 0", state, attempts)
+	}
+}
+
+// A panicking handler is an ordinary failed attempt, not a dead process.
+func TestHandlerPanicIsAFailedAttempt(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 2)
+	start(t, store, 1, 5*time.Second, workers.HandlerFunc(func(context.Context, *workers.Job) error {
+		panic("boom")
+	}))
+	testenv.Eventually(t, 30*time.Second, "dead after 2 panics", func() bool { return states(t, store)["dead"] == 1 })
+}
+
+func TestBackoffIsFullJitterWithinBounds(t *testing.T) {
+	d := &Dispatcher{cfg: Config{Backoff: map[string]Backoff{"r": {Initial: time.Second, Max: 8 * time.Second}}}}
+	for attempt, ceil := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second, 10: 8 * time.Second} {
+		var sawLow, sawHigh bool
+		for range 2000 {
+			got := d.backoff(&workers.Job{Route: "r", Attempt: attempt}, errors.New("x"))
+			if got < 0 || got > ceil {
+				t.Fatalf("attempt %d: %s outside [0, %s]", attempt, got, ceil)
+			}
+			sawLow = sawLow || got < ceil/4
+			sawHigh = sawHigh || got > ceil*3/4
+		}
+		if !sawLow || !sawHigh {
+			t.Fatalf("attempt %d: delays not spread over [0, %s]", attempt, ceil)
+		}
+	}
+	if got := d.backoff(&workers.Job{Route: "r", Attempt: 1}, workers.RetryAfter(time.Hour, errors.New("x"))); got != 8*time.Second {
+		t.Fatalf("Retry-After not capped by max: %s", got)
+	}
+}
