@@ -30,6 +30,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/dispatch"
+	"github.com/switchyard-dev/switchyard/dlq"
 	"github.com/switchyard-dev/switchyard/ingest"
 	"github.com/switchyard-dev/switchyard/internal/admin"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
@@ -70,6 +71,7 @@ type Engine struct {
 	registry *workers.Registry
 	targets  map[string]*workers.HTTPTarget // by route (topic)
 	routes   map[string]config.Route
+	compiled []*ingest.Route
 
 	store      *pgstore.Store
 	metrics    *metrics.Metrics
@@ -110,6 +112,11 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		metrics: metrics.New(opts.Registry), fatal: make(chan error, 1)}
 	for i, r := range cfg.Routes {
 		e.routes[r.Topic] = r
+		cr, err := ingest.CompileRoute(r)
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d]: %w", i, err)
+		}
+		e.compiled = append(e.compiled, cr)
 		if r.Target.HTTP == nil {
 			continue
 		}
@@ -229,6 +236,7 @@ func (e *Engine) startHTTP() error {
 		Queues:  e.cfg.QueueNames(),
 		Metrics: promhttp.HandlerFor(e.opts.Registry, promhttp.HandlerOpts{}),
 		Ready:   e.kafkaReady,
+		DLQ:     dlq.New(e.store, e.compiled),
 	}, e.store, e.log.Named("admin"))
 	ln, err := net.Listen("tcp", e.cfg.HTTP.Listen)
 	if err != nil {
@@ -280,14 +288,7 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 func (e *Engine) startIngest(ctx context.Context) error {
 	ic := ingest.Config{Brokers: e.cfg.Kafka.Brokers, Group: e.cfg.Kafka.Group, ClientID: e.cfg.Kafka.ClientID,
 		Reset: e.cfg.Kafka.Reset, MaxPollRecords: e.cfg.Kafka.FetchMaxRecords,
-		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts}
-	for _, r := range e.cfg.Routes {
-		cr, err := ingest.CompileRoute(r)
-		if err != nil {
-			return err
-		}
-		ic.Routes = append(ic.Routes, cr)
-	}
+		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts, Routes: e.compiled}
 	c, err := ingest.New(ic, e.store, e.log, e.metrics)
 	if err != nil {
 		return err
@@ -338,7 +339,22 @@ func (e *Engine) sampleStats(ctx context.Context) {
 					e.metrics.DLQEntries.WithLabelValues(q, reason).Set(float64(n))
 				}
 			}
-		} else if ctx.Err() == nil {
+		}
+		if err == nil {
+			var blocked map[string]int64
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			blocked, err = e.store.LaneBlocked(qctx)
+			cancel()
+			if err == nil {
+				e.metrics.LanesBlocked.Reset()
+				for _, r := range e.cfg.Routes {
+					if r.Ordered {
+						e.metrics.LanesBlocked.WithLabelValues(r.Topic).Set(float64(blocked[r.Topic]))
+					}
+				}
+			}
+		}
+		if err != nil && ctx.Err() == nil {
 			e.log.Warn("reading queue stats failed", zap.Error(err))
 		}
 		select {

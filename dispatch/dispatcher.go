@@ -165,6 +165,9 @@ func (d *Dispatcher) rescue() {
 		}
 		ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
 		rescued, dead, expired, err := d.store.JobRescue(ctx, 1000)
+		if err == nil {
+			_, err = d.store.LaneSweepGaps(ctx, 1000)
+		}
 		cancel()
 		if err != nil {
 			d.log.Warn("rescue failed", zap.Error(err))

@@ -153,6 +153,11 @@ func (p *pool) execute(ctx context.Context, job *workers.Job) {
 	case err != nil && errors.Is(cause, workers.ErrShutdown):
 		p.release(job)
 		return
+	case err == nil && job.Finished():
+		// The handler committed the outcome in its own transaction.
+		p.finish(job.ID)
+		p.observe(job, "succeeded", elapsed)
+		return
 	}
 	out := p.outcome(job, err)
 	p.observe(job, metricOutcome(out.State), elapsed)

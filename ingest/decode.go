@@ -31,6 +31,8 @@ type Route struct {
 	MaxAttempts    int
 	TTL            time.Duration
 	MaxRecordBytes int
+	// Lane is the lane policy of an ordered route, nil otherwise.
+	Lane *pgstore.LanePolicy
 
 	key, dedupe, version source
 }
@@ -48,6 +50,12 @@ func (s source) isZero() bool { return s.path == nil && s.header == "" }
 func CompileRoute(r config.Route) (*Route, error) {
 	out := &Route{Topic: r.Topic, Kind: r.Kind, Queue: r.Queue, Ordered: r.Ordered,
 		MaxAttempts: r.MaxAttempts, TTL: r.TTL.D(), MaxRecordBytes: r.MaxRecordBytes}
+	if r.Ordered {
+		out.Lane = &pgstore.LanePolicy{Policy: "none", OnDead: r.OnDead, GapTimeout: r.GapTimeout.D(), GapPolicy: r.GapPolicy}
+		if r.Version != nil {
+			out.Lane.Policy = r.Version.Policy
+		}
+	}
 	var err error
 	if out.key, err = compileSource(r.Key); err != nil {
 		return nil, fmt.Errorf("route %s: key: %w", r.Topic, err)
@@ -107,7 +115,7 @@ func (r *Route) Decode(rec *kgo.Record, now time.Time) (*pgstore.NewJob, *pgstor
 	}
 
 	j := &pgstore.NewJob{Route: r.Topic, Kind: r.Kind, Queue: r.Queue, Payload: nonNilBytes(rec.Value),
-		HeaderKeys: hk, HeaderVals: hv, MaxAttempts: r.MaxAttempts,
+		HeaderKeys: hk, HeaderVals: hv, MaxAttempts: r.MaxAttempts, Lane: r.Lane,
 		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
 
 	if r.key.isZero() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,7 +24,17 @@ type Job struct {
 	Headers     []Header
 	Source      Source // zero for jobs that did not come from Kafka
 	CreatedAt   time.Time
+
+	finished atomic.Bool
 }
+
+// MarkFinished records that the job's outcome was already committed by the
+// handler itself (ordering.Apply completes the job in the handler's own
+// transaction); the dispatcher then writes nothing more for this attempt.
+func (j *Job) MarkFinished() { j.finished.Store(true) }
+
+// Finished reports whether MarkFinished was called.
+func (j *Job) Finished() bool { return j.finished.Load() }
 
 // Header is one Kafka record header, kept in record order (keys may repeat).
 type Header struct {

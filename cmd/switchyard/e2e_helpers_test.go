@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -447,4 +451,63 @@ func offsetsCovered(stored, end map[int32]int64) bool {
 		}
 	}
 	return true
+}
+
+// ---------------------------------------------------------------------
+// Consumer group.
+
+var reMemberID = regexp.MustCompile(`"member_id":"([^"]+)"`)
+
+// evictMembers removes a killed process's members from its consumer group,
+// as the broker would once their sessions expired. It exists for speed
+// only: the config has no kafka.session_timeout, so franz-go's default of
+// 45s applies, and until it passes the group cannot rebalance to the
+// restarted process. A dead member evicted is exactly a dead member
+// expired; nothing a live process does is skipped.
+//
+// The ids come from the dead process's own log (franz-go logs the id the
+// broker hands it before it ever joins) and from DescribeGroups; with one
+// process at a time, every member listed is dead.
+func evictMembers(t *testing.T, group string, dead *proc) {
+	t.Helper()
+	ids := map[string]bool{}
+	for _, m := range reMemberID.FindAllStringSubmatch(dead.log.String(), -1) {
+		ids[m[1]] = true
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.Brokers(t)...))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	described, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	if err != nil {
+		t.Fatalf("describe group %s: %v", group, err)
+	}
+	for _, g := range described {
+		for _, m := range g.Members {
+			ids[m.MemberID] = true
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = group
+	for id := range ids {
+		m := kmsg.NewLeaveGroupRequestMember()
+		m.MemberID = id
+		reason := "test: evicting a member whose process was killed"
+		m.Reason = &reason
+		req.Members = append(req.Members, m)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("leave group %s: %v", group, err)
+	}
+	// UNKNOWN_MEMBER_ID means the member is already gone, as wanted.
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil && err != kerr.UnknownMemberID {
+		t.Fatalf("leave group %s: %v", group, err)
+	}
 }

@@ -37,6 +37,8 @@ type Config struct {
 	// (e.g. a work-only role) and the check is left out. Its error text is
 	// shown on /readyz, which has no authentication: keep secrets out of it.
 	Ready func(ctx context.Context) error
+	// DLQ serves re-drive and discard; nil answers 501.
+	DLQ DLQActions
 }
 
 // Server is the admin HTTP API. It is stateless apart from its
@@ -77,11 +79,11 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/readyz", s.readyz},
 		{"GET", "/v1/jobs", s.jobList},
 		{"GET", "/v1/jobs/{id}", s.jobGet},
-		{"POST", "/v1/jobs/{id}/cancel", notImplemented},
+		{"POST", "/v1/jobs/{id}/cancel", s.jobCancel},
 		{"GET", "/v1/dlq", s.dlqList},
 		{"GET", "/v1/dlq/{id}", s.dlqGet},
-		{"POST", "/v1/dlq/{id}/redrive", notImplemented},
-		{"POST", "/v1/dlq/{id}/discard", notImplemented},
+		{"POST", "/v1/dlq/{id}/redrive", s.dlqRedrive},
+		{"POST", "/v1/dlq/{id}/discard", s.dlqDiscard},
 		{"GET", "/v1/queues", s.queueList},
 		{"POST", "/v1/queues/{queue}/jobs", notImplemented},
 	}

@@ -67,8 +67,11 @@ type JobFilter struct {
 	State string
 	Queue string
 	Key   string
-	After int64
-	Limit int
+	// Route and DedupeKey find the one job of a dedupe key (I2).
+	Route     string
+	DedupeKey string
+	After     int64
+	Limit     int
 }
 
 // JobList lists jobs by filter. The filter is bound as parameters; a
@@ -77,7 +80,9 @@ func (s *Store) JobList(ctx context.Context, f JobFilter) ([]JobRow, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
 		WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR queue = $2)
 		  AND ($3::text IS NULL OR key = $3) AND id > $4
-		ORDER BY id LIMIT $5`, nullable(f.State), nullable(f.Queue), nullable(f.Key), f.After, f.Limit)
+		  AND ($6::text IS NULL OR route = $6) AND ($7::text IS NULL OR dedupe_key = $7)
+		ORDER BY id LIMIT $5`, nullable(f.State), nullable(f.Queue), nullable(f.Key), f.After, f.Limit,
+		nullable(f.Route), nullable(f.DedupeKey))
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,17 @@ type NewJob struct {
 	Topic       string
 	Partition   int32
 	Offset      int64
+	// Lane is set for jobs of ordered routes: they wait in their key's
+	// lane instead of being runnable at once.
+	Lane *LanePolicy
+}
+
+// LanePolicy is an ordered route's lane settings, stored on the lane row.
+type LanePolicy struct {
+	Policy     string // none | newer | strict
+	OnDead     string // continue | block
+	GapTimeout time.Duration
+	GapPolicy  string // proceed | park
 }
 
 // Poison is a record that could not become a job (I6).
@@ -72,12 +83,14 @@ type IngestResult struct {
 const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS ingest_stage (
 	route text, kind text, queue text, key text, version bigint, dedupe_key text,
 	payload bytea, header_keys text[], header_values bytea[], max_attempts integer,
-	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint
+	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint,
+	lane boolean, policy text, on_dead text, gap_timeout_ms bigint, gap_policy text
 ) ON COMMIT DELETE ROWS`
 
 var stageColumns = []string{"route", "kind", "queue", "key", "version", "dedupe_key",
 	"payload", "header_keys", "header_values", "max_attempts", "deadline",
-	"src_topic", "src_partition", "src_offset"}
+	"src_topic", "src_partition", "src_offset",
+	"lane", "policy", "on_dead", "gap_timeout_ms", "gap_policy"}
 
 // IngestCommit writes a poll's job rows, poison entries and stored offsets
 // in ONE transaction (I1). Jobs go through COPY into a per-connection temp
@@ -132,9 +145,13 @@ func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult
 		if payload == nil {
 			payload = []byte{}
 		}
-		return []any{j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey,
+		row := []any{j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey,
 			payload, nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline,
-			j.Topic, j.Partition, j.Offset}, nil
+			j.Topic, j.Partition, j.Offset, false, nil, nil, nil, nil}
+		if l := j.Lane; l != nil {
+			row[14], row[15], row[16], row[17], row[18] = true, l.Policy, l.OnDead, l.GapTimeout.Milliseconds(), l.GapPolicy
+		}
+		return row, nil
 	}))
 	if err != nil {
 		return fmt.Errorf("copy jobs: %w", err)
@@ -142,9 +159,10 @@ func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult
 	rows, err := tx.Query(ctx, `
 		WITH ins AS (
 			INSERT INTO jobs (route, kind, queue, state, key, version, dedupe_key, payload,
-				header_keys, header_values, max_attempts, deadline, src_topic, src_partition, src_offset)
-			SELECT route, kind, queue, 'queued', key, version, dedupe_key, payload,
-				header_keys, header_values, max_attempts, deadline, src_topic, src_partition, src_offset
+				header_keys, header_values, max_attempts, deadline, src_topic, src_partition, src_offset, lane)
+			SELECT route, kind, queue, CASE WHEN lane THEN 'waiting' ELSE 'queued' END, key, version,
+				dedupe_key, payload, header_keys, header_values, max_attempts, deadline,
+				src_topic, src_partition, src_offset, lane
 			FROM ingest_stage ORDER BY src_topic, src_partition, src_offset
 			ON CONFLICT (route, dedupe_key) DO NOTHING
 			RETURNING queue, src_topic
@@ -170,6 +188,35 @@ func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult
 		return err
 	}
 	res.Duplicates = staged - res.Inserted
+	return promoteLanes(ctx, tx)
+}
+
+// promoteLanes creates the lanes of the staged ordered jobs and promotes
+// a head in every idle one. Lane rows are locked in (route, key) order, so
+// two batches touching the same lanes cannot deadlock; ON CONFLICT DO
+// UPDATE locks the row even when its WHERE leaves it unchanged, and writes
+// only when the route's lane settings changed.
+func promoteLanes(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `
+		INSERT INTO lanes AS l (route, key, policy, on_dead, gap_timeout, gap_policy)
+		SELECT DISTINCT ON (route, key) route, key, policy, on_dead,
+			gap_timeout_ms * interval '1 millisecond', gap_policy
+		FROM ingest_stage WHERE lane ORDER BY route, key
+		ON CONFLICT (route, key) DO UPDATE SET policy = excluded.policy, on_dead = excluded.on_dead,
+			gap_timeout = excluded.gap_timeout, gap_policy = excluded.gap_policy
+		WHERE (l.policy, l.on_dead, l.gap_timeout, l.gap_policy)
+			IS DISTINCT FROM (excluded.policy, excluded.on_dead, excluded.gap_timeout, excluded.gap_policy)`)
+	if err != nil {
+		return fmt.Errorf("lanes: %w", err)
+	}
+	_, err = tx.Exec(ctx, `
+		SELECT lane_promote(l.route, l.key)
+		FROM lanes l JOIN (SELECT DISTINCT route, key FROM ingest_stage WHERE lane) s USING (route, key)
+		WHERE l.head_job_id IS NULL AND NOT l.blocked
+		ORDER BY l.route, l.key`)
+	if err != nil {
+		return fmt.Errorf("promote lanes: %w", err)
+	}
 	return nil
 }
 

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// writeFile writes a config file of the given text for one test.
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runCLI runs the CLI in this process.
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code = run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// validQueuesAndRoute completes a config whose head is written by a case.
+const validQueuesAndRoute = `queues:
+  q: {concurrency: 1}
+routes:
+  - {topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
+`
+
+// TestCLIExitCodes checks SPEC §4's exit codes (0 ok, 2 bad usage, 1
+// failure) and that each message names what is wrong (I8).
+func TestCLIExitCodes(t *testing.T) {
+	t.Parallel()
+	// A config on a migrated schema of its own, for the verbs that reach
+	// the database.
+	schema := testenv.Schema(t)
+	good := writeConfig(t, e2eConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema,
+		TargetURL: "http://127.0.0.1:1/"})
+	head := "kafka: {brokers: [\"127.0.0.1:19092\"], group: g}\npostgres: {url: \"postgres://x@127.0.0.1/db\"}\n"
+	unknownKey := writeFile(t, head+`queues:
+  q: {concurrency: 1, bogus: 3}
+routes:
+  - {topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
+`)
+	unknownQueue := writeFile(t, head+`queues:
+  q: {concurrency: 1}
+routes:
+  - {topic: t, kind: k, queue: nope, target: {http: {url: "http://127.0.0.1:1/"}}}
+`)
+	badDuration := writeFile(t, head+`queues:
+  q: {concurrency: 1, lease: 5 parsecs}
+routes:
+  - {topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
+`)
+	topLevelTypo := writeFile(t, head+"shutdown_grase: 5s\n"+validQueuesAndRoute)
+
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want []string // each must appear in stdout or stderr
+	}{
+		{"no args", nil, exitUsage, []string{"usage: switchyard <verb>"}},
+		{"unknown verb", []string{"frobnicate"}, exitUsage, []string{`unknown verb "frobnicate"`, "usage: switchyard"}},
+		{"help verb", []string{"help"}, exitOK, []string{"usage: switchyard <verb>"}},
+		{"--help", []string{"--help"}, exitOK, []string{"usage: switchyard <verb>"}},
+		{"bad role", []string{"run", "--role", "nope", "--config", good}, exitUsage, []string{"--role", `"nope"`}},
+		{"unknown flag", []string{"run", "--rolle", "all"}, exitUsage, []string{"-rolle"}},
+		{"stray argument", []string{"run", "--config", good, "extra"}, exitUsage, []string{`"extra"`}},
+		{"unknown key", []string{"run", "--config", unknownKey}, exitUsage,
+			[]string{unknownKey, "line 4", `unknown key "bogus"`, "queues.q"}},
+		{"unknown top-level key", []string{"run", "--config", topLevelTypo}, exitUsage,
+			[]string{"line 3", `"shutdown_grase"`}},
+		{"unknown queue", []string{"run", "--config", unknownQueue}, exitUsage,
+			[]string{"routes[0].queue", `unknown queue "nope"`}},
+		{"bad duration", []string{"run", "--config", badDuration}, exitUsage,
+			[]string{"queues.q.lease", `"5 parsecs"`}},
+		{"missing config file", []string{"run", "--config", filepath.Join(t.TempDir(), "nope.yaml")}, exitUsage,
+			[]string{"nope.yaml", "no such file"}},
+		{"jobs get abc", []string{"jobs", "get", "--config", good, "abc"}, exitUsage, []string{`"abc"`, "job id"}},
+		{"jobs get two ids", []string{"jobs", "get", "--config", good, "1", "2"}, exitUsage, []string{"exactly one"}},
+		{"jobs get missing", []string{"jobs", "get", "--config", good, "999999"}, exitFailure,
+			[]string{"job 999999 not found"}},
+		{"jobs cancel missing", []string{"jobs", "cancel", "--config", good, "999999"}, exitFailure,
+			[]string{"job 999999 not found"}},
+		{"jobs list bad state", []string{"jobs", "list", "--config", good, "--state", "lost"}, exitUsage,
+			[]string{"--state", `"lost"`}},
+		{"jobs list bad limit", []string{"jobs", "list", "--config", good, "--limit", "0"}, exitUsage, []string{"--limit"}},
+		{"jobs list empty", []string{"jobs", "list", "--config", good}, exitOK, []string{`"items": []`}},
+		{"jobs unknown subcommand", []string{"jobs", "frob"}, exitUsage, []string{`"frob"`}},
+		{"dlq show missing", []string{"dlq", "show", "--config", good, "999999"}, exitFailure,
+			[]string{"DLQ entry 999999 not found"}},
+		{"dlq list empty", []string{"dlq", "list", "--config", good}, exitOK, []string{`"items": []`}},
+		{"produce without topic", []string{"produce", "--config", good, "v"}, exitUsage, []string{"--topic", "required"}},
+		{"produce without value", []string{"produce", "--config", good, "--topic", "t"}, exitUsage, []string{"VALUE"}},
+		{"produce bad header", []string{"produce", "--config", good, "--topic", "t", "--header", "novalue", "v"}, exitUsage,
+			[]string{"-header", `"novalue"`}},
+	}
+	// --help on every verb and subcommand prints its usage and exits 0.
+	for _, verb := range [][]string{{"migrate"}, {"run"}, {"dev"}, {"produce"}, {"jobs"}, {"jobs", "get"},
+		{"jobs", "list"}, {"jobs", "cancel"}, {"dlq"}, {"dlq", "list"}, {"dlq", "show"}} {
+		cases = append(cases, struct {
+			name string
+			args []string
+			code int
+			want []string
+		}{strings.Join(verb, " ") + " --help", append(verb, "--help"), exitOK,
+			[]string{"usage: switchyard " + strings.Join(verb, " ")}})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(c.args...)
+			if code != c.code {
+				t.Errorf("switchyard %q exited %d, want %d\nstdout: %s\nstderr: %s", c.args, code, c.code, stdout, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stdout+stderr, w) {
+					t.Errorf("switchyard %q: output does not contain %q\nstdout: %s\nstderr: %s", c.args, w, stdout, stderr)
+				}
+			}
+			if strings.Contains(stdout+stderr, "panic") || strings.Contains(stdout+stderr, "goroutine ") {
+				t.Errorf("switchyard %q panicked:\n%s", c.args, stderr)
+			}
+		})
+	}
+}
+
+// freshSchema names a schema that does not exist yet and drops it when the
+// test ends.
+func freshSchema(t *testing.T) (string, *pgstore.Store) {
+	t.Helper()
+	schema := testenv.Name("t")
+	s := testenv.Store(t, schema)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.DropSchema(ctx); err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema, s
+}
+
+func migrationRows(t *testing.T, s *pgstore.Store) []int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := s.Pool().Query(ctx, `SELECT version FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		t.Fatalf("read schema_migrations: %v", err)
+	}
+	defer rows.Close()
+	var vs []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}
+
+// wantAllMigrations checks schema_migrations has one row per migration.
+func wantAllMigrations(t *testing.T, s *pgstore.Store) {
+	t.Helper()
+	var want []int
+	for v := 1; v <= pgstore.LatestVersion(); v++ {
+		want = append(want, v)
+	}
+	if got := migrationRows(t, s); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("schema_migrations versions %v, want %v", got, want)
+	}
+}
+
+// TestCLIMigrateTwice: the second migrate finds nothing to do and says so.
+func TestCLIMigrateTwice(t *testing.T) {
+	t.Parallel()
+	schema, store := freshSchema(t)
+	cfg := writeConfig(t, e2eConfig{Topic: "t", Group: "g", Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	code, stdout, stderr := runCLI("migrate", "--config", cfg)
+	if code != exitOK || !strings.Contains(stdout, "applied 0001_") {
+		t.Fatalf("first migrate: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI("migrate", "--config", cfg)
+	if code != exitOK || !strings.Contains(stdout, "up to date") || strings.Contains(stdout, "applied") {
+		t.Fatalf("second migrate: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	wantAllMigrations(t, store)
+}
+
+// TestCLIMigrateConcurrently: four processes migrate a fresh schema at once;
+// all succeed and each migration is applied once.
+func TestCLIMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	schema, store := freshSchema(t)
+	cfg := writeConfig(t, e2eConfig{Topic: "t", Group: "g", Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	const n = 4
+	procs := make([]*proc, n)
+	for i := range procs {
+		procs[i] = start(t, fmt.Sprintf("migrate-%d", i), "migrate", "--config", cfg)
+	}
+	applied := 0
+	for _, p := range procs {
+		if code := p.wait(time.Minute); code != exitOK {
+			t.Errorf("%s exited %d\nstdout: %s\nstderr: %s", p.name, code, p.out.String(), p.log.String())
+		}
+		if strings.Contains(p.out.String(), "applied 0001_") {
+			applied++
+		}
+	}
+	if applied != 1 {
+		t.Errorf("%d processes say they applied the first migration, want exactly 1", applied)
+	}
+	wantAllMigrations(t, store)
+}

@@ -1,0 +1,10 @@
+// Package dlq owns what happens to parked work: re-drive and discard.
+//
+// Entries are written elsewhere, always in the same transaction as the
+// event that parks them: ingest parks poison records (decode,
+// missing_field, too_large) with the stored offset that moves past them
+// (I6); dispatch parks dead jobs (permanent, max_attempts) with their
+// final state; lanes park gap jobs of strict routes. This package never
+// deletes an entry without either turning it back into work or being
+// told to discard it, and never re-runs a job outside its lane's order.
+package dlq

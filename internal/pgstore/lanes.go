@@ -1,0 +1,206 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+var (
+	// ErrLeaseLost means the job is no longer held under the given token.
+	ErrLeaseLost = errors.New("lease lost: the job is no longer held under this token")
+	// ErrStale means the job's version is not newer than its lane's last
+	// applied version; the job was marked skipped instead of applied.
+	ErrStale = errors.New("stale version: not newer than the last applied version")
+	// ErrRecordEntry means a DLQ entry is a record that never became a
+	// job: it needs decoding again, not a state change.
+	ErrRecordEntry = errors.New("the entry is a record that never became a job")
+)
+
+// LaneSweepGaps retries promotion of strict lanes whose gap has waited
+// out its gap_timeout, so they park or proceed. Batched; every process
+// may run it.
+func (s *Store) LaneSweepGaps(ctx context.Context, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		SELECT lane_promote(route, key) FROM (
+			SELECT route, key FROM lanes
+			WHERE gap_since IS NOT NULL AND gap_since + gap_timeout <= now()
+			ORDER BY route, key LIMIT $1
+		) g`, limit)
+	return tag.RowsAffected(), err
+}
+
+// LaneBlocked counts lanes held by a dead head (on_dead: block), by route.
+func (s *Store) LaneBlocked(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT route, count(*) FROM lanes WHERE blocked GROUP BY route`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	var r string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&r, &n}, func() error { out[r] = n; return nil })
+	return out, err
+}
+
+// JobApply runs fn in a transaction that also completes the job, so that
+// a handler's own writes and the job's success commit together or not at
+// all (SPEC §8). The job must still be held under its token. For a
+// versioned lane whose last applied version is not older than the job's,
+// fn is not called, the job ends skipped and ErrStale is returned.
+func (s *Store) JobApply(ctx context.Context, job *workers.Job, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	var state, policy string
+	var last *int64
+	err = tx.QueryRow(ctx, `
+		SELECT j.state, coalesce(l.policy, 'none'), l.last_version
+		FROM jobs j LEFT JOIN lanes l ON j.lane AND l.route = j.route AND l.key = j.key
+		WHERE j.id = $1 AND j.token = $2
+		FOR UPDATE OF j`, job.ID, job.Token).Scan(&state, &policy, &last)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && state != "running") {
+		return ErrLeaseLost
+	}
+	if err != nil {
+		return err
+	}
+	// One job per lane runs at a time (I3), so last_version cannot move
+	// under us between this check and the commit.
+	if policy != "none" && last != nil && job.Version != nil && *job.Version <= *last {
+		if _, err := tx.Exec(ctx, `UPDATE jobs SET state = 'skipped', finished_at = now(), lease_expires_at = NULL,
+			last_error = 'version not newer than the last applied version' WHERE id = $1`, job.ID); err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		return ErrStale
+	}
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE jobs SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
+		WHERE id = $1`, job.ID); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// DLQRedrive puts a dead job back with fresh attempts: the blocked head
+// of a lane runs again in place; any other lane job rejoins its lane's
+// (version, offset) order; an unordered job is runnable at once. The DLQ
+// entry is removed in the same transaction. It returns the job id.
+func (s *Store) DLQRedrive(ctx context.Context, entryID int64) (int64, error) {
+	var jobID int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		id, err := lockEntry(ctx, tx, entryID)
+		if err != nil {
+			return err
+		}
+		var lane, head bool
+		var state string
+		err = tx.QueryRow(ctx, `
+			SELECT j.state, j.lane, coalesce(l.head_job_id = j.id, false)
+			FROM jobs j LEFT JOIN lanes l ON j.lane AND l.route = j.route AND l.key = j.key
+			WHERE j.id = $1 FOR UPDATE OF j`, id).Scan(&state, &lane, &head)
+		if err != nil {
+			return notFound(err)
+		}
+		if state != "dead" {
+			return ErrConflict
+		}
+		next := "queued"
+		if lane && !head {
+			next = "waiting"
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE jobs SET state = $2, attempts = 0, scheduled_at = now(), finished_at = NULL,
+				started_at = NULL, lease_expires_at = NULL
+			WHERE id = $1`, id, next); err != nil {
+			return err
+		}
+		if next == "waiting" {
+			if _, err := tx.Exec(ctx, `SELECT lane_promote(route, key) FROM jobs WHERE id = $1`, id); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM dlq_entries WHERE id = $1`, entryID); err != nil {
+			return err
+		}
+		jobID = id
+		return nil
+	})
+	return jobID, err
+}
+
+// DLQDiscard removes an entry for good. A dead job stays dead; if it was
+// blocking its lane, the lane moves on to its next job.
+func (s *Store) DLQDiscard(ctx context.Context, entryID int64) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		id, err := lockEntry(ctx, tx, entryID)
+		if err != nil && !errors.Is(err, ErrRecordEntry) {
+			return err
+		}
+		if err == nil {
+			if _, err := tx.Exec(ctx, `
+				WITH l AS (
+					UPDATE lanes l SET head_job_id = NULL, blocked = false
+					FROM jobs j
+					WHERE j.id = $1 AND j.lane AND l.route = j.route AND l.key = j.key AND l.head_job_id = j.id
+					RETURNING l.route, l.key
+				)
+				SELECT lane_promote(route, key) FROM l`, id); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM dlq_entries WHERE id = $1`, entryID)
+		return err
+	})
+}
+
+// DLQRedriveRecord turns a parked record into a job (decoded again by the
+// caller, e.g. after a route fix) and removes its entry, in one
+// transaction. An existing job with the same dedupe key wins (I2).
+func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob) (inserted bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := lockEntry(ctx, tx, entryID); !errors.Is(err, ErrRecordEntry) {
+			if err == nil {
+				return ErrConflict
+			}
+			return err
+		}
+		var res IngestResult
+		if err := insertJobs(ctx, tx, []NewJob{job}, &res); err != nil {
+			return err
+		}
+		inserted = res.Inserted == 1
+		if _, err := tx.Exec(ctx, `DELETE FROM dlq_entries WHERE id = $1`, entryID); err != nil {
+			return err
+		}
+		if len(res.Queues) > 0 {
+			_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.Channel(), res.Queues[0])
+			return err
+		}
+		return nil
+	})
+	return inserted, err
+}
+
+// lockEntry locks a DLQ entry and returns its job id, or ErrRecordEntry.
+func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64) (int64, error) {
+	var jobID *int64
+	err := tx.QueryRow(ctx, `SELECT job_id FROM dlq_entries WHERE id = $1 FOR UPDATE`, entryID).Scan(&jobID)
+	if err != nil {
+		return 0, notFound(err)
+	}
+	if jobID == nil {
+		return 0, ErrRecordEntry
+	}
+	return *jobID, nil
+}
