@@ -117,12 +117,12 @@ func TestHTTPTargetHeaders(t *testing.T) {
 	version := int64(17)
 	for _, tc := range []struct {
 		name string
-		job  Job
+		job  *Job
 		want http.Header
 	}{
 		{
 			name: "all fields",
-			job: Job{
+			job: &Job{
 				ID: 42, Kind: "order.created", Queue: "orders", Key: "customer-7",
 				Version: &version, Attempt: 3, Token: 9001,
 				Source: Source{Topic: "orders", Partition: 2, Offset: 1234},
@@ -155,7 +155,7 @@ func TestHTTPTargetHeaders(t *testing.T) {
 		},
 		{
 			name: "defaults and omissions",
-			job:  Job{ID: 5, Kind: "ping", Queue: "default", Attempt: 1},
+			job:  &Job{ID: 5, Kind: "ping", Queue: "default", Attempt: 1},
 			want: http.Header{
 				"Content-Type":       {"application/octet-stream"},
 				"Idempotency-Key":    {"5"},
@@ -170,7 +170,7 @@ func TestHTTPTargetHeaders(t *testing.T) {
 		},
 		{
 			name: "invalid names and values are skipped",
-			job: Job{
+			job: &Job{
 				ID: 6, Kind: "ping", Queue: "default", Key: "k\r\nX-Injected: 1", Attempt: 2,
 				Headers: []Header{
 					{Key: "content-type", Value: []byte("text/plain\r\nX-Injected: 1")},
@@ -203,7 +203,7 @@ func TestHTTPTargetHeaders(t *testing.T) {
 			srv, got := recordingServer(t)
 			target := newTestTarget(t, HTTPTargetConfig{URL: srv.URL})
 
-			if err := target.Handle(context.Background(), &tc.job); err != nil {
+			if err := target.Handle(context.Background(), tc.job); err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
 			h := (<-got).header

@@ -7,8 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 
+	"github.com/switchyard-dev/switchyard/dlq"
+	"github.com/switchyard-dev/switchyard/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
@@ -36,8 +40,11 @@ func parseID(what, s string) (int64, error) {
 }
 
 func notFoundAs(err error, what string, id int64) error {
-	if errors.Is(err, pgstore.ErrNotFound) {
+	switch {
+	case errors.Is(err, pgstore.ErrNotFound):
 		return fmt.Errorf("%s %d not found", what, id)
+	case errors.Is(err, pgstore.ErrConflict):
+		return fmt.Errorf("%s %d is not in a state that allows this", what, id)
 	}
 	return err
 }
@@ -48,6 +55,9 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, "usage: switchyard jobs get ID | jobs list [--state S] [--queue Q] [--key K] | jobs cancel ID\n\n`switchyard jobs <subcommand> --help` for flags.")
+		return nil
 	case "get", "cancel":
 		fs, cfgPath := newFlags("jobs "+sub, "jobs "+sub+" [--config FILE] ID", stderr)
 		if err := parseFlags(fs, args); err != nil {
@@ -111,10 +121,15 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("missing subcommand: list [--queue Q] | show ID")
+		return usagef("missing subcommand: list [--queue Q] | show ID | redrive ID|--all-matching FILTER | discard ID")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
+	case "redrive", "discard":
+		return runDLQAction(ctx, sub, args, stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, "usage: switchyard dlq list [--queue Q] | dlq show ID\n\n`switchyard dlq <subcommand> --help` for flags.")
+		return nil
 	case "show":
 		fs, cfgPath := newFlags("dlq show", "dlq show [--config FILE] ID", stderr)
 		if err := parseFlags(fs, args); err != nil {
@@ -161,7 +176,125 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return printJSON(stdout, map[string]any{"items": nonNilSlice(es)})
 	}
-	return usagef("unknown subcommand %q: want list or show", sub)
+	return usagef("unknown subcommand %q: want list, show, redrive or discard", sub)
+}
+
+// runDLQAction re-drives or discards one entry, or re-drives every entry
+// matching a filter such as "reason=max_attempts,queue=bulk".
+func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
+	synopsis := "dlq discard [--config FILE] ID"
+	if sub == "redrive" {
+		synopsis = "dlq redrive [--config FILE] ID | --all-matching reason=R,queue=Q,route=T"
+	}
+	fs, cfgPath := newFlags("dlq "+sub, synopsis, stderr)
+	matching := ""
+	if sub == "redrive" {
+		fs.StringVar(&matching, "all-matching", "", "re-drive every entry matching key=value[,key=value] (keys: reason, queue, route)")
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var filter pgstore.DLQFilter
+	var id int64
+	switch {
+	case matching != "" && fs.NArg() == 0:
+		f, err := parseDLQFilter(matching)
+		if err != nil {
+			return err
+		}
+		filter = f
+	case matching == "" && fs.NArg() == 1:
+		var err error
+		if id, err = parseID("entry id", fs.Arg(0)); err != nil {
+			return err
+		}
+	default:
+		return usagef("want exactly one entry id%s", map[bool]string{true: " or --all-matching", false: ""}[sub == "redrive"])
+	}
+	cfg, err := loadConfig(fs, *cfgPath, true)
+	if err != nil {
+		return err
+	}
+	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	var routes []*ingest.Route
+	for _, r := range cfg.Routes {
+		cr, err := ingest.CompileRoute(r)
+		if err != nil {
+			return err
+		}
+		routes = append(routes, cr)
+	}
+	svc := dlq.New(store, routes)
+	if sub == "discard" {
+		if err := svc.Discard(ctx, id); err != nil {
+			return notFoundAs(err, "DLQ entry", id)
+		}
+		fmt.Fprintf(stdout, "discarded DLQ entry %d\n", id)
+		return nil
+	}
+	if id != 0 {
+		jobID, err := svc.Redrive(ctx, id)
+		if err != nil {
+			return notFoundAs(err, "DLQ entry", id)
+		}
+		fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d\n", id, jobID)
+		return nil
+	}
+	// Re-drive page by page; entries leave the list as they are re-driven,
+	// so keyset pagination on id never revisits one.
+	filter.Limit = 500
+	var done, failed int
+	for {
+		es, err := store.DLQList(ctx, filter)
+		if err != nil {
+			return err
+		}
+		for _, e := range es {
+			filter.After = e.ID
+			if _, err := svc.Redrive(ctx, e.ID); err != nil {
+				failed++
+				fmt.Fprintf(stderr, "DLQ entry %d: %v\n", e.ID, err)
+				continue
+			}
+			done++
+		}
+		if len(es) < filter.Limit {
+			break
+		}
+	}
+	fmt.Fprintf(stdout, "re-drove %d entries, %d failed\n", done, failed)
+	if failed > 0 {
+		return fmt.Errorf("%d entries could not be re-driven", failed)
+	}
+	return nil
+}
+
+func parseDLQFilter(s string) (pgstore.DLQFilter, error) {
+	var f pgstore.DLQFilter
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || v == "" {
+			return f, usagef("--all-matching: %q is not key=value", part)
+		}
+		switch k {
+		case "reason":
+			if !slices.Contains(dlq.Reasons, v) {
+				return f, usagef("--all-matching: reason %q is not one of %s", v, strings.Join(dlq.Reasons, ", "))
+			}
+			f.Reason = v
+		case "queue":
+			f.Queue = v
+		case "route":
+			f.Route = v
+		default:
+			return f, usagef("--all-matching: unknown key %q (want reason, queue or route)", k)
+		}
+	}
+	return f, nil
 }
 
 func nonNilSlice[T any](s []T) []T {

@@ -1,0 +1,65 @@
+// Package lanes documents and tests per-key lanes: in an ordered route,
+// one job per key runs at a time, across every pool and process, and jobs
+// of a key start in (version, then offset) order (I3). Different keys run
+// in parallel up to the queue's concurrency, whatever the partition count.
+//
+// The mechanism lives in Postgres (migration 0002_lanes.sql), because
+// that is where every process already serialises; this package holds no
+// runtime code and must never grow a second, in-memory notion of a lane.
+//
+// # Tables
+//
+// Jobs of an ordered route are inserted with lane = true and state
+// 'waiting'. A row in lanes (route, key) holds the lane's policy (none,
+// newer, strict), on_dead, gap settings, last_version (the last applied
+// version) and head_job_id: the lane's one job that is queued, running,
+// retrying — or dead and blocking. A lane without a head is idle.
+//
+// # Promotion, and why the claim query never looks at lanes
+//
+// lane_promote(route, key) makes the lowest (version, offset) waiting job
+// of an idle lane its head by setting it 'queued'. Stale versions met on
+// the way become 'skipped' (never delivered); a strict lane facing a
+// version gap records gap_since and holds until gap_timeout, then parks
+// the job (DLQ reason gap) or proceeds. Because at most one job per lane
+// is ever runnable, the claim query is the same partial-index SKIP LOCKED
+// query as for unordered jobs: it scans no lanes and no waiting jobs, so a
+// lane with thousands of queued jobs costs a claim nothing, and a hot key
+// can never hold more than one worker.
+//
+// Promotion happens exactly where a lane changes:
+//   - in the ingest transaction, for every lane that received jobs and has
+//     no head;
+//   - in the transaction that ends a head — completion, rescue of an
+//     expired lease, cancel, expiry, ordering.Apply — by the AFTER UPDATE
+//     trigger jobs_lane_advance, so no code path can forget it. The trigger
+//     clears the head (recording the version as applied when it
+//     succeeded; strict lanes also consume the version of a dead head),
+//     or marks the lane blocked when the head died under on_dead: block;
+//   - by the gap sweeper (dispatch's rescuer) for strict lanes whose gap
+//     timed out;
+//   - on DLQ re-drive (a blocked head runs again in place; another dead
+//     job rejoins its lane's order as waiting) and discard (a blocked lane
+//     moves on).
+//
+// # Why it is correct under concurrency
+//
+// Every promotion runs with the lane's row locked (SELECT … FOR UPDATE in
+// lane_promote; ingest locks its lanes first with INSERT … ON CONFLICT DO
+// UPDATE in (route, key) order, so two ingest batches sharing lanes
+// cannot deadlock). Under that lock, head_job_id is read and set, so two
+// transactions can never both promote in one lane: the second waits for
+// the first to commit, then sees the new head and does nothing. A head
+// that ends commits its end and the next promotion together, so a crash
+// between them cannot leave a lane with two heads or with none while jobs
+// wait. Lock order is always "job row, then lane row" for a head's end,
+// and "lane row, then waiting job rows" for promotion; a head is never a
+// waiting row, so the two orders never meet on one pair of rows. The
+// trigger reads the lane without a lock first and returns at once for a
+// job that is not the head, which keeps cancelling a waiting job from
+// ever waiting on a lane lock.
+//
+// Two processes may still both believe they run a head after a lease
+// expiry; that is I4's business: the fencing token rejects the stale
+// holder's completion, so the lane advances exactly once.
+package lanes
