@@ -56,6 +56,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// KafkaOpts are extra franz-go options (TLS, SASL, tuning).
 	KafkaOpts []kgo.Opt
+	// OAuthToken supplies OAUTHBEARER tokens when kafka.sasl.mechanism is
+	// OAUTHBEARER; it wins over kafka.sasl.token_file.
+	OAuthToken ingest.OAuthTokenFunc
 	// ResetOffsets allows resuming from Kafka's committed offsets when
 	// Postgres has none stored (see ingest.Config.ResetOffsets).
 	ResetOffsets bool
@@ -286,9 +289,13 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 }
 
 func (e *Engine) startIngest(ctx context.Context) error {
+	kopts, err := ingest.ClientOpts(e.cfg.Kafka, e.opts.OAuthToken)
+	if err != nil {
+		return err
+	}
 	ic := ingest.Config{Brokers: e.cfg.Kafka.Brokers, Group: e.cfg.Kafka.Group, ClientID: e.cfg.Kafka.ClientID,
 		Reset: e.cfg.Kafka.Reset, MaxPollRecords: e.cfg.Kafka.FetchMaxRecords,
-		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts, Routes: e.compiled}
+		ResetOffsets: e.opts.ResetOffsets, Opts: append(kopts, e.opts.KafkaOpts...), Routes: e.compiled}
 	c, err := ingest.New(ic, e.store, e.log, e.metrics)
 	if err != nil {
 		return err

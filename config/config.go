@@ -37,6 +37,38 @@ type Kafka struct {
 	Reset string `yaml:"reset"`
 	// FetchMaxRecords caps records per poll. Defaults to 10000.
 	FetchMaxRecords int `yaml:"fetch_max_records"`
+	// TLS, when present, encrypts broker connections.
+	TLS *KafkaTLS `yaml:"tls"`
+	// SASL, when present, authenticates to the brokers.
+	SASL *KafkaSASL `yaml:"sasl"`
+}
+
+// KafkaTLS configures TLS to the brokers. All files are PEM. An empty
+// block (tls: {}) means TLS with the system roots.
+type KafkaTLS struct {
+	// CAFile replaces the system roots. Defaults to the system roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a client certificate for mutual TLS; both
+	// or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName overrides the name checked in the broker's certificate.
+	ServerName string `yaml:"server_name"`
+}
+
+// KafkaSASL configures SASL authentication.
+type KafkaSASL struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER.
+	Mechanism string `yaml:"mechanism"`
+	// Username for PLAIN and SCRAM.
+	Username string `yaml:"username"`
+	// Password for PLAIN and SCRAM; SWITCHYARD_KAFKA_SASL_PASSWORD wins.
+	// Never logged.
+	Password string `yaml:"password"`
+	// TokenFile holds the OAUTHBEARER token, read again at every
+	// authentication so that an external refresher can rotate it. Go
+	// embedders may pass a token hook instead (Options.OAuthToken).
+	TokenFile string `yaml:"token_file"`
 }
 
 // Postgres configures the database.

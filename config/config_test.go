@@ -173,6 +173,21 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`line 3: queues.bulk: unknown key "concurency"`, "known keys: concurrency, lease"},
 		},
 		{
+			name: "sasl without credentials",
+			yaml: strings.Replace(base, `kafka: {brokers: ["k:9092"]}`, `kafka: {brokers: ["k:9092"], sasl: {mechanism: SCRAM-SHA-256}}`, 1) + goRoute,
+			want: []string{"kafka.sasl.username: required for SCRAM-SHA-256", "kafka.sasl.password: required"},
+		},
+		{
+			name: "unknown sasl mechanism",
+			yaml: strings.Replace(base, `kafka: {brokers: ["k:9092"]}`, `kafka: {brokers: ["k:9092"], sasl: {mechanism: GSSAPI}}`, 1) + goRoute,
+			want: []string{"kafka.sasl.mechanism"},
+		},
+		{
+			name: "tls cert without key",
+			yaml: strings.Replace(base, `kafka: {brokers: ["k:9092"]}`, `kafka: {brokers: ["k:9092"], tls: {cert_file: c.pem}}`, 1) + goRoute,
+			want: []string{"kafka.tls: cert_file and key_file go together"},
+		},
+		{
 			name: "bad duration",
 			yaml: "queues:\n  bulk: {lease: 5 minutes}\n",
 			want: []string{`line 2: queues.bulk.lease: bad duration "5 minutes": time: unknown unit`},

@@ -17,6 +17,8 @@ const (
 	EnvDatabaseURL  = "SWITCHYARD_DATABASE_URL"
 	EnvKafkaBrokers = "SWITCHYARD_KAFKA_BROKERS"
 	EnvAdminToken   = "SWITCHYARD_ADMIN_TOKEN"
+	// EnvKafkaSASLPassword applies when the file has a kafka.sasl block.
+	EnvKafkaSASLPassword = "SWITCHYARD_KAFKA_SASL_PASSWORD"
 )
 
 // Load reads the YAML file at path (none when path is ""), applies the
@@ -112,6 +114,10 @@ func applyEnv(cfg *Config, env func(string) string) (map[string]string, error) {
 		}
 		cfg.Kafka.Brokers = brokers
 		fromEnv["kafka.brokers"] = EnvKafkaBrokers
+	}
+	if v := env(EnvKafkaSASLPassword); v != "" && cfg.Kafka.SASL != nil {
+		cfg.Kafka.SASL.Password = v
+		fromEnv["kafka.sasl.password"] = EnvKafkaSASLPassword
 	}
 	if v := strings.TrimSpace(env(EnvAdminToken)); v != "" {
 		cfg.HTTP.Token = v

@@ -88,6 +88,21 @@ func (c *Config) validateKafka(p *problems) {
 		}
 	}
 	p.oneOf("kafka.reset", c.Kafka.Reset, "earliest", "latest")
+	if t := c.Kafka.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
+		p.add("kafka.tls", "cert_file and key_file go together: set both or neither")
+	}
+	if s := c.Kafka.SASL; s != nil {
+		p.oneOf("kafka.sasl.mechanism", s.Mechanism, "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+		switch s.Mechanism {
+		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+			if s.Username == "" {
+				p.add("kafka.sasl.username", "required for %s", s.Mechanism)
+			}
+			if s.Password == "" {
+				p.add("kafka.sasl.password", "required for %s: set it or %s", s.Mechanism, EnvKafkaSASLPassword)
+			}
+		}
+	}
 	if c.Kafka.FetchMaxRecords < 1 {
 		p.add("kafka.fetch_max_records", "must be at least 1")
 	}

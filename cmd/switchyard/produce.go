@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/ingest"
 )
 
 // headerFlags collects repeated --header k=v flags.
@@ -50,11 +53,15 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		value = b
 	}
-	brokers, err := kafkaBrokers(fs, *cfgPath)
+	kcfg, err := kafkaConfig(fs, *cfgPath)
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.AllowAutoTopicCreation())
+	opts, err := ingest.ClientOpts(kcfg, nil)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.AllowAutoTopicCreation())...)
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
 	}
@@ -74,9 +81,9 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-// kafkaBrokers reads the brokers from the config, or from
+// kafkaConfig reads the kafka block of the config, or the brokers from
 // SWITCHYARD_KAFKA_BROKERS alone when no config file is there.
-func kafkaBrokers(fs *flag.FlagSet, cfgPath string) ([]string, error) {
+func kafkaConfig(fs *flag.FlagSet, cfgPath string) (config.Kafka, error) {
 	if _, err := os.Stat(cfgPath); !configNamed(fs) && errors.Is(err, os.ErrNotExist) {
 		var bs []string
 		for _, b := range strings.Split(os.Getenv("SWITCHYARD_KAFKA_BROKERS"), ",") {
@@ -85,13 +92,13 @@ func kafkaBrokers(fs *flag.FlagSet, cfgPath string) ([]string, error) {
 			}
 		}
 		if len(bs) == 0 {
-			return nil, usagef("kafka.brokers: not set: pass --config or set SWITCHYARD_KAFKA_BROKERS")
+			return config.Kafka{}, usagef("kafka.brokers: not set: pass --config or set SWITCHYARD_KAFKA_BROKERS")
 		}
-		return bs, nil
+		return config.Kafka{Brokers: bs, ClientID: "switchyard"}, nil
 	}
 	cfg, err := loadConfig(fs, cfgPath, false)
 	if err != nil {
-		return nil, err
+		return config.Kafka{}, err
 	}
-	return cfg.Kafka.Brokers, nil
+	return cfg.Kafka, nil
 }
