@@ -16,7 +16,8 @@ import (
 )
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("migrate", "migrate [--config FILE]", stderr)
+	fs, cfgPath := newFlags("migrate", "migrate [--config FILE] [--grant-runtime ROLE]", stderr)
+	grantTo := fs.String("grant-runtime", "", "after migrating, grant ROLE the DML-only privileges `switchyard run` needs")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -41,6 +42,12 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	for _, name := range applied {
 		fmt.Fprintf(stdout, "applied %s to schema %s\n", name, cfg.Postgres.Schema)
+	}
+	if *grantTo != "" {
+		if err := store.GrantRuntime(ctx, *grantTo); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "granted runtime privileges on schema %s to %s\n", cfg.Postgres.Schema, *grantTo)
 	}
 	return nil
 }

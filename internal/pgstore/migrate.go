@@ -134,3 +134,29 @@ func (s *Store) DropSchema(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{s.schema}.Sanitize()+` CASCADE`)
 	return err
 }
+
+// GrantRuntime gives role exactly what `switchyard run` needs: DML on the
+// schema's tables, use of its sequences and functions, and nothing that
+// changes the schema. Run it as the migration role after Migrate (again
+// after each upgrade, so new tables are covered).
+func (s *Store) GrantRuntime(ctx context.Context, role string) error {
+	if !ValidSchema(role) {
+		return fmt.Errorf("role %q: want a lower-case identifier ([a-z_][a-z0-9_]*)", role)
+	}
+	schema, r := pgx.Identifier{s.schema}.Sanitize(), pgx.Identifier{role}.Sanitize()
+	// Identifiers are allow-listed above and quoted; GRANT takes no
+	// parameters.
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, stmt := range []string{
+			`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + r,
+			`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + r,
+			`GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA ` + schema + ` TO ` + r,
+			`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ` + schema + ` TO ` + r,
+		} {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("grant runtime privileges to %s: %w", role, err)
+			}
+		}
+		return nil
+	})
+}
