@@ -85,6 +85,7 @@ func (s *Server) routes() http.Handler {
 		{"POST", "/v1/dlq/{id}/redrive", s.dlqRedrive},
 		{"POST", "/v1/dlq/{id}/discard", s.dlqDiscard},
 		{"GET", "/v1/queues", s.queueList},
+		{"GET", "/v1/openapi.json", s.openapi},
 		{"POST", "/v1/queues/{queue}/jobs", notImplemented},
 	}
 	mux := http.NewServeMux()
