@@ -271,7 +271,11 @@ func (e *Engine) kafkaReady(ctx context.Context) error {
 }
 
 func (e *Engine) startDispatch(ctx context.Context) error {
-	dc := dispatch.Config{Resolve: e.resolve, Grace: e.cfg.ShutdownGrace.D(), Backoff: map[string]dispatch.Backoff{}}
+	dc := dispatch.Config{Resolve: e.resolve, Grace: e.cfg.ShutdownGrace.D(), Backoff: map[string]dispatch.Backoff{},
+		Retention: map[string]time.Duration{}}
+	for state, keep := range e.cfg.Retention {
+		dc.Retention[state] = keep.D()
+	}
 	for _, name := range e.cfg.QueueNames() {
 		q := e.cfg.Queues[name]
 		dc.Queues = append(dc.Queues, dispatch.Queue{Name: name, Concurrency: q.Concurrency,

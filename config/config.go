@@ -21,6 +21,11 @@ type Config struct {
 	// ShutdownGrace is how long in-flight jobs may run after SIGTERM before
 	// they are cancelled and released. Defaults to 30s.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
+	// Retention is how long finished jobs are kept, by final state
+	// (succeeded, skipped, cancelled, expired, dead); 0 keeps them forever.
+	// It is also the dedupe window against replays. Defaults to 168h for
+	// every state but dead, which is kept until its DLQ entry is handled.
+	Retention map[string]Duration `yaml:"retention"`
 }
 
 // Kafka configures the consumer.

@@ -160,7 +160,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "unknown top-level key",
 			yaml: base + goRoute + "quues: {}\n",
-			want: []string{`line 8: unknown key "quues" (known keys: kafka, postgres, http, queues, routes, schedules, shutdown_grace)`},
+			want: []string{`line 8: unknown key "quues" (known keys: kafka, postgres, http, queues, routes, schedules, shutdown_grace, retention)`},
 		},
 		{
 			name: "unknown nested key",

@@ -12,6 +12,7 @@ const (
 	defaultSchema          = "switchyard"
 	defaultListen          = "127.0.0.1:8080"
 	defaultShutdownGrace   = 30 * time.Second
+	defaultRetention       = 7 * 24 * time.Hour
 
 	defaultConcurrency  = 4
 	defaultLease        = 30 * time.Second
@@ -45,6 +46,14 @@ func (c *Config) SetDefaults() {
 	setDefault(&c.Postgres.Schema, defaultSchema)
 	setDefault(&c.HTTP.Listen, defaultListen)
 	setDefault(&c.ShutdownGrace, Duration(defaultShutdownGrace))
+	if c.Retention == nil {
+		c.Retention = map[string]Duration{}
+	}
+	for _, st := range []string{"succeeded", "skipped", "cancelled", "expired"} {
+		if _, set := c.Retention[st]; !set {
+			c.Retention[st] = Duration(defaultRetention)
+		}
+	}
 
 	for name, q := range c.Queues {
 		setDefault(&q.Concurrency, defaultConcurrency)

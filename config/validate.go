@@ -53,6 +53,11 @@ func (c *Config) Validate() error {
 	if c.ShutdownGrace <= 0 {
 		p.add("shutdown_grace", "must be positive")
 	}
+	for st := range c.Retention {
+		if !slices.Contains([]string{"succeeded", "skipped", "cancelled", "expired", "dead"}, st) {
+			p.add("retention."+st, "not a final state: want succeeded, skipped, cancelled, expired or dead")
+		}
+	}
 	c.validateQueues(&p)
 	c.validateRoutes(&p)
 	c.validateSchedules(&p)

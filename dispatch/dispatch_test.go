@@ -288,3 +288,33 @@ func TestBackoffIsFullJitterWithinBounds(t *testing.T) {
 		t.Fatalf("Retry-After not capped by max: %s", got)
 	}
 }
+
+// Finished jobs past their retention leave the table; a dead job whose
+// DLQ entry is still open stays; runnable jobs are never touched.
+func TestPruneRespectsRetention(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 4, 1)
+	ctx := context.Background()
+	jobs, err := store.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 3, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("claim %d, %v", len(jobs), err)
+	}
+	_, err = store.JobComplete(ctx, []pgstore.Outcome{
+		{ID: jobs[0].ID, Token: jobs[0].Token, State: "succeeded"},
+		{ID: jobs[1].ID, Token: jobs[1].Token, State: "succeeded"},
+		{ID: jobs[2].ID, Token: jobs[2].Token, State: "dead", Reason: "permanent", Error: "x"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET finished_at = now() - interval '2 hours' WHERE id <> $1`, jobs[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	d := &Dispatcher{store: store, jobCtx: ctx, log: zaptest.NewLogger(t),
+		cfg: Config{Retention: map[string]time.Duration{"succeeded": time.Hour, "dead": time.Hour}}}
+	d.prune()
+	if s := states(t, store); s["succeeded"] != 1 || s["dead"] != 1 || s["queued"] != 1 {
+		t.Fatalf("after prune: %v, want the recent success, the dead job with its DLQ entry, and the queued job", s)
+	}
+}

@@ -43,6 +43,9 @@ type Config struct {
 	Resolve func(*workers.Job) (workers.Handler, error)
 	// Grace is how long in-flight jobs may finish after Stop. Defaults to 30s.
 	Grace time.Duration
+	// Retention is how long finished jobs are kept, by final state;
+	// states not listed (or 0) are kept forever.
+	Retention map[string]time.Duration
 	// RescueInterval is how often expired leases are looked for.
 	// Defaults to a third of the shortest lease, at most 5s.
 	RescueInterval time.Duration
@@ -153,15 +156,21 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	return nil
 }
 
-// rescue periodically returns expired leases to their queue.
+// rescue periodically returns expired leases to their queue, sweeps
+// timed-out lane gaps, and prunes finished jobs past their retention.
 func (d *Dispatcher) rescue() {
 	t := time.NewTicker(d.cfg.RescueInterval)
 	defer t.Stop()
+	var lastPrune time.Time
 	for {
 		select {
 		case <-d.stopClaim:
 			return
 		case <-t.C:
+		}
+		if time.Since(lastPrune) > pruneEvery {
+			lastPrune = time.Now()
+			d.prune()
 		}
 		ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
 		rescued, dead, expired, err := d.store.JobRescue(ctx, 1000)
@@ -177,6 +186,34 @@ func (d *Dispatcher) rescue() {
 			d.log.Info("rescued expired leases", zap.Int64("retrying", rescued), zap.Int64("dead", dead), zap.Int64("expired", expired))
 			for _, p := range d.pools {
 				p.wake()
+			}
+		}
+	}
+}
+
+const (
+	pruneEvery = 30 * time.Second
+	pruneBatch = 5000
+	// pruneMaxBatches bounds one sweep so that a backlog of history is
+	// worked off over several sweeps instead of holding the rescuer.
+	pruneMaxBatches = 20
+)
+
+func (d *Dispatcher) prune() {
+	for state, keep := range d.cfg.Retention {
+		if keep <= 0 {
+			continue
+		}
+		for range pruneMaxBatches {
+			ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
+			n, err := d.store.JobPrune(ctx, state, keep, pruneBatch)
+			cancel()
+			if err != nil {
+				d.log.Warn("pruning finished jobs failed", zap.String("state", state), zap.Error(err))
+				return
+			}
+			if n < pruneBatch {
+				break
 			}
 		}
 	}

@@ -248,3 +248,19 @@ func (s *Store) JobCancel(ctx context.Context, id int64) error {
 	}
 	return nil
 }
+
+// JobPrune deletes up to limit jobs that finished in state before the
+// given age, oldest first. Dead jobs with a DLQ entry are kept: the entry
+// is the operator's to re-drive or discard. Deleting a job frees its
+// dedupe key, so the retention of a state is also the window in which a
+// replay is deduplicated against it.
+func (s *Store) JobPrune(ctx context.Context, state string, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM jobs WHERE id IN (
+			SELECT j.id FROM jobs j
+			WHERE j.state = $1 AND j.finished_at < now() - $2::bigint * interval '1 millisecond'
+			  AND NOT EXISTS (SELECT 1 FROM dlq_entries d WHERE d.job_id = j.id)
+			ORDER BY j.finished_at LIMIT $3
+			FOR UPDATE SKIP LOCKED)`, state, olderThan.Milliseconds(), limit)
+	return tag.RowsAffected(), err
+}
