@@ -110,8 +110,12 @@ routes:
 			[]string{"-header", `"novalue"`}},
 	}
 	// --help on every verb and subcommand prints its usage and exits 0.
-	for _, verb := range [][]string{{"migrate"}, {"run"}, {"dev"}, {"produce"}, {"jobs"}, {"jobs", "get"},
-		{"jobs", "list"}, {"jobs", "cancel"}, {"dlq"}, {"dlq", "list"}, {"dlq", "show"}} {
+	helps := [][]string{{"jobs", "get"}, {"jobs", "list"}, {"jobs", "cancel"},
+		{"dlq", "list"}, {"dlq", "show"}, {"dlq", "redrive"}, {"dlq", "discard"}}
+	for name := range verbs() {
+		helps = append(helps, []string{name})
+	}
+	for _, verb := range helps {
 		cases = append(cases, struct {
 			name string
 			args []string

@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,11 +60,12 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: go build: %v\n%s", err, out)
 		return 1
 	}
+	before := goleak.IgnoreCurrent()
 	code := m.Run()
 	if code == 0 {
 		// Only in-process work (the CLI table test, test clients, the
 		// recording targets) runs in this process; all of it must be gone.
-		if err := goleak.Find(goleak.IgnoreCurrent()); err != nil {
+		if err := goleak.Find(before); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: leaked goroutines:", err)
 			return 1
 		}
@@ -82,6 +84,11 @@ type call struct {
 	Key     string
 	Source  string // topic/partition/offset
 	Body    []byte
+}
+
+func (c call) String() string {
+	return fmt.Sprintf("{job %d attempt %d token %d key %q source %s body %q}",
+		c.JobID, c.Attempt, c.Token, c.Key, c.Source, c.Body)
 }
 
 // behaviour decides the answer to one request. It may block (on a test's
@@ -337,9 +344,6 @@ func (p *proc) waitLog(within time.Duration, s string) {
 	})
 }
 
-// waitRunning waits for the "switchyard running" log line.
-func (p *proc) waitRunning() { p.t.Helper(); p.waitLog(30*time.Second, "switchyard running") }
-
 // ---------------------------------------------------------------------
 // Checks from the outside.
 
@@ -502,12 +506,15 @@ func evictMembers(t *testing.T, group string, dead *proc) {
 		m.Reason = &reason
 		req.Members = append(req.Members, m)
 	}
+	// Failing to evict only costs time (the sessions then expire), so it
+	// is logged, not fatal. UNKNOWN_MEMBER_ID and GROUP_ID_NOT_FOUND mean
+	// the members are gone already, as wanted.
 	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatalf("leave group %s: %v", group, err)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
 	}
-	// UNKNOWN_MEMBER_ID means the member is already gone, as wanted.
-	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil && err != kerr.UnknownMemberID {
-		t.Fatalf("leave group %s: %v", group, err)
+	if err != nil && !errors.Is(err, kerr.UnknownMemberID) && !errors.Is(err, kerr.GroupIDNotFound) {
+		t.Logf("evicting the members of %s from group %s failed (their sessions will expire instead): %v",
+			dead.name, group, err)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -123,7 +125,7 @@ func TestFaultKill9WhileProducing(t *testing.T) {
 	// A little work per job, so that kills find jobs in flight.
 	tg.setBehaviour(func(r *http.Request, _ call) int {
 		select {
-		case <-time.After(rand.N(20 * time.Millisecond)):
+		case <-time.After(rand.N(60 * time.Millisecond)):
 		case <-r.Context().Done():
 		}
 		return 0
@@ -135,41 +137,42 @@ func TestFaultKill9WhileProducing(t *testing.T) {
 
 	// Spread the records over about the time the kill cycles take.
 	tick := time.Duration(cycles) * time.Second / (records / burst)
-	type result struct {
-		recs []producedRec
-		err  error
-	}
 	stop := make(chan struct{})
-	produced := make(chan result, 1)
+	var stopOnce sync.Once
+	stopProducer := func() { stopOnce.Do(func() { close(stop) }) }
+	done := make(chan struct{})
+	var recs []producedRec
+	var produceErr error
 	brokers := testenv.Brokers(t)
 	go func() {
-		recs, err := produceInBursts(topic, brokers, partitions, records, burst, tick, stop)
-		produced <- result{recs, err}
+		defer close(done)
+		recs, produceErr = produceInBursts(topic, brokers, partitions, records, burst, tick, stop)
 	}()
-	stopProducer := func() { close(stop); <-produced }
+	t.Cleanup(func() { stopProducer(); <-done })
 
 	p := startRun(t, "run-0", cfg)
+	consuming := 0 // kills of a process that had been assigned partitions
 	for i := 1; i <= cycles; i++ {
 		select {
 		case <-time.After(300*time.Millisecond + rand.N(1200*time.Millisecond)):
 		case <-p.done:
-			stopProducer()
 			t.Fatalf("%s exited by itself with code %d", p.name, p.code)
 		}
 		p.kill()
+		if strings.Contains(p.log.String(), "new group session begun") {
+			consuming++
+		}
 		checkStoredPrefix(t, store, group, topic)
 		evictMembers(t, group, p)
 		p = startRun(t, fmt.Sprintf("run-%d", i), cfg)
 	}
-	var res result
 	select {
-	case res = <-produced:
+	case <-done:
 	case <-time.After(2 * time.Minute):
-		stopProducer()
 		t.Fatal("the producer did not finish within 2m")
 	}
-	if res.err != nil {
-		t.Fatalf("produce: %v", res.err)
+	if produceErr != nil {
+		t.Fatalf("produce: %v", produceErr)
 	}
 
 	// The last process drains everything.
@@ -217,7 +220,7 @@ func TestFaultKill9WhileProducing(t *testing.T) {
 		callsByJob[c.JobID] = append(callsByJob[c.JobID], c)
 	}
 	redelivered, extra := 0, 0
-	for _, r := range res.recs {
+	for _, r := range recs {
 		j, ok := bySource[src{r.partition, r.offset}]
 		if !ok {
 			t.Errorf("I1: record %s at %d/%d has no job row", r.id, r.partition, r.offset)
@@ -245,11 +248,11 @@ func TestFaultKill9WhileProducing(t *testing.T) {
 			extra += len(calls) - 1
 		}
 	}
-	if len(res.recs) != records {
-		t.Errorf("produced %d records, want %d", len(res.recs), records)
+	if len(recs) != records {
+		t.Errorf("produced %d records, want %d", len(recs), records)
 	}
-	t.Logf("%d kill cycles: %d records, %d jobs; %d jobs delivered more than once (%d extra deliveries)",
-		cycles, len(res.recs), len(rows), redelivered, extra)
+	t.Logf("%d kill cycles (%d of a consuming process): %d records, %d jobs; %d jobs delivered more than once (%d extra deliveries)",
+		cycles, consuming, len(recs), len(rows), redelivered, extra)
 }
 
 // TestFaultJobKillsWorker checks I5: a job whose every attempt kills its

@@ -128,7 +128,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case "redrive", "discard":
 		return runDLQAction(ctx, sub, args, stdout, stderr)
 	case "-h", "-help", "--help", "help":
-		fmt.Fprintln(stdout, "usage: switchyard dlq list [--queue Q] | dlq show ID\n\n`switchyard dlq <subcommand> --help` for flags.")
+		fmt.Fprintln(stdout, "usage: switchyard dlq list [--queue Q] | dlq show ID | dlq redrive ID|--all-matching FILTER | dlq discard ID\n\n`switchyard dlq <subcommand> --help` for flags.")
 		return nil
 	case "show":
 		fs, cfgPath := newFlags("dlq show", "dlq show [--config FILE] ID", stderr)
