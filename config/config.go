@@ -42,6 +42,14 @@ type Kafka struct {
 	Reset string `yaml:"reset"`
 	// FetchMaxRecords caps records per poll. Defaults to 10000.
 	FetchMaxRecords int `yaml:"fetch_max_records"`
+	// SessionTimeout is how long the group waits for a silent member
+	// (a crashed process) before handing its partitions to others.
+	// Defaults to 10s; the broker bounds it (group.min.session.timeout.ms).
+	SessionTimeout Duration `yaml:"session_timeout"`
+	// InstanceID enables static membership: a restarted process with the
+	// same id takes its partitions back without a rebalance. Unique per
+	// process; SWITCHYARD_KAFKA_INSTANCE_ID wins. Defaults to none.
+	InstanceID string `yaml:"instance_id"`
 	// TLS, when present, encrypts broker connections.
 	TLS *KafkaTLS `yaml:"tls"`
 	// SASL, when present, authenticates to the brokers.

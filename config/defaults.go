@@ -8,6 +8,7 @@ const (
 	defaultClientID        = "switchyard"
 	defaultReset           = "earliest"
 	defaultFetchMaxRecords = 10000
+	defaultSessionTimeout  = 10 * time.Second
 	defaultMaxConns        = 20
 	defaultSchema          = "switchyard"
 	defaultListen          = "127.0.0.1:8080"
@@ -42,6 +43,7 @@ func (c *Config) SetDefaults() {
 	setDefault(&c.Kafka.ClientID, defaultClientID)
 	setDefault(&c.Kafka.Reset, defaultReset)
 	setDefault(&c.Kafka.FetchMaxRecords, defaultFetchMaxRecords)
+	setDefault(&c.Kafka.SessionTimeout, Duration(defaultSessionTimeout))
 	setDefault(&c.Postgres.MaxConns, defaultMaxConns)
 	setDefault(&c.Postgres.Schema, defaultSchema)
 	setDefault(&c.HTTP.Listen, defaultListen)

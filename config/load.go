@@ -19,6 +19,8 @@ const (
 	EnvAdminToken   = "SWITCHYARD_ADMIN_TOKEN"
 	// EnvKafkaSASLPassword applies when the file has a kafka.sasl block.
 	EnvKafkaSASLPassword = "SWITCHYARD_KAFKA_SASL_PASSWORD"
+	// EnvKafkaInstanceID is per process, so it rarely belongs in a shared file.
+	EnvKafkaInstanceID = "SWITCHYARD_KAFKA_INSTANCE_ID"
 )
 
 // Load reads the YAML file at path (none when path is ""), applies the
@@ -114,6 +116,10 @@ func applyEnv(cfg *Config, env func(string) string) (map[string]string, error) {
 		}
 		cfg.Kafka.Brokers = brokers
 		fromEnv["kafka.brokers"] = EnvKafkaBrokers
+	}
+	if v := strings.TrimSpace(env(EnvKafkaInstanceID)); v != "" {
+		cfg.Kafka.InstanceID = v
+		fromEnv["kafka.instance_id"] = EnvKafkaInstanceID
 	}
 	if v := env(EnvKafkaSASLPassword); v != "" && cfg.Kafka.SASL != nil {
 		cfg.Kafka.SASL.Password = v

@@ -93,6 +93,9 @@ func (c *Config) validateKafka(p *problems) {
 		}
 	}
 	p.oneOf("kafka.reset", c.Kafka.Reset, "earliest", "latest")
+	if c.Kafka.SessionTimeout < Duration(time.Second) || c.Kafka.SessionTimeout > Duration(30*time.Minute) {
+		p.add("kafka.session_timeout", "%s is outside 1s..30m", c.Kafka.SessionTimeout)
+	}
 	if t := c.Kafka.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
 		p.add("kafka.tls", "cert_file and key_file go together: set both or neither")
 	}

@@ -18,7 +18,9 @@ type completer struct {
 	metrics *metrics.Metrics
 	in      chan pending
 	done    chan struct{}
-	once    sync.Once
+
+	mu     sync.RWMutex
+	closed bool
 }
 
 type pending struct {
@@ -37,14 +39,27 @@ func newCompleter(store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) *co
 
 func (c *completer) start() { go c.run() }
 
+// submit queues an outcome. After stop, the outcome is dropped: only a
+// handler that outlived shutdown can get here, and its lease expiring
+// hands the job to the rescuer.
 func (c *completer) submit(o pgstore.Outcome, then func(applied bool)) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		then(false)
+		return
+	}
 	c.in <- pending{out: o, then: then}
 }
 
-// stop flushes what was submitted and waits. Callers must have stopped
-// submitting.
+// stop flushes what was submitted and waits. Idempotent.
 func (c *completer) stop() {
-	c.once.Do(func() { close(c.in) })
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.in)
+	}
+	c.mu.Unlock()
 	<-c.done
 }
 

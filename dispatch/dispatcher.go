@@ -149,7 +149,13 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 		d.hardStop(workers.ErrShutdown)
-		<-allIdle
+		select {
+		case <-allIdle:
+		case <-ctx.Done():
+			// A handler that ignores its context cannot be stopped from
+			// here; its lease expires and the rescuer requeues the job.
+			d.log.Error("handlers still running after cancellation; leaving their leases to expire")
+		}
 		d.wg.Wait()
 		d.completer.stop()
 	})

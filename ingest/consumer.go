@@ -32,6 +32,10 @@ type Config struct {
 	MaxPollRecords int
 	// Routes, one per topic. Required.
 	Routes []*Route
+	// SessionTimeout defaults to franz-go's (45s).
+	SessionTimeout time.Duration
+	// InstanceID enables static membership when set.
+	InstanceID string
 	// ResetOffsets allows resuming from Kafka's committed offsets for
 	// partitions that have none stored in Postgres. Without it such a
 	// partition stops the consumer: the database was lost or replaced, and
@@ -130,6 +134,12 @@ func (c *Consumer) Start(ctx context.Context) error {
 		kgo.OnPartitionsLost(c.forget),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.WithLogger(kgoLogger{c.log}),
+	}
+	if c.cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(c.cfg.SessionTimeout))
+	}
+	if c.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(c.cfg.InstanceID))
 	}
 	cl, err := kgo.NewClient(append(opts, c.cfg.Opts...)...)
 	if err != nil {
