@@ -233,17 +233,21 @@ format_storage() {
   fi
 }
 
+# wait_ready <pid>: returns 0 once the broker answers metadata requests, 1
+# (after printing the reason and the log tails) if it exits or times out.
 wait_ready() {
   local pid=$1 deadline=$((SECONDS + KAFKA_START_TIMEOUT)) left
   # 1. cheap: wait for the PLAINTEXT port to accept TCP connections.
   until port_open "$KAFKA_PORT"; do
     if ! pid_alive "$pid"; then
       show_log_tail
-      die "kafka broker (pid $pid) exited during startup"
+      log "ERROR: kafka broker (pid $pid) exited during startup"
+      return 1
     fi
     if ((SECONDS >= deadline)); then
       show_log_tail
-      die "kafka broker did not open 127.0.0.1:$KAFKA_PORT within ${KAFKA_START_TIMEOUT}s"
+      log "ERROR: kafka broker did not open 127.0.0.1:$KAFKA_PORT within ${KAFKA_START_TIMEOUT}s"
+      return 1
     fi
     sleep 0.5
   done
@@ -256,11 +260,13 @@ wait_ready() {
     fi
     if ! pid_alive "$pid"; then
       show_log_tail
-      die "kafka broker (pid $pid) exited during startup"
+      log "ERROR: kafka broker (pid $pid) exited during startup"
+      return 1
     fi
     if ((SECONDS >= deadline)); then
       show_log_tail
-      die "kafka broker did not answer metadata requests within ${KAFKA_START_TIMEOUT}s"
+      log "ERROR: kafka broker did not answer metadata requests within ${KAFKA_START_TIMEOUT}s"
+      return 1
     fi
   done
 }
@@ -274,7 +280,7 @@ do_start() {
       return 0
     fi
     log "broker pid $pid is alive but port $KAFKA_PORT is not open yet; waiting"
-    wait_ready "$pid"
+    wait_ready "$pid" || exit 1
     print_env
     return 0
   fi
@@ -292,6 +298,9 @@ do_start() {
   format_storage
 
   log "starting kafka $KAFKA_VERSION broker on $BROKERS (log: $APP_LOG_DIR/server.log)"
+  # Keep the previous run's logs aside so failure output shows only this run.
+  [[ -f "$APP_LOG_DIR/server.log" ]] && mv -f "$APP_LOG_DIR/server.log" "$APP_LOG_DIR/server.log.prev"
+  [[ -f "$OUT_FILE" ]] && mv -f "$OUT_FILE" "$OUT_FILE.prev"
   : >"$OUT_FILE"
   # shellcheck disable=SC2086 # KAFKA_HEAP_OPTS is a list of JVM flags
   (
@@ -311,7 +320,11 @@ do_start() {
   pid=$!
   echo "$pid" >"$PID_FILE"
 
-  wait_ready "$pid"
+  if ! wait_ready "$pid"; then
+    log "stopping the broker that failed to start"
+    do_stop
+    exit 1
+  fi
   log "kafka ready (pid $pid) in $((SECONDS - start))s"
   print_env
 }

@@ -262,6 +262,8 @@ do_start() {
       die "127.0.0.1:$PG_PORT is already in use by a server this script did not start (set PG_PORT)"
     fi
     remove_stale_locks
+    # Keep the previous run's log aside so failure output shows only this run.
+    [[ -f "$LOG_FILE" ]] && mv -f "$LOG_FILE" "$LOG_FILE.prev"
     # 9>&- below: the server must not inherit our flock fd.
     log "starting postgres ($("$BINDIR/postgres" --version)) on 127.0.0.1:$PG_PORT (log: $LOG_FILE)"
     if ! as_pg "$BINDIR/pg_ctl" -D "$PGDATA_DIR" -l "$LOG_FILE" -w -t "$PG_START_TIMEOUT" \
