@@ -1,0 +1,137 @@
+// Package deploy holds the files users deploy Switchyard with: local
+// service scripts (local/), compose and Kubernetes manifests, Prometheus
+// alerts and the container build. No engine runs here, so this test is
+// their validation: every YAML parses, every Switchyard config in them is
+// accepted by the real config loader, and every metric an alert uses is
+// one the engine exports.
+package deploy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/metrics"
+)
+
+func yamlDocs(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	for {
+		var d map[string]any
+		err := dec.Decode(&d)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		docs = append(docs, d)
+	}
+}
+
+func TestManifestsParse(t *testing.T) {
+	n := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
+			yamlDocs(t, path)
+			n++
+		}
+		return err
+	})
+	if err != nil || n < 4 {
+		t.Fatalf("walked %d YAML files: %v", n, err)
+	}
+	for _, d := range yamlDocs(t, "kubernetes/switchyard.yaml") {
+		if d["apiVersion"] == nil || d["kind"] == nil || d["metadata"] == nil {
+			t.Errorf("kubernetes object without apiVersion/kind/metadata: %v", d)
+		}
+	}
+	services, _ := yamlDocs(t, "compose/compose.yaml")[0]["services"].(map[string]any)
+	for _, want := range []string{"kafka", "postgres", "migrate", "switchyard"} {
+		if services[want] == nil {
+			t.Errorf("compose: no service %q", want)
+		}
+	}
+}
+
+// The Switchyard configs shipped in the manifests load as they would in
+// production, with secrets from the environment.
+func TestShippedConfigsLoad(t *testing.T) {
+	env := map[string]string{
+		config.EnvDatabaseURL:  "postgres://u:p@db:5432/switchyard",
+		config.EnvKafkaBrokers: "kafka:9092",
+		config.EnvAdminToken:   "token",
+	}
+	configs := map[string][]byte{}
+	b, err := os.ReadFile("compose/switchyard.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	configs["compose"] = b
+	for _, d := range yamlDocs(t, "kubernetes/switchyard.yaml") {
+		if d["kind"] == "ConfigMap" {
+			configs["kubernetes"] = []byte(d["data"].(map[string]any)["switchyard.yaml"].(string))
+		}
+	}
+	if len(configs) != 2 {
+		t.Fatalf("found configs %v", configs)
+	}
+	for name, c := range configs {
+		if _, err := config.Parse(c, func(k string) string { return env[k] }); err != nil {
+			t.Errorf("%s config: %v", name, err)
+		}
+	}
+}
+
+// capture records what metrics.New registers.
+type capture struct{ cs []prometheus.Collector }
+
+func (c *capture) Register(col prometheus.Collector) error { c.cs = append(c.cs, col); return nil }
+func (c *capture) MustRegister(cs ...prometheus.Collector) { c.cs = append(c.cs, cs...) }
+func (c *capture) Unregister(prometheus.Collector) bool    { return false }
+
+func TestAlertsUseExportedMetrics(t *testing.T) {
+	var reg capture
+	metrics.New(&reg)
+	exported := map[string]bool{}
+	fq := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+	for _, c := range reg.cs {
+		ch := make(chan *prometheus.Desc, 16)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			if m := fq.FindStringSubmatch(d.String()); m != nil {
+				exported[m[1]] = true
+			}
+		}
+	}
+	b, err := os.ReadFile("prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := regexp.MustCompile(`switchyard_[a-z_]+`).FindAllString(string(b), -1)
+	if len(used) == 0 {
+		t.Fatal("no metrics used in alerts")
+	}
+	for _, name := range used {
+		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
+		if !exported[base] {
+			t.Errorf("alerts use %s, which the engine does not export", name)
+		}
+	}
+}
