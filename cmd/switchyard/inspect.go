@@ -208,8 +208,10 @@ func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr
 		if id, err = parseID("entry id", fs.Arg(0)); err != nil {
 			return err
 		}
+	case sub == "redrive":
+		return usagef("want exactly one entry id, or --all-matching")
 	default:
-		return usagef("want exactly one entry id%s", map[bool]string{true: " or --all-matching", false: ""}[sub == "redrive"])
+		return usagef("want exactly one entry id")
 	}
 	cfg, err := loadConfig(fs, *cfgPath, true)
 	if err != nil {
