@@ -253,7 +253,13 @@ func (c *Consumer) loop(ctx context.Context) error {
 // same batch until they pass or the consumer stops; records already
 // polled are never skipped.
 func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
-	batch, commits, counts := c.build(fetches)
+	batch, commits, counts, unknown := c.build(fetches)
+	if len(unknown) > 0 {
+		c.log.Warn("records for partitions with no known stored position; re-seeking them", zap.Int("partitions", len(unknown)))
+		if err := c.reseek(ctx, unknown); err != nil {
+			return err
+		}
+	}
 	if len(batch.Offsets) == 0 {
 		return nil
 	}
@@ -273,7 +279,11 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 		}
 		if errors.Is(err, pgstore.ErrOffsetFenced) {
 			c.log.Warn("stored offsets moved under this member; re-seeking", zap.Error(err))
-			return c.reseek(ctx, batch)
+			parts := map[tp]int64{}
+			for _, o := range batch.Offsets {
+				parts[tp{o.Topic, o.Partition}] = o.Next - 1 // fenced: a row exists; never used
+			}
+			return c.reseek(ctx, parts)
 		}
 		c.log.Warn("storing batch failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
 		select {
@@ -287,10 +297,11 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 
 type partCount struct{ jobs, poison int }
 
-func (c *Consumer) build(fetches kgo.Fetches) (pgstore.IngestBatch, map[string]map[int32]kgo.EpochOffset, map[string]*partCount) {
-	batch := pgstore.IngestBatch{Group: c.cfg.Group}
-	commits := map[string]map[int32]kgo.EpochOffset{}
-	counts := map[string]*partCount{}
+func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset, counts map[string]*partCount, unknown map[tp]int64) {
+	batch = pgstore.IngestBatch{Group: c.cfg.Group}
+	unknown = map[tp]int64{}
+	commits = map[string]map[int32]kgo.EpochOffset{}
+	counts = map[string]*partCount{}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -300,7 +311,14 @@ func (c *Consumer) build(fetches kgo.Fetches) (pgstore.IngestBatch, map[string]m
 		}
 		exp, owned := c.expected[tp{fp.Topic, fp.Partition}]
 		route := c.routes[fp.Topic]
-		if !owned || route == nil {
+		if route == nil {
+			return
+		}
+		if !owned {
+			// Not expected with BlockRebalanceOnPoll; if it ever happens,
+			// storing nothing and re-reading from the stored position is
+			// the safe answer.
+			unknown[tp{fp.Topic, fp.Partition}] = fp.Records[0].Offset
 			return
 		}
 		cnt := counts[fp.Topic]
@@ -326,7 +344,7 @@ func (c *Consumer) build(fetches kgo.Fetches) (pgstore.IngestBatch, map[string]m
 		}
 		commits[fp.Topic][fp.Partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
 	})
-	return batch, commits, counts
+	return batch, commits, counts, unknown
 }
 
 func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset, counts map[string]*partCount, res pgstore.IngestResult) {
@@ -363,25 +381,26 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 	}
 }
 
-// reseek moves every partition of a fenced batch back to the position
-// stored in Postgres.
-func (c *Consumer) reseek(ctx context.Context, batch pgstore.IngestBatch) error {
+// reseek moves partitions back to the positions stored in Postgres; a
+// partition with no stored row goes back to the given offset (the first
+// record not stored), so nothing polled is ever skipped.
+func (c *Consumer) reseek(ctx context.Context, parts map[tp]int64) error {
 	stored, err := c.store.OffsetLoad(ctx, c.cfg.Group, c.topics())
 	if err != nil {
 		return err
 	}
 	seek := map[string]map[int32]kgo.EpochOffset{}
 	c.mu.Lock()
-	for _, o := range batch.Offsets {
-		next, ok := stored[o.Topic][o.Partition]
+	for p, fallback := range parts {
+		next, ok := stored[p.topic][p.partition]
+		c.expected[p] = next
 		if !ok {
-			continue
+			next, c.expected[p] = fallback, -1
 		}
-		if seek[o.Topic] == nil {
-			seek[o.Topic] = map[int32]kgo.EpochOffset{}
+		if seek[p.topic] == nil {
+			seek[p.topic] = map[int32]kgo.EpochOffset{}
 		}
-		seek[o.Topic][o.Partition] = kgo.EpochOffset{Epoch: -1, Offset: next}
-		c.expected[tp{o.Topic, o.Partition}] = next
+		seek[p.topic][p.partition] = kgo.EpochOffset{Epoch: -1, Offset: next}
 	}
 	c.mu.Unlock()
 	c.cl.SetOffsets(seek)
