@@ -281,7 +281,9 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 			c.log.Warn("stored offsets moved under this member; re-seeking", zap.Error(err))
 			parts := map[tp]int64{}
 			for _, o := range batch.Offsets {
-				parts[tp{o.Topic, o.Partition}] = o.Next - 1 // fenced: a row exists; never used
+				// A fenced partition has a row unless an operator just
+				// reset it; then re-read from where this batch began.
+				parts[tp{o.Topic, o.Partition}] = max(o.Expected, 0)
 			}
 			return c.reseek(ctx, parts)
 		}
