@@ -24,13 +24,23 @@ type pool struct {
 	freed chan struct{}
 	jobs  sync.WaitGroup // running handlers
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// leases are held from claim until the outcome is written (or the
+	// lease is released or lost): the heartbeat extends all of them.
 	leases map[int64]*running
+	// busy counts handlers still running. A worker slot frees when its
+	// handler returns, not when the completer has written the outcome, so
+	// the completer's batching never idles a worker.
+	busy int
 }
 
 type running struct {
 	job    *workers.Job
 	cancel context.CancelCauseFunc
+	// returned is set when the handler has returned; its outcome is then
+	// on its way to the completer and a lost lease is the completer's
+	// business, not a reason to cancel anything.
+	returned bool
 }
 
 func newPool(d *Dispatcher, q Queue) *pool {
@@ -45,10 +55,13 @@ func (p *pool) wake() {
 	}
 }
 
-func (p *pool) inFlight() int {
+// free is the number of jobs to claim now: idle workers, but never more
+// than twice the concurrency in leases, so that a slow completer holds
+// claims back instead of piling up outcomes.
+func (p *pool) free() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.leases)
+	return max(0, min(p.q.Concurrency-p.busy, 2*p.q.Concurrency-len(p.leases)))
 }
 
 // run claims for every free worker in one statement, then waits for a
@@ -82,7 +95,7 @@ func (p *pool) run() {
 			return
 		default:
 		}
-		free := p.q.Concurrency - p.inFlight()
+		free := p.free()
 		next := p.q.PollInterval
 		if free > 0 {
 			n, err := p.claim(free)
@@ -130,6 +143,7 @@ func (p *pool) claim(n int) (int, error) {
 		jctx, cancel := context.WithCancelCause(p.d.jobCtx)
 		p.mu.Lock()
 		p.leases[j.ID] = &running{job: j, cancel: cancel}
+		p.busy++
 		p.mu.Unlock()
 		p.jobs.Add(1)
 		go p.execute(jctx, j)
@@ -143,6 +157,7 @@ func (p *pool) execute(ctx context.Context, job *workers.Job) {
 	err := p.invoke(ctx, job)
 	elapsed := time.Since(start)
 	cause := context.Cause(ctx)
+	p.returned(job.ID)
 	switch {
 	case errors.Is(cause, workers.ErrLeaseLost):
 		// Someone else may own the job now; whatever we'd write would be
@@ -252,10 +267,32 @@ func (p *pool) observe(job *workers.Job, outcome string, elapsed time.Duration) 
 	}
 }
 
+// returned frees the worker slot of a handler that has returned.
+func (p *pool) returned(id int64) {
+	p.mu.Lock()
+	if r, ok := p.leases[id]; ok && !r.returned {
+		r.returned = true
+		p.busy--
+	}
+	p.mu.Unlock()
+	p.signalFreed()
+}
+
+// finish forgets a lease whose outcome is settled and releases its
+// context (an uncancelled child would stay attached to the parent until
+// shutdown: a leak per job).
 func (p *pool) finish(id int64) {
 	p.mu.Lock()
+	r, ok := p.leases[id]
 	delete(p.leases, id)
 	p.mu.Unlock()
+	if ok {
+		r.cancel(nil)
+	}
+	p.signalFreed()
+}
+
+func (p *pool) signalFreed() {
 	select {
 	case p.freed <- struct{}{}:
 	default:
@@ -295,7 +332,9 @@ func (p *pool) heartbeat() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, l := range leases {
-		if r, ok := p.leases[l.ID]; ok && !kept[l.ID] {
+		// A returned handler's lease may simply have been completed
+		// between the snapshot and the heartbeat; the completer knows.
+		if r, ok := p.leases[l.ID]; ok && !kept[l.ID] && !r.returned {
 			p.log.Warn("lease lost; cancelling the attempt", zap.Int64("job_id", l.ID), zap.Int64("token", l.Token))
 			r.cancel(workers.ErrLeaseLost)
 		}

@@ -70,6 +70,8 @@ type Consumer struct {
 	done   chan struct{}
 	err    error // why the loop stopped, read after done closes
 
+	commits sync.WaitGroup // async Kafka commits in flight
+
 	mu sync.Mutex
 	// expected is the stored next offset of each owned partition as this
 	// member last saw it, -1 when no row exists yet: the fence of I1.
@@ -177,6 +179,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	c.commits.Wait()
 	c.cl.Close()
 	return nil
 }
@@ -211,6 +214,7 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]
 }
 
 func (c *Consumer) forget(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.commits.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for topic, parts := range lost {
@@ -356,10 +360,12 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 	}
 	c.mu.Unlock()
 	// Kafka's committed offset only follows Postgres, so that lag tools
-	// keep working; losing this commit loses nothing.
-	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	c.cl.CommitOffsetsSync(commitCtx, commits, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+	// keep working; losing this commit loses nothing, so it is async and
+	// off the per-batch path. forget and Stop wait for commits in flight,
+	// so none lands after its partition was revoked.
+	c.commits.Add(1)
+	c.cl.CommitOffsets(context.WithoutCancel(ctx), commits, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		defer c.commits.Done()
 		if err == nil && resp != nil {
 			for _, t := range resp.Topics {
 				for _, p := range t.Partitions {

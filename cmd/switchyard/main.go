@@ -46,7 +46,8 @@ func verbs() map[string]verb {
 		{"dev", "everything on one machine: embedded broker, throwaway Postgres, example target", runDev},
 		{"produce", "write a record to a topic", runProduce},
 		{"jobs", "inspect jobs: jobs get ID | jobs list [--state S] [--queue Q] [--key K]", runJobs},
-		{"dlq", "inspect the dead-letter store: dlq list [--queue Q] | dlq show ID", runDLQ},
+		{"dlq", "the dead-letter store: dlq list | show ID | redrive ID|--all-matching F | discard ID", runDLQ},
+		{"bench", "run the benchmark suite (SPEC §9)", runBench},
 	}
 	m := map[string]verb{}
 	for _, v := range vs {
@@ -61,11 +62,12 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	vs := verbs()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		printUsage(stderr, vs)
+		return exitUsage
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		printUsage(stdout, vs)
-		if len(args) == 0 {
-			return exitUsage
-		}
 		return exitOK
 	}
 	v, ok := vs[args[0]]

@@ -163,7 +163,9 @@ func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult
 			SELECT route, kind, queue, CASE WHEN lane THEN 'waiting' ELSE 'queued' END, key, version,
 				dedupe_key, payload, header_keys, header_values, max_attempts, deadline,
 				src_topic, src_partition, src_offset, lane
-			FROM ingest_stage ORDER BY src_topic, src_partition, src_offset
+			-- No ORDER BY: rows are staged in offset order per partition
+			-- already, and sorting wide rows cost ~30% of ingest.
+			FROM ingest_stage
 			ON CONFLICT (route, dedupe_key) DO NOTHING
 			RETURNING queue, src_topic
 		)

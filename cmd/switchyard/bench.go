@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/bench"
+)
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cfgPath := newFlags("bench", "bench [--config FILE] [--only NAME,...] [sizes]", stderr)
+	var c bench.Config
+	fs.IntVar(&c.Records, "records", 200_000, "records for ingest_records_per_s and copy_rows_per_s")
+	fs.IntVar(&c.Jobs, "jobs", 200_000, "jobs burnt down by raw_claim, work and ordered")
+	fs.IntVar(&c.HTTPJobs, "http-jobs", 50_000, "jobs burnt down through the HTTP target")
+	fs.IntVar(&c.Keys, "keys", 10_000, "distinct record keys (lanes of the ordered route)")
+	fs.IntVar(&c.History, "history", 10_000_000, "finished jobs retained for the second claim latency figure")
+	fs.IntVar(&c.Concurrency, "concurrency", 64, "worker pool size of work, http, ordered and e2e")
+	fs.IntVar(&c.RawLoops, "raw-loops", 2, "concurrent claim+complete loops of raw_claim")
+	fs.IntVar(&c.Rate, "rate", 1000, "e2e offered load, records/s")
+	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "how long e2e offers its load")
+	fs.IntVar(&c.Samples, "samples", 2000, "claims timed per claim latency figure")
+	only := fs.String("only", "", "comma-separated figures or groups to run (default all): "+strings.Join(bench.Names(), ", "))
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *only != "" {
+		for _, name := range strings.Split(*only, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				c.Only = append(c.Only, name)
+			}
+		}
+	}
+	if err := benchTargets(fs, *cfgPath, &c); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	log, err := newLogger(stderr)
+	if err != nil {
+		return err
+	}
+	if os.Getenv("SWITCHYARD_LOG_LEVEL") == "" {
+		// The figures are the output; the engine's info logs are noise.
+		log = log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+	}
+	defer log.Sync() //nolint:errcheck // best effort at exit
+	c.Log, c.Out = log, stdout
+
+	// Ctrl-C cancels the run, which then removes its schema and topics; a
+	// second Ctrl-C exits at once.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }()
+	err = bench.Run(ctx, c)
+	if errors.Is(err, context.Canceled) {
+		return errors.New("interrupted; the bench schema and topics were removed")
+	}
+	return err
+}
+
+// benchTargets fills the database and brokers from the config file when
+// one is named or present, else from SWITCHYARD_DATABASE_URL and
+// SWITCHYARD_KAFKA_BROKERS. The bench never uses the file's schema, only
+// its servers.
+func benchTargets(fs *flag.FlagSet, path string, c *bench.Config) error {
+	if _, err := os.Stat(path); configNamed(fs) || err == nil {
+		cfg, err := loadConfig(fs, path, false)
+		if err != nil {
+			return err
+		}
+		c.DatabaseURL, c.Brokers, c.MaxConns = cfg.Postgres.URL, cfg.Kafka.Brokers, cfg.Postgres.MaxConns
+		return nil
+	}
+	c.DatabaseURL = os.Getenv(config.EnvDatabaseURL)
+	for _, b := range strings.Split(os.Getenv(config.EnvKafkaBrokers), ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.Brokers = append(c.Brokers, b)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	switchyard "github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// pollInterval of the bench queue: an idle pool looks for work this often.
+const pollInterval = 10 * time.Millisecond
+
+// stallAfter fails a wait that sees no progress for this long.
+const stallAfter = time.Minute
+
+// startEngine starts the real engine for one route and role, on the bench
+// schema, with the admin server off. It is the production wiring: the
+// config goes through defaults and validation as a YAML file would, and
+// the engine builds the consumer, dispatcher and targets from it.
+func (e *env) startEngine(ctx context.Context, role string, route config.Route, h workers.Handler) (*switchyard.Engine, error) {
+	cfg := &config.Config{
+		Kafka:    config.Kafka{Brokers: e.cfg.Brokers, Group: route.Topic},
+		Postgres: config.Postgres{URL: e.cfg.DatabaseURL, Schema: e.schema, MaxConns: e.cfg.MaxConns},
+		HTTP:     config.HTTP{Listen: "off"},
+		Queues: map[string]config.Queue{queue: {Concurrency: e.cfg.Concurrency,
+			PollInterval: config.Duration(pollInterval)}},
+		Routes: []config.Route{route},
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	eng, err := switchyard.New(cfg, switchyard.Options{Logger: e.cfg.Log, Role: role})
+	if err != nil {
+		return nil, err
+	}
+	if route.Target.Go && h != nil {
+		if err := eng.Register(route.Kind, h); err != nil {
+			return nil, err
+		}
+	}
+	if role != switchyard.RoleWork {
+		e.groups = append(e.groups, route.Topic)
+	}
+	if err := eng.Start(ctx); err != nil {
+		return nil, errors.Join(err, stopEngine(eng))
+	}
+	return eng, nil
+}
+
+// stopEngine stops an engine on a fresh context, so that it also stops
+// cleanly after Ctrl-C.
+func stopEngine(eng *switchyard.Engine) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return eng.Stop(ctx)
+}
+
+// noop is the Go handler of the burn-downs: it counts the call.
+func (e *env) noop(context.Context, *workers.Job) error {
+	e.calls.Add(1)
+	return nil
+}
+
+// waitUntil polls cond every interval until it reports done. It fails
+// when ctx ends, the engine (if any) reports a fatal error, or the
+// progress cond reports has not moved for stallAfter.
+func waitUntil(ctx context.Context, eng *switchyard.Engine, every time.Duration, what string,
+	cond func() (progress int64, done bool, err error)) error {
+	var fatal <-chan error
+	if eng != nil {
+		fatal = eng.Done()
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last, lastMoved := int64(-1), time.Now()
+	for {
+		progress, done, err := cond()
+		if err != nil || done {
+			return err
+		}
+		if progress != last {
+			last, lastMoved = progress, time.Now()
+		} else if time.Since(lastMoved) > stallAfter {
+			return fmt.Errorf("waiting for %s: no progress for %s (at %d)", what, stallAfter, progress)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-fatal:
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		case <-t.C:
+		}
+	}
+}
+
+// queueDrained reports whether the bench queue has nothing left to run;
+// progress is the number of jobs still owed. A dead job is an error: a
+// no-op handler never fails, so something in the path did.
+func (e *env) queueDrained(ctx context.Context) (int64, bool, error) {
+	stats, err := e.store.QueueStats(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	q := stats[queue]
+	if q == nil {
+		return 0, true, nil
+	}
+	if q.Dead > 0 {
+		return 0, false, fmt.Errorf("%d jobs ended dead", q.Dead)
+	}
+	left := q.Jobs["waiting"] + q.Jobs["queued"] + q.Jobs["running"] + q.Jobs["retrying"]
+	return -left, left == 0, nil
+}
+
+// burnDown queues n jobs of route (not timed), then runs the engine's
+// dispatcher on them and reports jobs/s from Start until the last job's
+// success is committed. The route says what is measured: its target (Go
+// or HTTP) and whether it is ordered.
+func (e *env) burnDown(ctx context.Context, figure string, route config.Route, n int) error {
+	if err := e.reset(ctx); err != nil {
+		return err
+	}
+	if err := e.enqueue(ctx, route, 0, n); err != nil {
+		return err
+	}
+	e.calls.Store(0)
+	var elapsed time.Duration
+	err := e.withRSS(figure, func() error {
+		start := time.Now()
+		eng, err := e.startEngine(ctx, switchyard.RoleWork, route, workers.HandlerFunc(e.noop))
+		if err != nil {
+			return err
+		}
+		err = waitUntil(ctx, eng, 5*time.Millisecond, "handler calls", func() (int64, bool, error) {
+			c := e.calls.Load()
+			return c, c >= int64(n), nil
+		})
+		if err == nil {
+			// Every job has run; the last completions are being written.
+			err = waitUntil(ctx, eng, 10*time.Millisecond, "completions", func() (int64, bool, error) {
+				return e.queueDrained(ctx)
+			})
+		}
+		elapsed = time.Since(start)
+		return errors.Join(err, stopEngine(eng))
+	})
+	if err != nil {
+		return err
+	}
+	if c := e.calls.Load(); c != int64(n) {
+		e.note("%s: %d handler calls for %d jobs (retries)", figure, c, n)
+	}
+	jobs, _, claims, completions, err := e.statements(ctx)
+	if err != nil {
+		return err
+	}
+	e.note("%s: %d claim statements (%.1f jobs each), %d completion statements (%.1f jobs each)", figure,
+		claims, float64(jobs)/float64(claims), completions, float64(jobs)/float64(completions))
+	e.report(figure, float64(n)/elapsed.Seconds(), "jobs/s")
+	return nil
+}
+
+// httpTarget serves a no-op HTTP target on loopback: every request is
+// read, counted and answered 204.
+func (e *env) httpTarget() (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			e.calls.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+		})}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = srv.Serve(ln) }()
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		wg.Wait()
+	}
+	return "http://" + ln.Addr().String() + "/hook", stop, nil
+}
+
+// firstError keeps the first error of asynchronous produce callbacks.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) record(_ *kgo.Record, err error) {
+	if err == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}

@@ -1,0 +1,450 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	switchyard "github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// One function per figure group; each starts from an empty schema.
+
+// ingest: records already in Kafka → committed job rows with stored
+// offsets, by the engine with role ingest from a fresh group; then the
+// same rows by plain COPY into the same (emptied) table.
+func (e *env) ingest(ctx context.Context) error {
+	n := e.cfg.Records
+	route := e.route("ingest")
+	if err := e.createTopic(ctx, route.Topic); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := e.produce(ctx, route.Topic, n); err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	e.note("ingest: produced %d records of %d bytes to %d partitions in %s", n,
+		len(e.record(route.Topic, 0).Value), partitions, time.Since(start).Round(time.Millisecond))
+	if err := e.reset(ctx); err != nil {
+		return err
+	}
+	var elapsed, first time.Duration
+	err := e.withRSS("ingest", func() error {
+		start := time.Now()
+		eng, err := e.startEngine(ctx, switchyard.RoleIngest, route, nil)
+		if err != nil {
+			return err
+		}
+		err = waitUntil(ctx, eng, 10*time.Millisecond, "stored offsets", func() (int64, bool, error) {
+			offs, err := e.store.OffsetLoad(ctx, route.Topic, []string{route.Topic})
+			var sum int64
+			for _, next := range offs[route.Topic] {
+				sum += next
+			}
+			if sum > 0 && first == 0 {
+				first = time.Since(start)
+			}
+			return sum, sum >= int64(n), err
+		})
+		elapsed = time.Since(start)
+		return errors.Join(err, stopEngine(eng))
+	})
+	if err != nil {
+		return err
+	}
+	if err := e.expectQueued(ctx, n); err != nil {
+		return err
+	}
+	_, txs, _, _, err := e.statements(ctx)
+	if err != nil {
+		return err
+	}
+	e.note("ingest: %d transactions (%.0f records each)", txs, float64(n)/float64(txs))
+	e.note("ingest: first batch committed %s after Start (group join, first fetch)", first.Round(time.Millisecond))
+	e.report("ingest_records_per_s", float64(n)/elapsed.Seconds(), "records/s")
+
+	jobs, err := e.jobs(route, 0, n)
+	if err != nil {
+		return err
+	}
+	rows := copyRows(jobs)
+	if err := e.reset(ctx); err != nil {
+		return err
+	}
+	start = time.Now()
+	copied, err := e.copyJobs(ctx, rows)
+	elapsed = time.Since(start)
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	if copied != int64(n) {
+		return fmt.Errorf("copy: %d rows copied, want %d", copied, n)
+	}
+	e.report("copy_rows_per_s", float64(n)/elapsed.Seconds(), "rows/s")
+	return nil
+}
+
+// expectQueued checks that the bench queue holds exactly n queued jobs.
+func (e *env) expectQueued(ctx context.Context, n int) error {
+	stats, err := e.store.QueueStats(ctx)
+	if err != nil {
+		return err
+	}
+	var got int64
+	if q := stats[queue]; q != nil {
+		got = q.Jobs["queued"]
+	}
+	if got != int64(n) {
+		return fmt.Errorf("%d jobs queued, want %d", got, n)
+	}
+	return nil
+}
+
+// rawClaimBatch is the claim and completion size of raw_claim, the
+// batching that DESIGN-NOTES measured at 22–34k jobs/s.
+const rawClaimBatch = 100
+
+// rawClaim: the ceiling of the claim path. RawLoops goroutines, each a
+// "pool" that claims 100 jobs per statement (pgstore.JobClaim) and
+// completes them in one statement (pgstore.JobComplete), with nothing in
+// between.
+func (e *env) rawClaim(ctx context.Context) error {
+	n := e.cfg.Jobs
+	route := e.route("raw")
+	if err := e.reset(ctx); err != nil {
+		return err
+	}
+	if err := e.enqueue(ctx, route, 0, n); err != nil {
+		return err
+	}
+	var done atomic.Int64
+	errs := make([]error, e.cfg.RawLoops)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range e.cfg.RawLoops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				got, _, err := e.claimBatch(ctx, rawClaimBatch)
+				if err != nil || got == 0 {
+					errs[w] = err
+					return
+				}
+				done.Add(int64(got))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if done.Load() != int64(n) {
+		return fmt.Errorf("%d jobs claimed and completed, want %d", done.Load(), n)
+	}
+	e.note("raw_claim: %d loops, %d jobs per claim and per completion", e.cfg.RawLoops, rawClaimBatch)
+	e.report("raw_claim_jobs_per_s", float64(n)/elapsed.Seconds(), "jobs/s")
+	return nil
+}
+
+// claimBatch claims up to limit jobs of the bench queue and completes
+// them as succeeded. It returns how many it claimed and how long the
+// claim alone took.
+func (e *env) claimBatch(ctx context.Context, limit int) (int, time.Duration, error) {
+	start := time.Now()
+	jobs, err := e.store.JobClaim(ctx, pgstore.JobClaimParams{Queue: queue, Limit: limit,
+		Lease: time.Minute, MaxRuntime: time.Minute})
+	took := time.Since(start)
+	if err != nil || len(jobs) == 0 {
+		return 0, took, err
+	}
+	outs := make([]pgstore.Outcome, len(jobs))
+	for i, j := range jobs {
+		outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded"}
+	}
+	applied, err := e.store.JobComplete(ctx, outs)
+	if err == nil && len(applied) != len(outs) {
+		err = fmt.Errorf("%d of %d completions applied", len(applied), len(outs))
+	}
+	return len(jobs), took, err
+}
+
+// work: the dispatcher and an in-process no-op Go handler.
+func (e *env) work(ctx context.Context) error {
+	return e.burnDown(ctx, "work_jobs_per_s", e.route("work"), e.cfg.Jobs)
+}
+
+// http: the same through the HTTP target to a loopback no-op server.
+func (e *env) http(ctx context.Context) error {
+	url, stop, err := e.httpTarget()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	route := e.route("http")
+	route.Target = config.Target{HTTP: &config.HTTPTarget{URL: url}}
+	return e.burnDown(ctx, "http_jobs_per_s", route, e.cfg.HTTPJobs)
+}
+
+// ordered: the same as work over an ordered route with cfg.Keys lanes.
+// It needs the store's lanes; until a migration creates them, an ordered
+// route's jobs would run unordered and the figure would be a lie.
+func (e *env) ordered(ctx context.Context) error {
+	ok, err := e.lanesAvailable(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		e.note("ordered_jobs_per_s: skipped (lanes not available)")
+		return nil
+	}
+	route := e.route("ordered")
+	route.Ordered = true
+	return e.burnDown(ctx, "ordered_jobs_per_s", route, e.cfg.Jobs)
+}
+
+// sentHeader carries a record's produce time (Unix nanoseconds).
+const sentHeader = "bench-sent-ns"
+
+// e2e: the whole engine (ingest and work) under a steady offered load;
+// latency is handler call time minus produce time.
+func (e *env) e2e(ctx context.Context) error {
+	total := int(float64(e.cfg.Rate) * e.cfg.Duration.Seconds())
+	route := e.route("e2e")
+	if err := e.createTopic(ctx, route.Topic); err != nil {
+		return err
+	}
+	if err := e.reset(ctx); err != nil {
+		return err
+	}
+	var (
+		mu  sync.Mutex
+		lat = make([]time.Duration, 0, total)
+	)
+	handler := workers.HandlerFunc(func(_ context.Context, job *workers.Job) error {
+		now := time.Now()
+		e.calls.Add(1)
+		for _, h := range job.Headers {
+			if h.Key == sentHeader {
+				ns, _ := strconv.ParseInt(string(h.Value), 10, 64)
+				mu.Lock()
+				lat = append(lat, now.Sub(time.Unix(0, ns)))
+				mu.Unlock()
+			}
+		}
+		return nil
+	})
+	e.calls.Store(0)
+	err := e.withRSS("e2e", func() error {
+		eng, err := e.startEngine(ctx, switchyard.RoleAll, route, handler)
+		if err != nil {
+			return err
+		}
+		err = e.offer(ctx, eng, route.Topic, total)
+		return errors.Join(err, stopEngine(eng))
+	})
+	if err != nil {
+		return err
+	}
+	slices.Sort(lat)
+	if len(lat) != total {
+		return fmt.Errorf("%d latencies recorded for %d records", len(lat), total)
+	}
+	e.note("e2e: offered %d records/s for %s (%d records), concurrency %d; max %.1f ms", e.cfg.Rate,
+		e.cfg.Duration, total, e.cfg.Concurrency, ms(lat[len(lat)-1]))
+	e.report("e2e_latency_p50_ms", ms(percentile(lat, 0.50)), "ms")
+	e.report("e2e_latency_p99_ms", ms(percentile(lat, 0.99)), "ms")
+	return nil
+}
+
+// warmups are records consumed before the load starts: until the first
+// is handled the consumer is still joining its group.
+const warmups = 10
+
+// offer warms the engine up, then produces total records at cfg.Rate,
+// each stamped with its produce time, and waits until all are handled.
+func (e *env) offer(ctx context.Context, eng *switchyard.Engine, topic string, total int) error {
+	var fe firstError
+	for i := range warmups {
+		r := e.record(topic, total+i)
+		r.Offset = 0
+		e.kafka.Produce(ctx, r, fe.record)
+	}
+	err := waitUntil(ctx, eng, 10*time.Millisecond, "warm-up records", func() (int64, bool, error) {
+		c := e.calls.Load()
+		return c, c >= warmups, fe.get()
+	})
+	if err != nil {
+		return err
+	}
+	e.calls.Store(0)
+	// A 1ms tick keeps the load steady: at most rate/1000 records (one,
+	// at the default) go out per tick, never a burst to catch up a second.
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	start, sent := time.Now(), 0
+	for sent < total {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		due := min(total, int(time.Since(start).Seconds()*float64(e.cfg.Rate)))
+		for ; sent < due; sent++ {
+			r := e.record(topic, sent)
+			r.Offset = 0
+			r.Headers = []kgo.RecordHeader{{Key: sentHeader, Value: strconv.AppendInt(nil, time.Now().UnixNano(), 10)}}
+			e.kafka.Produce(ctx, r, fe.record)
+		}
+	}
+	return waitUntil(ctx, eng, 10*time.Millisecond, "e2e records handled", func() (int64, bool, error) {
+		c := e.calls.Load()
+		return c, c >= int64(total), fe.get()
+	})
+}
+
+// claimPer is the claim size of the claim latency figures.
+const claimPer = 10
+
+// claim: latency of one claim of 10 jobs (then completed, untimed) with
+// no finished jobs retained, and with cfg.History succeeded jobs in the
+// table. The two tables are in two schemas and the claims alternate
+// between them, so both figures see the same machine: on a shared box,
+// noise that drifts over minutes would otherwise decide the ratio.
+func (e *env) claim(ctx context.Context) error {
+	route := e.route("claim")
+	if err := e.reset(ctx); err != nil {
+		return err
+	}
+	hist, err := e.sibling(ctx, "hist")
+	if err != nil {
+		return err
+	}
+	start, last := time.Now(), time.Now()
+	err = hist.insertHistory(ctx, route.Topic, e.cfg.History, e.record(route.Topic, 0).Value, func(done int) {
+		if time.Since(last) > 20*time.Second {
+			last = time.Now()
+			e.note("history: %d rows so far (%s)", done, time.Since(start).Round(time.Second))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	e.note("history: %d succeeded rows inserted in %s (%.0f rows/s)", e.cfg.History,
+		took.Round(time.Second), float64(e.cfg.History)/took.Seconds())
+
+	const warm = 50
+	n := (e.cfg.Samples + warm) * claimPer
+	tables := []*env{e, hist}
+	for _, t := range tables {
+		if err := t.enqueue(ctx, route, 0, n); err != nil {
+			return err
+		}
+		// The state autovacuum keeps a table in: visibility map and
+		// statistics current, no dead index entries from the load.
+		start := time.Now()
+		if err := t.vacuum(ctx); err != nil {
+			return err
+		}
+		e.note("claim: vacuum of %s took %s", t.schema, time.Since(start).Round(time.Millisecond))
+	}
+	lat := [2][]time.Duration{}
+	for i := range e.cfg.Samples + warm {
+		order := []int{0, 1}
+		if i%2 == 1 {
+			order = []int{1, 0} // neither table always goes first
+		}
+		for _, k := range order {
+			got, took, err := tables[k].claimBatch(ctx, claimPer)
+			if err != nil {
+				return err
+			}
+			if got != claimPer {
+				return fmt.Errorf("claim %d got %d jobs, want %d", i, got, claimPer)
+			}
+			if i >= warm {
+				lat[k] = append(lat[k], took)
+			}
+		}
+	}
+	names := [2]string{"claim_ms_p99_at_0", historyFigure(e.cfg.History)}
+	for k, l := range lat {
+		slices.Sort(l)
+		e.note("%s: %d claims of %d: p50 %.2f ms, p99 %.2f ms, max %.2f ms", names[k], len(l), claimPer,
+			ms(percentile(l, 0.5)), ms(percentile(l, 0.99)), ms(l[len(l)-1]))
+	}
+	for k, l := range lat {
+		e.report(names[k], ms(percentile(l, 0.99)), "ms")
+	}
+	return nil
+}
+
+// percentile of sorted durations, nearest rank.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// printContext describes the machine, the servers and the sizes.
+func (e *env) printContext(ctx context.Context) error {
+	e.note("switchyard bench: %s %s/%s, %d CPUs (%s), load average %s", runtime.Version(), runtime.GOOS,
+		runtime.GOARCH, runtime.NumCPU(), cpuModel(), loadAverage())
+	info, err := e.serverInfo(ctx)
+	if err != nil {
+		return err
+	}
+	e.note("%s", info)
+	e.note("kafka %s; schema %s (topics and groups %s_*)", strings.Join(e.cfg.Brokers, ","), e.schema, e.schema)
+	c := e.cfg
+	e.note("sizes: records=%d jobs=%d http-jobs=%d keys=%d history=%d concurrency=%d raw-loops=%d "+
+		"rate=%d/s duration=%s samples=%d max-conns=%d poll=%s", c.Records, c.Jobs, c.HTTPJobs, c.Keys,
+		c.History, c.Concurrency, c.RawLoops, c.Rate, c.Duration, c.Samples, c.MaxConns, pollInterval)
+	return nil
+}
+
+// loadAverage is the 1-minute load average: the machine is shared with
+// Kafka and Postgres (and whatever else runs), so it says how noisy a
+// figure is.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	first, _, _ := strings.Cut(string(b), " ")
+	return first
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo, or "unknown CPU".
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}

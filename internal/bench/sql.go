@@ -1,0 +1,109 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+// The statements below are the benchmark's own: resetting its schema,
+// loading rows in bulk and asking about the server. The engine never runs
+// them, which is why they are here and not in pgstore. They run on the
+// bench store, whose search_path is the bench schema.
+
+// reset empties every table of the bench schema except the migration
+// record, whatever tables later migrations add (lanes, ...).
+func (e *env) reset(ctx context.Context) error {
+	var tables string
+	err := e.store.Pool().QueryRow(ctx, `
+		SELECT coalesce(string_agg(quote_ident(tablename), ', '), '') FROM pg_tables
+		WHERE schemaname = current_schema() AND tablename <> 'schema_migrations'`).Scan(&tables)
+	if err != nil || tables == "" {
+		return err
+	}
+	// The names come from the catalog and are quoted by quote_ident.
+	_, err = e.store.Pool().Exec(ctx, `TRUNCATE `+tables+` RESTART IDENTITY CASCADE`)
+	return err
+}
+
+// copyColumns are the jobs columns ingest writes.
+var copyColumns = []string{"route", "kind", "queue", "state", "key", "version", "dedupe_key",
+	"payload", "header_keys", "header_values", "max_attempts", "deadline",
+	"src_topic", "src_partition", "src_offset"}
+
+// copyRows turns job rows into COPY rows, prepared before the clock starts.
+func copyRows(jobs []pgstore.NewJob) [][]any {
+	rows := make([][]any, len(jobs))
+	for i, j := range jobs {
+		rows[i] = []any{j.Route, j.Kind, j.Queue, "queued", j.Key, j.Version, j.DedupeKey,
+			j.Payload, j.HeaderKeys, j.HeaderVals, j.MaxAttempts, j.Deadline,
+			j.Topic, j.Partition, j.Offset}
+	}
+	return rows
+}
+
+// copyJobs loads rows with one plain COPY into jobs: no staging, no
+// dedupe, no offsets. It is the ceiling ingest is compared with.
+func (e *env) copyJobs(ctx context.Context, rows [][]any) (int64, error) {
+	return e.store.Pool().CopyFrom(ctx, pgx.Identifier{"jobs"}, copyColumns, pgx.CopyFromRows(rows))
+}
+
+// insertHistory adds n succeeded jobs to queue in chunks of 500,000 rows,
+// one transaction each, with the same route, key spread and payload size
+// as live jobs so that every index grows as it would in production.
+func (e *env) insertHistory(ctx context.Context, route string, n int, payload []byte, progress func(done int)) error {
+	const chunk = 500_000
+	for from := 0; from < n; from += chunk {
+		to := min(from+chunk, n)
+		_, err := e.store.Pool().Exec(ctx, `
+			INSERT INTO jobs (route, kind, queue, state, key, dedupe_key, payload, attempts, max_attempts,
+				token, created_at, scheduled_at, started_at, finished_at, src_topic, src_partition, src_offset)
+			SELECT $1, 'bench.history', $2, 'succeeded', 'k' || (g % $3), 'history-' || g, $4, 1, 8,
+				g, now(), now(), now(), now(), $1, 0, g
+			FROM generate_series($5::bigint, $6::bigint - 1) g`,
+			route, queue, e.cfg.Keys, payload, from, to)
+		if err != nil {
+			return fmt.Errorf("insert history rows %d..%d: %w", from, to, err)
+		}
+		progress(to)
+	}
+	return nil
+}
+
+// statements counts, from the rows themselves, how many transactions
+// wrote the jobs table: every statement stamps its rows with one now()
+// (its transaction's start), so distinct created_at values are ingest
+// transactions, distinct started_at claims, distinct finished_at
+// completions. It tells what batch sizes the engine achieved.
+func (e *env) statements(ctx context.Context) (jobs, inserts, claims, completions int64, err error) {
+	err = e.store.Pool().QueryRow(ctx, `SELECT count(*), count(DISTINCT created_at), count(DISTINCT started_at),
+		count(DISTINCT finished_at) FROM jobs`).Scan(&jobs, &inserts, &claims, &completions)
+	return
+}
+
+// vacuum brings the jobs table to the state autovacuum keeps it in:
+// dead index entries of claimed rows gone, visibility map and
+// statistics current. Both claim latency tables start from it.
+func (e *env) vacuum(ctx context.Context) error {
+	_, err := e.store.Pool().Exec(ctx, `VACUUM (ANALYZE) jobs`)
+	return err
+}
+
+// lanesAvailable reports whether the schema has per-key lanes (a `lanes`
+// table from a migration), which ordered routes need.
+func (e *env) lanesAvailable(ctx context.Context) (bool, error) {
+	var ok bool
+	err := e.store.Pool().QueryRow(ctx, `SELECT to_regclass('lanes') IS NOT NULL`).Scan(&ok)
+	return ok, err
+}
+
+// serverInfo describes the Postgres server for the context lines.
+func (e *env) serverInfo(ctx context.Context) (string, error) {
+	var version, fsync, commit, buffers string
+	err := e.store.Pool().QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('shared_buffers')`).Scan(&version, &fsync, &commit, &buffers)
+	return fmt.Sprintf("postgres %s fsync=%s synchronous_commit=%s shared_buffers=%s", version, fsync, commit, buffers), err
+}
