@@ -29,8 +29,9 @@ type pending struct {
 }
 
 const (
-	completeBatch = 500
-	completeWait  = 2 * time.Millisecond
+	completeBatch    = 500
+	completeWait     = 2 * time.Millisecond
+	completeFlushers = 4
 )
 
 func newCompleter(store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) *completer {
@@ -63,15 +64,32 @@ func (c *completer) stop() {
 	<-c.done
 }
 
+// run gathers outcomes into batches and hands them to completeFlushers
+// goroutines, so that one slow statement (a batch of lane heads ends in a
+// transaction of its own) does not hold up the next batch. Concurrent
+// batches never share a job, and lane rows are locked in a fixed order.
 func (c *completer) run() {
 	defer close(c.done)
-	batch := make([]pending, 0, completeBatch)
+	batches := make(chan []pending)
+	var flushers sync.WaitGroup
+	for range completeFlushers {
+		flushers.Add(1)
+		go func() {
+			defer flushers.Done()
+			for b := range batches {
+				c.flush(b)
+			}
+		}()
+	}
+	defer flushers.Wait()
+	defer close(batches)
 	for {
 		p, ok := <-c.in
 		if !ok {
 			return
 		}
-		batch = append(batch[:0], p)
+		batch := make([]pending, 1, completeBatch)
+		batch[0] = p
 		// Gather what arrives within a short window: under load the batch
 		// fills at once, when idle it costs one wait.
 		timer := time.NewTimer(completeWait)
@@ -88,7 +106,7 @@ func (c *completer) run() {
 			}
 		}
 		timer.Stop()
-		c.flush(batch)
+		batches <- batch
 	}
 }
 

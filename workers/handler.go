@@ -24,6 +24,9 @@ type Job struct {
 	Headers     []Header
 	Source      Source // zero for jobs that did not come from Kafka
 	CreatedAt   time.Time
+	// Ordered is set for jobs of ordered routes: the job runs alone in its
+	// key's lane.
+	Ordered bool
 
 	finished atomic.Bool
 }

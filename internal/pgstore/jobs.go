@@ -39,7 +39,7 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job,
 		FROM c WHERE j.id = c.id
 		RETURNING j.id, j.kind, j.queue, j.route, j.key, j.version, j.attempts, j.max_attempts,
 			j.token, j.payload, j.header_keys, j.header_values,
-			coalesce(j.src_topic, ''), coalesce(j.src_partition, 0), coalesce(j.src_offset, 0), j.created_at`,
+			coalesce(j.src_topic, ''), coalesce(j.src_partition, 0), coalesce(j.src_offset, 0), j.created_at, j.lane`,
 		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds())
 	if err != nil {
 		return nil, err
@@ -49,7 +49,7 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job,
 		var hk []string
 		var hv [][]byte
 		err := r.Scan(&j.ID, &j.Kind, &j.Queue, &j.Route, &j.Key, &j.Version, &j.Attempt, &j.MaxAttempts,
-			&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt)
+			&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt, &j.Ordered)
 		for i := range hk {
 			if i < len(hv) {
 				j.Headers = append(j.Headers, workers.Header{Key: hk[i], Value: hv[i]})
@@ -97,6 +97,8 @@ type Outcome struct {
 	Error  string
 	// Delay before the next attempt when State is retrying.
 	Delay time.Duration
+	// Lane is set for jobs of ordered routes: ending one advances its lane.
+	Lane bool
 }
 
 // JobComplete applies a batch of outcomes in ONE statement. Each row
@@ -109,14 +111,52 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (map[int64]bool
 	ids, tokens := make([]int64, n), make([]int64, n)
 	states, reasons, errs := make([]string, n), make([]string, n), make([]*string, n)
 	delays := make([]int64, n)
+	var laneEnds []int64
 	for i, o := range outs {
 		ids[i], tokens[i], states[i], reasons[i], delays[i] = o.ID, o.Token, o.State, o.Reason, o.Delay.Milliseconds()
 		if o.Error != "" {
 			e := truncate(o.Error, 4096)
 			errs[i] = &e
 		}
+		if o.Lane && o.State != "retrying" {
+			laneEnds = append(laneEnds, o.ID)
+		}
 	}
-	rows, err := s.pool.Query(ctx, `
+	if len(laneEnds) == 0 {
+		return completeOutcomes(ctx, s.pool, ids, tokens, states, reasons, errs, delays)
+	}
+	// Heads end: their lanes advance set-based in the same transaction,
+	// with the per-row trigger switched off for it (see 0002_lanes.sql).
+	var applied map[int64]bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('switchyard.lanes_batched', 'on', true)`); err != nil {
+			return err
+		}
+		var err error
+		if applied, err = completeOutcomes(ctx, tx, ids, tokens, states, reasons, errs, delays); err != nil {
+			return err
+		}
+		ended := laneEnds[:0]
+		for _, id := range laneEnds {
+			if applied[id] {
+				ended = append(ended, id)
+			}
+		}
+		if len(ended) > 0 {
+			_, err = tx.Exec(ctx, `SELECT lanes_advance($1)`, ended)
+		}
+		return err
+	})
+	return applied, err
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func completeOutcomes(ctx context.Context, q querier, ids, tokens []int64, states, reasons []string, errs []*string, delays []int64) (map[int64]bool, error) {
+	rows, err := q.Query(ctx, `
 		WITH o AS (
 			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[])
 				AS o(id, token, state, reason, err, delay_ms)
@@ -144,7 +184,7 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (map[int64]bool
 	if err != nil {
 		return nil, err
 	}
-	applied := make(map[int64]bool, n)
+	applied := make(map[int64]bool, len(ids))
 	var id int64
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { applied[id] = true; return nil })
 	return applied, err

@@ -26,7 +26,7 @@ CREATE TABLE lanes (
     -- Set while a strict lane holds for a missing version.
     gap_since    timestamptz,
     PRIMARY KEY (route, key)
-);
+) WITH (fillfactor = 70); -- room for HOT updates: a lane's head changes with every job
 CREATE INDEX lanes_gap_idx ON lanes (gap_since) WHERE gap_since IS NOT NULL;
 CREATE INDEX lanes_blocked_idx ON lanes (route) WHERE blocked;
 
@@ -132,8 +132,95 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- The completer ends heads in batches and advances their lanes set-based
+-- with lanes_advance() in the same transaction; it sets
+-- switchyard.lanes_batched for that transaction so that the per-row
+-- trigger stays out of its way. Every other path relies on the trigger.
 CREATE TRIGGER jobs_lane_advance AFTER UPDATE OF state ON jobs
     FOR EACH ROW
     WHEN (NEW.lane AND OLD.state IS DISTINCT FROM NEW.state
-          AND (NEW.state IN ('succeeded', 'dead', 'cancelled', 'expired', 'skipped') OR OLD.state = 'dead'))
+          AND (NEW.state IN ('succeeded', 'dead', 'cancelled', 'expired', 'skipped') OR OLD.state = 'dead')
+          AND current_setting('switchyard.lanes_batched', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION lane_job_changed();
+
+-- lanes_advance is lane_job_changed for a batch of ended heads, in a
+-- constant number of statements instead of several per job: lock the
+-- lanes in (route, key) order, block or free them, skip every stale
+-- waiting job of the freed newer/strict lanes at once, then promote the
+-- next waiting job of each freed lane. Strict lanes go through
+-- lane_promote, which owns gap handling.
+CREATE FUNCTION lanes_advance(p_ids bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    f_route text[];  -- freed non-strict lanes
+    f_key   text[];
+    v_route text[];  -- freed versioned lanes, with their last applied version
+    v_key   text[];
+    v_last  bigint[];
+    s_route text[];  -- freed strict lanes
+    s_key   text[];
+BEGIN
+    PERFORM 1 FROM lanes l JOIN jobs j ON l.route = j.route AND l.key = j.key AND l.head_job_id = j.id
+    WHERE j.id = ANY(p_ids)
+    ORDER BY l.route, l.key
+    FOR UPDATE OF l;
+
+    UPDATE lanes l SET blocked = true
+    FROM jobs j
+    WHERE j.id = ANY(p_ids) AND l.route = j.route AND l.key = j.key AND l.head_job_id = j.id
+      AND j.state = 'dead' AND l.on_dead = 'block';
+
+    WITH freed AS (
+        UPDATE lanes l SET head_job_id = NULL,
+            last_version = CASE
+                WHEN j.version IS NULL THEN l.last_version
+                WHEN j.state = 'succeeded' OR l.policy = 'strict' THEN greatest(l.last_version, j.version)
+                ELSE l.last_version END
+        FROM jobs j
+        WHERE j.id = ANY(p_ids) AND l.route = j.route AND l.key = j.key AND l.head_job_id = j.id
+          AND j.state IN ('succeeded', 'dead', 'cancelled', 'expired', 'skipped')
+          AND NOT (j.state = 'dead' AND l.on_dead = 'block')
+        RETURNING l.route, l.key, l.policy, l.last_version
+    )
+    SELECT array_agg(route) FILTER (WHERE policy <> 'strict'), array_agg(key) FILTER (WHERE policy <> 'strict'),
+        array_agg(route) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
+        array_agg(key) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
+        array_agg(last_version) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
+        array_agg(route) FILTER (WHERE policy = 'strict'), array_agg(key) FILTER (WHERE policy = 'strict')
+    INTO f_route, f_key, v_route, v_key, v_last, s_route, s_key
+    FROM freed;
+
+    IF v_route IS NOT NULL THEN
+        UPDATE jobs w SET state = 'skipped', finished_at = now(),
+            last_error = format('version %s is not newer than the last applied version %s', w.version, f.last)
+        FROM unnest(v_route, v_key, v_last) AS f(route, key, last)
+        WHERE w.route = f.route AND w.key = f.key AND w.state = 'waiting' AND w.version <= f.last;
+    END IF;
+
+    IF f_route IS NOT NULL THEN
+        WITH nxt AS (
+            SELECT f.route, f.key, w.id
+            FROM unnest(f_route, f_key) AS f(route, key)
+            CROSS JOIN LATERAL (
+                SELECT id FROM jobs
+                WHERE route = f.route AND key = f.key AND state = 'waiting'
+                ORDER BY version NULLS FIRST, src_offset, id
+                LIMIT 1
+            ) w
+        ), q AS (
+            -- Re-checked under the row lock: a job cancelled meanwhile is
+            -- not promoted, and its lane gets no head (the next ingest into
+            -- the lane promotes past it).
+            UPDATE jobs SET state = 'queued', scheduled_at = now()
+            FROM nxt WHERE jobs.id = nxt.id AND jobs.state = 'waiting'
+            RETURNING jobs.id
+        )
+        UPDATE lanes l SET head_job_id = nxt.id, gap_since = NULL
+        FROM nxt JOIN q ON q.id = nxt.id
+        WHERE l.route = nxt.route AND l.key = nxt.key;
+    END IF;
+
+    IF s_route IS NOT NULL THEN
+        PERFORM lane_promote(f.route, f.key) FROM unnest(s_route, s_key) AS f(route, key) ORDER BY f.route, f.key;
+    END IF;
+END $$;
