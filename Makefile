@@ -41,8 +41,12 @@ test: vet ## go vet + all tests (-race) against real Kafka and Postgres
 	$(WITH_SERVICES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $(PKGS)
 
 test-faults: vet ## Fault-injection tests (-run Fault, SWITCHYARD_FAULT_CYCLES=20)
+	@# -v so that each scenario's FAULT-SUMMARY line shows; the full log is kept.
 	SWITCHYARD_FAULT_CYCLES=$(SWITCHYARD_FAULT_CYCLES) \
-		$(WITH_SERVICES) $(GO) test -race -count=1 -run Fault -timeout $(FAULT_TIMEOUT) $(GOTESTFLAGS) $(PKGS)
+		$(WITH_SERVICES) $(GO) test -race -count=1 -v -run Fault -timeout $(FAULT_TIMEOUT) $(GOTESTFLAGS) $(PKGS) \
+		> faults.log 2>&1 || { tail -200 faults.log; exit 1; }
+	@grep -E '^(FAULT-SUMMARY|--- FAIL|FAIL|ok )' faults.log
+	$(WITH_SERVICES) bash $(LOCAL)/schemathesis.sh
 
 lint: ## gofmt check + go vet
 	@unformatted="$$(gofmt -l .)"; \

@@ -86,6 +86,7 @@ func (p *pool) run() {
 	}()
 	defer func() { <-hbDone }()
 	backoff := 100 * time.Millisecond
+	backlog := false
 	for {
 		select {
 		case <-p.d.stopClaim:
@@ -97,18 +98,26 @@ func (p *pool) run() {
 		}
 		free := p.free()
 		next := p.q.PollInterval
-		if free > 0 {
+		// With a backlog (the last claim filled every slot asked for),
+		// wait until a quarter of the pool is free and claim for all of
+		// it in one statement; one statement per freed worker would cap
+		// the pool at the claim's round trip. Without a backlog, claim
+		// for any free worker at once: latency matters more.
+		if free > 0 && (!backlog || free >= max(1, p.q.Concurrency/4)) {
 			n, err := p.claim(free)
 			switch {
 			case err != nil:
 				p.log.Warn("claim failed", zap.Error(err), zap.Duration("backoff", backoff))
 				next = backoff
 				backoff = min(backoff*2, 5*time.Second)
+				backlog = false
 			case n == free:
 				backoff = 100 * time.Millisecond
+				backlog = true
 				continue // every slot filled: there is probably more work
 			default:
 				backoff = 100 * time.Millisecond
+				backlog = false
 			}
 		}
 		resetTimer(poll, next)

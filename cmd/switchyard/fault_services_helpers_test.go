@@ -1,0 +1,943 @@
+package main
+
+// Helpers of the service-fault tests (fault_services_test.go): private
+// PostgreSQL and Kafka instances started with the deploy/local scripts,
+// a switchyard process pointed at chosen services, a continuous producer,
+// a target behaviour that watches per-key order, and the final check of
+// the invariants with its FAULT-SUMMARY line.
+//
+// The shared services (SWITCHYARD_DATABASE_URL, SWITCHYARD_KAFKA_BROKERS)
+// serve every test package at once: nothing here ever stops or restarts
+// them. A scenario that restarts a service starts its own instance.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// serviceFaultCycles is how many times a scenario injects its fault:
+// def, or SWITCHYARD_FAULT_CYCLES when set (`make test-faults` sets 20).
+func serviceFaultCycles(t *testing.T, def int) int {
+	t.Helper()
+	s := os.Getenv("SWITCHYARD_FAULT_CYCLES")
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("SWITCHYARD_FAULT_CYCLES: %q is not a positive number", s)
+	}
+	return n
+}
+
+// ---------------------------------------------------------------------
+// Private services.
+
+// sfScript is the path of a deploy/local script (tests run in
+// cmd/switchyard).
+func sfScript(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "deploy", "local", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// sfRunScript runs `bash script args…` with extra environment and returns
+// its stdout; a failure reports the script's output.
+func sfRunScript(env []string, script string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s %s: %v\n%s%s", filepath.Base(script), strings.Join(args, " "), err,
+			stdout.String(), stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// sfEnvValue picks NAME=value out of a script's `env` output.
+func sfEnvValue(out, name string) string {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// sfFreePorts returns n distinct free loopback ports. (Another process may
+// take one before the service binds it; the service then fails to start
+// and says so.)
+func sfFreePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// sfServiceDir makes a data root for a private service. Not t.TempDir:
+// Postgres runs as the postgres user, which must traverse the parents,
+// and t.TempDir's are 0700.
+func sfServiceDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// sfPostgres is a PostgreSQL cluster of one test on its own port
+// and data dir, run by deploy/local/postgres.sh.
+type sfPostgres struct {
+	t      *testing.T
+	script string
+	env    []string
+	URL    string
+}
+
+// sfStartPostgres starts a cluster that is stopped and deleted when
+// the test ends, whatever its outcome.
+func sfStartPostgres(t *testing.T) *sfPostgres {
+	t.Helper()
+	dir := sfServiceDir(t, "switchyard-fault-pg-")
+	pg := &sfPostgres{t: t, script: sfScript(t, "postgres.sh"),
+		env: []string{"SWITCHYARD_LOCAL_DIR=" + dir, fmt.Sprintf("PG_PORT=%d", sfFreePorts(t, 1)[0])}}
+	t.Cleanup(func() {
+		if _, err := sfRunScript(pg.env, pg.script, "stop", "--clean"); err != nil {
+			t.Errorf("stopping the private postgres: %v", err)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	out := pg.start()
+	if pg.URL = sfEnvValue(out, "SWITCHYARD_DATABASE_URL"); pg.URL == "" {
+		t.Fatalf("postgres.sh start printed no SWITCHYARD_DATABASE_URL:\n%s", out)
+	}
+	return pg
+}
+
+func (pg *sfPostgres) start() string {
+	pg.t.Helper()
+	out, err := sfRunScript(pg.env, pg.script, "start")
+	if err != nil {
+		pg.t.Fatalf("start the private postgres: %v", err)
+	}
+	return out
+}
+
+// stop is `pg_ctl stop -m fast`: every session is terminated.
+func (pg *sfPostgres) stop() {
+	pg.t.Helper()
+	if _, err := sfRunScript(pg.env, pg.script, "stop"); err != nil {
+		pg.t.Fatalf("stop the private postgres: %v", err)
+	}
+}
+
+// sfKafka is a single-node KRaft broker of one test on its own ports
+// and data dir, run by deploy/local/kafka.sh.
+type sfKafka struct {
+	t       *testing.T
+	script  string
+	env     []string
+	Brokers []string
+}
+
+// sfStartKafka starts a broker that is stopped and deleted when the
+// test ends, whatever its outcome.
+func sfStartKafka(t *testing.T) *sfKafka {
+	t.Helper()
+	dir := sfServiceDir(t, "switchyard-fault-kafka-")
+	ports := sfFreePorts(t, 2)
+	k := &sfKafka{t: t, script: sfScript(t, "kafka.sh"), env: []string{"SWITCHYARD_LOCAL_DIR=" + dir,
+		fmt.Sprintf("KAFKA_PORT=%d", ports[0]), fmt.Sprintf("KAFKA_CONTROLLER_PORT=%d", ports[1])}}
+	t.Cleanup(func() {
+		if _, err := sfRunScript(k.env, k.script, "stop", "--clean"); err != nil {
+			t.Errorf("stopping the private kafka: %v", err)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	out := k.start()
+	brokers := sfEnvValue(out, "SWITCHYARD_KAFKA_BROKERS")
+	if brokers == "" {
+		t.Fatalf("kafka.sh start printed no SWITCHYARD_KAFKA_BROKERS:\n%s", out)
+	}
+	k.Brokers = strings.Split(brokers, ",")
+	return k
+}
+
+func (k *sfKafka) start() string {
+	k.t.Helper()
+	out, err := sfRunScript(k.env, k.script, "start")
+	if err != nil {
+		k.t.Fatalf("start the private kafka: %v", err)
+	}
+	return out
+}
+
+// stop sends the broker SIGTERM (a controlled shutdown) and waits for it
+// to exit.
+func (k *sfKafka) stop() {
+	k.t.Helper()
+	if _, err := sfRunScript(k.env, k.script, "stop"); err != nil {
+		k.t.Fatalf("stop the private kafka: %v", err)
+	}
+}
+
+// sfKafkaAdmin returns an admin client of the given brokers, closed when
+// the test ends.
+func sfKafkaAdmin(t *testing.T, brokers []string) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+// sfCreateTopic creates a topic on the given brokers (left to the broker's
+// fate: private brokers are deleted whole, shared ones get testenv.Topic).
+func sfCreateTopic(t *testing.T, adm *kadm.Client, partitions int32) string {
+	t.Helper()
+	topic := testenv.Name("topic")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	return topic
+}
+
+// sfOpenStore opens a store on any database and migrates its schema.
+func sfOpenStore(t *testing.T, dbURL, schema string) *pgstore.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := pgstore.Open(ctx, pgstore.Config{URL: dbURL, Schema: schema, MaxConns: 4})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(s.Close)
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return s
+}
+
+// ---------------------------------------------------------------------
+// Config and process.
+
+// sfServices names the Kafka and Postgres a process talks to.
+type sfServices struct {
+	Brokers     []string
+	DatabaseURL string
+}
+
+func sfShared(t *testing.T) sfServices {
+	return sfServices{Brokers: testenv.Brokers(t), DatabaseURL: testenv.DatabaseURL(t)}
+}
+
+// sfConfig is what varies between the scenarios' config files.
+type sfConfig struct {
+	sfServices
+	Topic, Group, Schema, TargetURL string
+	MaxAttempts                     int
+	// Ordered makes the route ordered, keyed on the payload's "k".
+	Ordered bool
+}
+
+// sfWriteConfig writes a config: dedupe on the payload's "id", a 2s
+// lease, 8 workers, fast retries.
+func sfWriteConfig(t *testing.T, c sfConfig) string {
+	t.Helper()
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	ordered := ""
+	if c.Ordered {
+		ordered = "\n    key: {field: k}\n    ordered: true"
+	}
+	body := fmt.Sprintf(`kafka: {brokers: [%q], group: %q, session_timeout: 10s}
+postgres: {url: %q, schema: %q, max_conns: 10}
+http: {listen: "off"}
+shutdown_grace: 3s
+queues:
+  q: {concurrency: 8, lease: 2s, max_runtime: 1m, poll_interval: 100ms}
+routes:
+  - topic: %q
+    kind: k
+    queue: q
+    dedupe: {field: id}%s
+    max_attempts: %d
+    backoff: {initial: 50ms, max: 500ms}
+    target: {http: {url: %q, timeout: 5s}}
+`, strings.Join(c.Brokers, ","), c.Group, c.DatabaseURL, c.Schema, c.Topic, ordered, c.MaxAttempts, c.TargetURL)
+	path := filepath.Join(t.TempDir(), "switchyard.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// sfStart starts the binary with args against the given services (the
+// environment wins over the config file, so it is set to them). Like
+// start, the process is killed when the test ends and its log shown if
+// the test failed.
+func sfStart(t *testing.T, svc sfServices, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, log: &syncBuffer{}, out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binPath, args...)
+	p.cmd.Stdout = p.out
+	p.cmd.Stderr = p.log
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SWITCHYARD_DATABASE_URL=") && !strings.HasPrefix(kv, "SWITCHYARD_KAFKA_BROKERS=") {
+			env = append(env, kv)
+		}
+	}
+	p.cmd.Env = append(env, "SWITCHYARD_LOG_LEVEL=info",
+		"SWITCHYARD_DATABASE_URL="+svc.DatabaseURL, "SWITCHYARD_KAFKA_BROKERS="+strings.Join(svc.Brokers, ","))
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("--- log of %s (exit %d) ---\n%s", p.name, p.code, tail(p.log.String(), 16<<10))
+		}
+		if strings.Contains(p.log.String(), "WARNING: DATA RACE") {
+			t.Errorf("%s reported a data race:\n%s", p.name, p.log.String())
+		}
+	})
+	return p
+}
+
+// sfLogMark is a position in a process's log.
+func sfLogMark(p *proc) int { return len(p.log.String()) }
+
+// sfWaitLogCount waits until the log written after mark holds sub n
+// times; the process must stay up meanwhile.
+func sfWaitLogCount(p *proc, mark int, within time.Duration, sub string, n int) {
+	p.t.Helper()
+	testenv.Eventually(p.t, within, fmt.Sprintf("%s to log %q %d times", p.name, sub, n), func() bool {
+		if p.exited() {
+			p.t.Fatalf("%s exited (code %d) while waiting for it to log %q", p.name, p.code, sub)
+		}
+		return strings.Count(p.log.String()[mark:], sub) >= n
+	})
+}
+
+// sfStopClean sends SIGTERM and expects a clean exit (I7).
+func sfStopClean(p *proc) {
+	p.t.Helper()
+	if p.exited() {
+		p.t.Fatalf("%s exited by itself with code %d; it should have recovered and kept running", p.name, p.code)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		p.t.Errorf("%s: exit code %d after SIGTERM, want 0", p.name, code)
+	}
+}
+
+// ---------------------------------------------------------------------
+// Producer.
+
+// sfRecord is one record the producer wrote and where it landed.
+type sfRecord struct {
+	id        string
+	value     []byte
+	partition int32
+	offset    int64
+}
+
+// sfProducer writes records {"id":"<prefix><i>","k":"k<i mod keys>"} until
+// stopped, burst records per tick. All records of a key go to one
+// partition, so a key's offsets are its production order.
+type sfProducer struct {
+	prefix string
+	burst  int
+
+	stopC   chan struct{}
+	stopped sync.Once
+	abort   context.CancelFunc // fails the burst in flight
+	done    chan struct{}
+
+	mu   sync.Mutex
+	recs []sfRecord
+	err  error
+}
+
+// sfStartProducer begins producing to topic on brokers; the test's end
+// stops it.
+func sfStartProducer(t *testing.T, brokers []string, topic, prefix string, partitions, keys, burst int,
+	tick time.Duration) *sfProducer {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	base, abort := context.WithCancel(context.Background())
+	pr := &sfProducer{prefix: prefix, burst: burst, stopC: make(chan struct{}), abort: abort, done: make(chan struct{})}
+	go func() {
+		defer close(pr.done)
+		defer cl.Close()
+		ticker := time.NewTicker(tick)
+		defer ticker.Stop()
+		for i := 0; ; {
+			var recs []*kgo.Record
+			for range burst {
+				k := i % keys
+				recs = append(recs, &kgo.Record{Partition: int32(k % partitions),
+					Value: fmt.Appendf(nil, `{"id":"%s%d","k":"k%d"}`, prefix, i, k)})
+				i++
+			}
+			// Long enough to ride out a broker restart: the client
+			// retries until the broker is back.
+			ctx, cancel := context.WithTimeout(base, 3*time.Minute)
+			res := cl.ProduceSync(ctx, recs...)
+			cancel()
+			pr.mu.Lock()
+			for _, r := range res {
+				if r.Err != nil {
+					pr.err = fmt.Errorf("produce %s: %w", r.Record.Value, r.Err)
+					continue
+				}
+				pr.recs = append(pr.recs, sfRecord{id: sfRecordID(r.Record.Value), value: r.Record.Value,
+					partition: r.Record.Partition, offset: r.Record.Offset})
+			}
+			failed := pr.err != nil
+			pr.mu.Unlock()
+			if failed {
+				return
+			}
+			select {
+			case <-pr.stopC:
+				return
+			case <-ticker.C:
+			}
+		}
+	}()
+	// A test that ends early must not wait for a burst to a broker that
+	// is down.
+	t.Cleanup(func() { pr.abort(); pr.stopOnce() })
+	return pr
+}
+
+func (pr *sfProducer) stopOnce() {
+	pr.stopped.Do(func() { close(pr.stopC) })
+	<-pr.done
+}
+
+// stop ends production and returns every record written.
+func (pr *sfProducer) stop(t *testing.T) []sfRecord {
+	t.Helper()
+	pr.stopOnce()
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.err != nil {
+		t.Fatalf("sfProducer: %v", pr.err)
+	}
+	return slices.Clone(pr.recs)
+}
+
+// count is how many records were written so far.
+func (pr *sfProducer) count() int {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return len(pr.recs)
+}
+
+// waitProduced waits until n more records than mark were written.
+func (pr *sfProducer) waitProduced(t *testing.T, mark, n int, within time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, within, fmt.Sprintf("%d more records to be produced", n), func() bool {
+		pr.mu.Lock()
+		defer pr.mu.Unlock()
+		if pr.err != nil {
+			t.Fatalf("sfProducer: %v", pr.err)
+		}
+		return len(pr.recs) >= mark+n
+	})
+}
+
+func sfRecordID(v []byte) string {
+	_, rest, _ := strings.Cut(string(v), `"id":"`)
+	id, _, _ := strings.Cut(rest, `"`)
+	return id
+}
+
+// ---------------------------------------------------------------------
+// Target behaviour watching deliveries.
+
+// sfWatch is a target behaviour: it holds each request a little (so that
+// faults find jobs in flight; a retry for a second), answers 200, and
+// records when each attempt was answered and whether a job started while
+// another job of its key was still being handled (I3, for ordered
+// routes).
+type sfWatch struct {
+	maxDelay time.Duration
+
+	mu       sync.Mutex
+	inFlight map[string]map[int64]int // key → job → requests in progress
+	overlaps []string
+	answered map[[2]int64]time.Time // (job, token) → when its 200 was sent
+}
+
+func sfNewWatch(maxDelay time.Duration) *sfWatch {
+	return &sfWatch{maxDelay: maxDelay, inFlight: map[string]map[int64]int{}, answered: map[[2]int64]time.Time{}}
+}
+
+func (w *sfWatch) behaviour(r *http.Request, c call) int {
+	w.mu.Lock()
+	jobs := w.inFlight[c.Key]
+	if jobs == nil {
+		jobs = map[int64]int{}
+		w.inFlight[c.Key] = jobs
+	}
+	for other, n := range jobs {
+		if other != c.JobID && n > 0 {
+			w.overlaps = append(w.overlaps, fmt.Sprintf("key %s: job %d (token %d) started while job %d was running",
+				c.Key, c.JobID, c.Token, other))
+		}
+	}
+	jobs[c.JobID]++
+	w.mu.Unlock()
+	hold := rand.N(w.maxDelay)
+	if c.Attempt > 1 {
+		// A retry usually follows a lease lost to the fault, whose
+		// attempt's outcome may still be on its way to the database:
+		// holding the retry open gives that stale outcome a window to
+		// land while a newer lease runs, where only the fencing token
+		// can reject it (I4).
+		hold = time.Second
+	}
+	select {
+	case <-time.After(hold):
+	case <-r.Context().Done():
+	}
+	w.mu.Lock()
+	jobs[c.JobID]--
+	if r.Context().Err() == nil {
+		// Taken before the answer is written: the process can only
+		// record this attempt's success after this instant.
+		w.answered[[2]int64{c.JobID, c.Token}] = time.Now()
+	}
+	w.mu.Unlock()
+	return 0
+}
+
+func (w *sfWatch) violations() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.overlaps)
+}
+
+// answeredAt is when the attempt (job, token) was answered 200.
+func (w *sfWatch) answeredAt(job, token int64) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.answered[[2]int64{job, token}]
+	return at, ok
+}
+
+// ---------------------------------------------------------------------
+// Final check.
+
+// sfJob is what the final check reads of a job.
+type sfJob struct {
+	ID         int64
+	State      string
+	DedupeKey  string
+	Key        string
+	Partition  int32
+	Offset     int64
+	Payload    []byte
+	Token      int64
+	LastError  string
+	FinishedAt *time.Time
+}
+
+func sfJobs(ctx context.Context, s *pgstore.Store) ([]sfJob, error) {
+	rows, err := s.Pool().Query(ctx, `SELECT id, state, dedupe_key, key, coalesce(src_partition, -1),
+		coalesce(src_offset, -1), payload, coalesce(token, 0), coalesce(last_error, ''), finished_at FROM jobs ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []sfJob
+	for rows.Next() {
+		var j sfJob
+		if err := rows.Scan(&j.ID, &j.State, &j.DedupeKey, &j.Key, &j.Partition, &j.Offset, &j.Payload,
+			&j.Token, &j.LastError, &j.FinishedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// sfTryCount is count without failing: while a service comes back, a
+// pooled connection may still be a dead one.
+func sfTryCount(s *pgstore.Store, query string, args ...any) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	err := s.Pool().QueryRow(ctx, query, args...).Scan(&n)
+	return n, err
+}
+
+// sfWaitThrough waits until a record produced from now on has gone all
+// the way through (its job succeeded), and returns how long that took:
+// the process works again, for new records as well as old ones.
+func sfWaitThrough(t *testing.T, p *proc, pr *sfProducer, s *pgstore.Store, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	// At most one burst is in flight: this one is produced after now.
+	id := fmt.Sprintf("%s%d", pr.prefix, pr.count()+pr.burst)
+	testenv.Eventually(t, within, fmt.Sprintf("the job of record %s to succeed", id), func() bool {
+		if p.exited() {
+			t.Fatalf("%s exited (code %d); it should recover by itself", p.name, p.code)
+		}
+		n, err := sfTryCount(s, `SELECT count(*) FROM jobs WHERE dedupe_key = $1 AND state = 'succeeded'`, id)
+		return err == nil && n == 1
+	})
+	return time.Since(start)
+}
+
+// sfSummary is the outcome of one scenario.
+type sfSummary struct {
+	Produced, Jobs, Lost, DuplicateJobs, OrderViolations, StaleCompletions, Redeliveries int
+}
+
+func (s *sfSummary) add(o sfSummary) {
+	s.Produced += o.Produced
+	s.Jobs += o.Jobs
+	s.Lost += o.Lost
+	s.DuplicateJobs += o.DuplicateJobs
+	s.OrderViolations += o.OrderViolations
+	s.StaleCompletions += o.StaleCompletions
+	s.Redeliveries += o.Redeliveries
+}
+
+// report prints the summary line to the test log and to stdout.
+func (s sfSummary) report(t *testing.T, scenario string) {
+	line := fmt.Sprintf("FAULT-SUMMARY scenario=%s produced=%d jobs=%d lost=%d duplicate_jobs=%d order_violations=%d stale_completions_accepted=%d redeliveries=%d",
+		scenario, s.Produced, s.Jobs, s.Lost, s.DuplicateJobs, s.OrderViolations, s.StaleCompletions, s.Redeliveries)
+	t.Log(line)
+	fmt.Println(line)
+}
+
+// sfCheck is what the final check looks at.
+type sfCheck struct {
+	p            *proc
+	store        *pgstore.Store
+	adm          *kadm.Client
+	group, topic string
+	tg           *target
+	watch        *sfWatch // the target's behaviour
+	ordered      bool     // the route is ordered: check I3
+}
+
+// verify waits until the process has ingested every record of the topic
+// (stored offsets at the end offsets) and finished every job, then checks
+// the invariants against recs, the records this run is owed jobs for:
+//
+//   - lost (I1): a record with neither a job (by its dedupe key) nor a DLQ
+//     entry (by its source);
+//   - duplicate_jobs (I2): a record with more than one job, or a job row
+//     whose source holds another job too;
+//   - order_violations (I3, ordered routes only): a job that started
+//     while another job of its key was being handled, or whose first
+//     delivery came before that of a lower offset of its key (all of a
+//     key's records are in one partition). 0 for an unordered route, which
+//     promises no order;
+//   - stale_completions_accepted (I4): a succeeded job whose recorded
+//     fencing token is not the newest one the target was called with, was
+//     never answered 200 under that token, or was recorded finished
+//     before that answer was sent: the outcome then came from a superseded
+//     lease (or from no delivery at all);
+//   - redeliveries: target calls beyond one per job (allowed: a lease
+//     lost to a fault is retried).
+//
+// Every job must have succeeded, and no job may exist that recs does not
+// account for.
+func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfSummary {
+	t.Helper()
+	end := endOffsets(t, c.adm, c.topic)
+	var stored map[int32]int64
+	testenv.Eventually(t, within, "stored offsets at the end offsets and every job finished", func() bool {
+		if c.p != nil && c.p.exited() {
+			t.Fatalf("%s exited (code %d); it should recover by itself", c.p.name, c.p.code)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		got, err := c.store.OffsetLoad(ctx, c.group, []string{c.topic})
+		if err != nil {
+			return false
+		}
+		stored = got[c.topic]
+		if !offsetsCovered(stored, end) {
+			return false
+		}
+		n, err := sfTryCount(c.store, `SELECT count(*) FROM jobs WHERE state IN ('waiting','queued','running','retrying')`)
+		return err == nil && n == 0
+	})
+	for p, e := range end {
+		if e > 0 && stored[p] != e {
+			t.Errorf("I1: partition %d: stored next offset %d, end offset %d", p, stored[p], e)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := sfJobs(ctx, c.store)
+	if err != nil {
+		t.Fatalf("read jobs: %v", err)
+	}
+	parked := map[[2]int64]bool{}
+	dlq, err := c.store.Pool().Query(ctx, `SELECT src_partition, src_offset FROM dlq_entries WHERE src_topic = $1`, c.topic)
+	if err != nil {
+		t.Fatalf("read DLQ: %v", err)
+	}
+	var dp, do int64
+	if _, err := pgx.ForEachRow(dlq, []any{&dp, &do}, func() error { parked[[2]int64{dp, do}] = true; return nil }); err != nil {
+		t.Fatalf("read DLQ: %v", err)
+	}
+	if len(parked) > 0 {
+		// Every record is well-formed and every answer 200: nothing
+		// should be parked. (A parked record still counts as not lost.)
+		t.Errorf("%d DLQ entries, want none", len(parked))
+	}
+
+	sum := sfSummary{Produced: len(recs), Jobs: len(rows)}
+	byDedupe := map[string][]sfJob{}
+	type src struct {
+		partition int32
+		offset    int64
+	}
+	bySource := map[src][]sfJob{}
+	for _, j := range rows {
+		byDedupe[j.DedupeKey] = append(byDedupe[j.DedupeKey], j)
+		bySource[src{j.Partition, j.Offset}] = append(bySource[src{j.Partition, j.Offset}], j)
+		if j.State != "succeeded" {
+			t.Errorf("job %d (%s) is %s, want succeeded; last error %q", j.ID, j.DedupeKey, j.State, j.LastError)
+		}
+	}
+	owed := map[string]bool{}
+	for _, r := range recs {
+		owed[r.id] = true
+		js := byDedupe[r.id]
+		switch {
+		case len(js) == 0 && !parked[[2]int64{int64(r.partition), r.offset}]:
+			sum.Lost++
+			if sum.Lost <= 10 {
+				t.Errorf("I1: record %s at %d/%d has no job and no DLQ entry", r.id, r.partition, r.offset)
+			}
+		case len(js) > 1:
+			sum.DuplicateJobs++
+			t.Errorf("I2: record %s has %d jobs", r.id, len(js))
+		case len(js) == 1 && !bytes.Equal(js[0].Payload, r.value):
+			t.Errorf("job %d: payload %q, want %q", js[0].ID, js[0].Payload, r.value)
+		}
+	}
+	for s, js := range bySource {
+		if len(js) > 1 {
+			sum.DuplicateJobs++
+			t.Errorf("I2: %d jobs come from %d/%d", len(js), s.partition, s.offset)
+		}
+	}
+	unexpected := 0
+	for _, j := range rows {
+		if !owed[j.DedupeKey] {
+			unexpected++
+			if unexpected <= 10 {
+				t.Errorf("job %d (%s, from %d/%d) is not owed to any record of this run", j.ID, j.DedupeKey, j.Partition, j.Offset)
+			}
+		}
+	}
+
+	// Deliveries, as the target saw them.
+	calls := map[int64][]call{}
+	var order []call // first delivery of each job, in arrival order
+	for _, cl := range c.tg.received() {
+		if len(calls[cl.JobID]) == 0 {
+			order = append(order, cl)
+		}
+		calls[cl.JobID] = append(calls[cl.JobID], cl)
+	}
+	for _, j := range rows {
+		cs := calls[j.ID]
+		if len(cs) > 1 {
+			sum.Redeliveries += len(cs) - 1
+		}
+		if j.State != "succeeded" {
+			continue
+		}
+		newest := int64(0)
+		for _, cl := range cs {
+			newest = max(newest, cl.Token)
+		}
+		answered, ok := c.watch.answeredAt(j.ID, j.Token)
+		var why string
+		switch {
+		case j.Token != newest:
+			why = fmt.Sprintf("job %d succeeded with token %d; the target was called with tokens %v", j.ID, j.Token, sfTokens(cs))
+		case !ok:
+			why = fmt.Sprintf("job %d succeeded with token %d, which the target never answered 200", j.ID, j.Token)
+		case j.FinishedAt == nil || j.FinishedAt.Before(answered):
+			why = fmt.Sprintf("job %d was recorded finished at %v, before its attempt with token %d was answered at %v: "+
+				"the outcome recorded is not that attempt's", j.ID, j.FinishedAt, j.Token, answered)
+		}
+		if why != "" {
+			sum.StaleCompletions++
+			if sum.StaleCompletions <= 10 {
+				t.Errorf("I4: %s", why)
+			}
+		}
+	}
+	if c.ordered {
+		for _, v := range c.watch.violations() {
+			sum.OrderViolations++
+			if sum.OrderViolations <= 10 {
+				t.Errorf("I3: %s", v)
+			}
+		}
+		offsetOf := map[int64]int64{}
+		for _, j := range rows {
+			offsetOf[j.ID] = j.Offset
+		}
+		started := map[string]int64{} // key → highest offset started
+		for _, cl := range order {
+			off, ok := offsetOf[cl.JobID]
+			if !ok {
+				continue
+			}
+			if prev, ok := started[cl.Key]; ok && off < prev {
+				sum.OrderViolations++
+				if sum.OrderViolations <= 10 {
+					t.Errorf("I3: key %s: job %d (offset %d) started after offset %d of its key", cl.Key, cl.JobID, off, prev)
+				}
+			}
+			started[cl.Key] = max(started[cl.Key], off)
+		}
+	}
+	return sum
+}
+
+func sfTokens(cs []call) []int64 {
+	out := make([]int64, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, c.Token)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// sfBackendPorts returns the local TCP ports of pid's connections to
+// 127.0.0.1:port, read from /proc: pid's socket inodes matched against
+// the kernel's TCP table. They are the client_port of the process's
+// backends in pg_stat_activity.
+func sfBackendPorts(pid, port int) ([]int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if inode, ok := strings.CutPrefix(link, "socket:["); ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		return nil, err
+	}
+	remote := fmt.Sprintf("0100007F:%04X", port) // 127.0.0.1 in the kernel's byte order
+	var ports []int
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		if len(f) < 10 || f[2] != remote || f[3] != "01" || !inodes[f[9]] { // 01: ESTABLISHED
+			continue
+		}
+		_, hexPort, _ := strings.Cut(f[1], ":")
+		p, err := strconv.ParseInt(hexPort, 16, 32)
+		if err != nil {
+			return nil, err
+		}
+		ports = append(ports, int(p))
+	}
+	return ports, nil
+}
+
+// sfURLPort is the port of a libpq URL whose host is 127.0.0.1 (the
+// only address sfBackendPorts looks for).
+func sfURLPort(t *testing.T, raw string) int {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("parse database URL: %v", err)
+	}
+	if u.Hostname() != "127.0.0.1" {
+		t.Fatalf("database URL %s: this test finds the process's connections to 127.0.0.1 only", u.Redacted())
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatalf("database URL %s has no port", u.Redacted())
+	}
+	return p
+}
