@@ -300,7 +300,8 @@ func (e *Engine) startIngest(ctx context.Context) error {
 	ic := ingest.Config{Brokers: e.cfg.Kafka.Brokers, Group: e.cfg.Kafka.Group, ClientID: e.cfg.Kafka.ClientID,
 		Reset: e.cfg.Kafka.Reset, MaxPollRecords: e.cfg.Kafka.FetchMaxRecords,
 		SessionTimeout: e.cfg.Kafka.SessionTimeout.D(), InstanceID: e.cfg.Kafka.InstanceID,
-		ResetOffsets: e.opts.ResetOffsets, Opts: append(kopts, e.opts.KafkaOpts...), Routes: e.compiled}
+		ServerSideAssignment: e.cfg.Kafka.GroupProtocol == "consumer",
+		ResetOffsets:         e.opts.ResetOffsets, Opts: append(kopts, e.opts.KafkaOpts...), Routes: e.compiled}
 	c, err := ingest.New(ic, e.store, e.log, e.metrics)
 	if err != nil {
 		return err

@@ -42,6 +42,9 @@ type Kafka struct {
 	Reset string `yaml:"reset"`
 	// FetchMaxRecords caps records per poll. Defaults to 10000.
 	FetchMaxRecords int `yaml:"fetch_max_records"`
+	// GroupProtocol is classic or consumer (KIP-848, where the broker
+	// assigns partitions; Kafka 4.0+, best on 4.3+). Defaults to classic.
+	GroupProtocol string `yaml:"group_protocol"`
 	// SessionTimeout is how long the group waits for a silent member
 	// (a crashed process) before handing its partitions to others.
 	// Defaults to 10s; the broker bounds it (group.min.session.timeout.ms).

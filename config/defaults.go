@@ -44,6 +44,7 @@ func (c *Config) SetDefaults() {
 	setDefault(&c.Kafka.Reset, defaultReset)
 	setDefault(&c.Kafka.FetchMaxRecords, defaultFetchMaxRecords)
 	setDefault(&c.Kafka.SessionTimeout, Duration(defaultSessionTimeout))
+	setDefault(&c.Kafka.GroupProtocol, "classic")
 	setDefault(&c.Postgres.MaxConns, defaultMaxConns)
 	setDefault(&c.Postgres.Schema, defaultSchema)
 	setDefault(&c.HTTP.Listen, defaultListen)

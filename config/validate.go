@@ -93,6 +93,7 @@ func (c *Config) validateKafka(p *problems) {
 		}
 	}
 	p.oneOf("kafka.reset", c.Kafka.Reset, "earliest", "latest")
+	p.oneOf("kafka.group_protocol", c.Kafka.GroupProtocol, "classic", "consumer")
 	if c.Kafka.SessionTimeout < Duration(time.Second) || c.Kafka.SessionTimeout > Duration(30*time.Minute) {
 		p.add("kafka.session_timeout", "%s is outside 1s..30m", c.Kafka.SessionTimeout)
 	}

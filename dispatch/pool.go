@@ -184,11 +184,14 @@ func (p *pool) execute(ctx context.Context, job *workers.Job) {
 		return
 	}
 	out := p.outcome(job, err)
-	p.observe(job, metricOutcome(out.State), elapsed)
 	p.d.completer.submit(out, func(applied bool) {
-		if !applied {
-			p.observe(job, "lease_lost", 0)
+		// Counted once the write is settled: a rejected (stale) outcome is
+		// a lost lease, not a success.
+		outcome := "lease_lost"
+		if applied {
+			outcome = metricOutcome(out.State)
 		}
+		p.observe(job, outcome, elapsed)
 		p.finish(job.ID)
 	})
 }

@@ -36,6 +36,8 @@ type Config struct {
 	SessionTimeout time.Duration
 	// InstanceID enables static membership when set.
 	InstanceID string
+	// ServerSideAssignment selects the KIP-848 consumer group protocol.
+	ServerSideAssignment bool
 	// ResetOffsets allows resuming from Kafka's committed offsets for
 	// partitions that have none stored in Postgres. Without it such a
 	// partition stops the consumer: the database was lost or replaced, and
@@ -142,6 +144,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	if c.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(c.cfg.InstanceID))
+	}
+	if c.cfg.ServerSideAssignment {
+		opts = append(opts, kgo.ServerSideBalancer())
 	}
 	cl, err := kgo.NewClient(append(opts, c.cfg.Opts...)...)
 	if err != nil {

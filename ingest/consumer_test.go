@@ -34,8 +34,12 @@ func startConsumer(t *testing.T, store *pgstore.Store, group string, routes []*R
 
 func startConsumerMetrics(t *testing.T, store *pgstore.Store, group string, routes []*Route, crash func() bool, m *metrics.Metrics) *Consumer {
 	t.Helper()
-	c, err := New(Config{Brokers: testenv.Brokers(t), Group: group, Routes: routes, MaxPollRecords: 50},
-		store, zaptest.NewLogger(t), m)
+	return startWith(t, store, Config{Brokers: testenv.Brokers(t), Group: group, Routes: routes, MaxPollRecords: 50}, crash, m)
+}
+
+func startWith(t *testing.T, store *pgstore.Store, cfg Config, crash func() bool, m *metrics.Metrics) *Consumer {
+	t.Helper()
+	c, err := New(cfg, store, zaptest.NewLogger(t), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,5 +236,27 @@ func TestFailsClosedWithoutStoredOffsets(t *testing.T) {
 		t.Fatal("want an error naming the missing stored offsets")
 	} else {
 		t.Logf("fails closed with: %v", err)
+	}
+}
+
+// The KIP-848 consumer group protocol (broker-side assignment): two
+// members share a topic, every record becomes one job.
+func TestServerSideGroupProtocol(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 4)
+	group := testenv.Name("g")
+	for p := range int32(4) {
+		testenv.Produce(t, topic, records(p, 0, 50)...)
+	}
+	cfg := Config{Brokers: testenv.Brokers(t), Group: group, Routes: []*Route{route(t, topic, "")},
+		MaxPollRecords: 20, ServerSideAssignment: true}
+	startWith(t, store, cfg, nil, nil)
+	startWith(t, store, cfg, nil, nil)
+	testenv.Eventually(t, 60*time.Second, "200 records stored", func() bool {
+		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 200
+	})
+	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 200 {
+		t.Fatalf("jobs = %d, want 200", n)
 	}
 }

@@ -152,8 +152,12 @@ func NewHTTPTarget(cfg HTTPTargetConfig) (*HTTPTarget, error) {
 // ErrUseLastResponse rather than an error, so the 3xx itself comes back and
 // is reported like any other unexpected status, body included.
 func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
-	return func(_ *http.Request, via []*http.Request) error {
-		if !follow || len(via) >= maxRedirects {
+	return func(req *http.Request, via []*http.Request) error {
+		// net/http turns a POST into a body-less GET on 301/302/303; the
+		// record would then reach nobody while the job counted as done.
+		// Only redirects that keep the method and body (307, 308) are
+		// followed.
+		if !follow || len(via) >= maxRedirects || req.Method != via[0].Method {
 			return http.ErrUseLastResponse
 		}
 		return nil

@@ -238,8 +238,14 @@ func TestHTTPTargetOutcomes(t *testing.T) {
 	}
 	redirects := http.NewServeMux()
 	redirects.Handle("/start", http.RedirectHandler("/final", http.StatusFound))
-	redirects.Handle("/loop", http.RedirectHandler("/loop", http.StatusFound))
-	redirects.HandleFunc("/final", func(w http.ResponseWriter, _ *http.Request) {
+	redirects.Handle("/keep", http.RedirectHandler("/final", http.StatusTemporaryRedirect))
+	redirects.Handle("/loop", http.RedirectHandler("/loop", http.StatusTemporaryRedirect))
+	redirects.HandleFunc("/final", func(w http.ResponseWriter, r *http.Request) {
+		// Only a POST counts as delivered (the body rides along with it).
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
 		w.WriteHeader(http.StatusOK)
 	})
 
@@ -274,8 +280,9 @@ func TestHTTPTargetOutcomes(t *testing.T) {
 			want: transient, hasDelay: true, wantDelay: 7 * time.Second, wantText: "503"},
 		{name: "500 ignores Retry-After", handler: status(500, "Retry-After", "7"), want: transient, wantText: "500"},
 		{name: "302 not followed", handler: redirects, path: "/start", want: permanent, wantText: "302"},
-		{name: "302 followed", handler: redirects, path: "/start", follow: true, want: succeeded},
-		{name: "redirect loop stops", handler: redirects, path: "/loop", follow: true, want: permanent, wantText: "302"},
+		{name: "302 not followed even when following: it would drop the body", handler: redirects, path: "/start", follow: true, want: permanent, wantText: "302"},
+		{name: "307 followed with the body", handler: redirects, path: "/keep", follow: true, want: succeeded},
+		{name: "redirect loop stops", handler: redirects, path: "/loop", follow: true, want: permanent, wantText: "307"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -72,6 +72,11 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// A ping fails fast with the real cause (auth, TLS, address) where a
+	// produce would only time out.
+	if err := cl.Ping(pctx); err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
 	res := cl.ProduceSync(pctx, rec)
 	r, err := res.First()
 	if err != nil {
