@@ -464,9 +464,8 @@ var reMemberID = regexp.MustCompile(`"member_id":"([^"]+)"`)
 
 // evictMembers removes a killed process's members from its consumer group,
 // as the broker would once their sessions expired. It exists for speed
-// only: the config has no kafka.session_timeout, so franz-go's default of
-// 45s applies, and until it passes the group cannot rebalance to the
-// restarted process. A dead member evicted is exactly a dead member
+// only: until kafka.session_timeout (10s by default) passes, the group
+// cannot rebalance to the restarted process. A dead member evicted is exactly a dead member
 // expired; nothing a live process does is skipped.
 //
 // The ids come from the dead process's own log (franz-go logs the id the
