@@ -389,3 +389,42 @@ func TestApplyCommitsWithCompletion(t *testing.T) {
 		t.Fatalf("lane a last applied %d (%v), want 9", last, err)
 	}
 }
+
+// A hot key (half of all traffic) holds at most one worker, and the other
+// keys run beside it instead of queueing behind its backlog.
+func TestHotKeyTakesOneWorker(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
+	store := testenv.Store(t, schema)
+	var hotNow, hotPeak atomic.Int64
+	r := newRecorder(func(ctx context.Context, j *workers.Job) error {
+		if j.Key == "hot" {
+			n := hotNow.Add(1)
+			defer hotNow.Add(-1)
+			for p := hotPeak.Load(); n > p && !hotPeak.CompareAndSwap(p, n); p = hotPeak.Load() {
+			}
+		}
+		time.Sleep(2 * time.Millisecond) // simulated work
+		return nil
+	})
+	var recs []*kgo.Record
+	for i := range 400 {
+		recs = append(recs, rec(0, "hot", `{}`), rec(0, fmt.Sprintf("k%d", i), `{}`))
+	}
+	testenv.Produce(t, topic, recs...)
+	engine(t, schema, topic, "", 8, r)
+	testenv.Eventually(t, 2*time.Minute, "the other keys done", func() bool {
+		var n int
+		_ = store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE key <> 'hot' AND state = 'succeeded'`).Scan(&n)
+		return n == 400
+	})
+	hotDone := len(r.startsOf("hot"))
+	t.Logf("when the 400 other keys were done, the hot key had started %d of its 400 jobs", hotDone)
+	if hotDone >= 400 {
+		t.Fatal("the other keys waited for the hot key's backlog")
+	}
+	testenv.Eventually(t, 2*time.Minute, "the hot key done", func() bool { return countState(t, store, "succeeded") == 800 })
+	if p := hotPeak.Load(); p != 1 || r.overlap.Load() != 0 {
+		t.Fatalf("hot key ran %d at once (overlaps %d), want 1", p, r.overlap.Load())
+	}
+}

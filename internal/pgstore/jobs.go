@@ -218,8 +218,8 @@ func (s *Store) JobRescue(ctx context.Context, limit int) (rescued, dead, expire
 			ON CONFLICT DO NOTHING
 		), e AS (
 			UPDATE jobs j SET state = 'expired', finished_at = now(), last_error = 'deadline passed before start'
-			WHERE j.id IN (SELECT id FROM jobs WHERE state IN ('queued', 'retrying') AND deadline < now()
-				LIMIT $1 FOR UPDATE SKIP LOCKED)
+			WHERE j.id IN (SELECT id FROM jobs WHERE deadline IS NOT NULL AND state IN ('queued', 'retrying')
+				AND deadline < now() LIMIT $1 FOR UPDATE SKIP LOCKED)
 			RETURNING 1
 		)
 		SELECT (SELECT count(*) FROM u WHERE state = 'retrying'),
