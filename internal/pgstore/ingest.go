@@ -2,10 +2,12 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // NewJob is one job row to insert from a record.
@@ -83,14 +85,8 @@ type IngestResult struct {
 const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS ingest_stage (
 	route text, kind text, queue text, key text, version bigint, dedupe_key text,
 	payload bytea, header_keys text[], header_values bytea[], max_attempts integer,
-	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint,
-	lane boolean, policy text, on_dead text, gap_timeout_ms bigint, gap_policy text
+	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint, lane boolean
 ) ON COMMIT DELETE ROWS`
-
-var stageColumns = []string{"route", "kind", "queue", "key", "version", "dedupe_key",
-	"payload", "header_keys", "header_values", "max_attempts", "deadline",
-	"src_topic", "src_partition", "src_offset",
-	"lane", "policy", "on_dead", "gap_timeout_ms", "gap_policy"}
 
 // IngestCommit writes a poll's job rows, poison entries and stored offsets
 // in ONE transaction (I1). Jobs go through COPY into a per-connection temp
@@ -134,11 +130,58 @@ func (s *Store) IngestCommit(ctx context.Context, b IngestBatch) (IngestResult, 
 // sharing a database do not wake each other.
 func (s *Store) Channel() string { return s.schema + "_jobs" }
 
+// insertJobs inserts a batch of job rows, skipping dedupe-key conflicts
+// (I2). Conflicts are rare outside redelivery and replay, so it first
+// COPYs straight into jobs under a savepoint — as fast as a plain COPY —
+// and only when the unique index objects does it roll back to the
+// savepoint and take the staged path: COPY into a temp table, then one
+// INSERT … ON CONFLICT DO NOTHING.
 func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult) error {
-	if _, err := tx.Exec(ctx, stageDDL); err != nil {
+	if _, err := tx.Exec(ctx, `SAVEPOINT ingest_copy`); err != nil {
 		return err
 	}
-	staged, err := tx.CopyFrom(ctx, pgx.Identifier{"ingest_stage"}, stageColumns, pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
+	n, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, copyColumns, jobRows(jobs, true))
+	switch {
+	case err == nil:
+		if _, err := tx.Exec(ctx, `RELEASE SAVEPOINT ingest_copy`); err != nil {
+			return err
+		}
+		res.Inserted = n
+		res.InsertedByTopic = map[string]int64{}
+		seen := map[string]bool{}
+		for _, j := range jobs {
+			res.InsertedByTopic[j.Topic]++
+			if !seen[j.Queue] {
+				seen[j.Queue] = true
+				res.Queues = append(res.Queues, j.Queue)
+			}
+		}
+	case isUniqueViolation(err):
+		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT ingest_copy`); err != nil {
+			return err
+		}
+		if err := insertStaged(ctx, tx, jobs, res); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("copy jobs: %w", err)
+	}
+	return promoteLanes(ctx, tx, jobs)
+}
+
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+var copyColumns = []string{"route", "kind", "queue", "key", "version", "dedupe_key",
+	"payload", "header_keys", "header_values", "max_attempts", "deadline",
+	"src_topic", "src_partition", "src_offset", "lane", "state"}
+
+// jobRows yields COPY rows for jobs (withState: for the jobs table itself,
+// which needs the initial state; the staging table derives it).
+func jobRows(jobs []NewJob, withState bool) pgx.CopyFromSource {
+	return pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
 		j := &jobs[i]
 		// nil slices would COPY as NULL into NOT NULL columns.
 		payload := j.Payload
@@ -147,12 +190,23 @@ func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult
 		}
 		row := []any{j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey,
 			payload, nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline,
-			j.Topic, j.Partition, j.Offset, false, nil, nil, nil, nil}
-		if l := j.Lane; l != nil {
-			row[14], row[15], row[16], row[17], row[18] = true, l.Policy, l.OnDead, l.GapTimeout.Milliseconds(), l.GapPolicy
+			j.Topic, j.Partition, j.Offset, j.Lane != nil}
+		if withState {
+			state := "queued"
+			if j.Lane != nil {
+				state = "waiting"
+			}
+			row = append(row, state)
 		}
 		return row, nil
-	}))
+	})
+}
+
+func insertStaged(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult) error {
+	if _, err := tx.Exec(ctx, stageDDL); err != nil {
+		return err
+	}
+	staged, err := tx.CopyFrom(ctx, pgx.Identifier{"ingest_stage"}, copyColumns[:len(copyColumns)-1], jobRows(jobs, false))
 	if err != nil {
 		return fmt.Errorf("copy jobs: %w", err)
 	}
@@ -190,41 +244,57 @@ func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult
 		return err
 	}
 	res.Duplicates = staged - res.Inserted
-	return promoteLanes(ctx, tx)
+	return nil
 }
 
-// promoteLanes creates the lanes of the staged ordered jobs and promotes
+// promoteLanes creates the lanes of the batch's ordered jobs and promotes
 // a head in every idle one. Lane rows are locked in (route, key) order, so
 // two batches touching the same lanes cannot deadlock; ON CONFLICT DO
 // UPDATE locks the row even when its WHERE leaves it unchanged, and writes
 // only when the route's lane settings changed.
-func promoteLanes(ctx context.Context, tx pgx.Tx) error {
+func promoteLanes(ctx context.Context, tx pgx.Tx, jobs []NewJob) error {
+	type laneKey struct{ route, key string }
+	seen := map[laneKey]bool{}
+	var route, key, policy, onDead, gapPolicy []string
+	var gapMS []int64
+	for _, j := range jobs {
+		k := laneKey{j.Route, j.Key}
+		if j.Lane == nil || seen[k] {
+			continue
+		}
+		seen[k] = true
+		route, key = append(route, j.Route), append(key, j.Key)
+		policy, onDead = append(policy, j.Lane.Policy), append(onDead, j.Lane.OnDead)
+		gapMS, gapPolicy = append(gapMS, j.Lane.GapTimeout.Milliseconds()), append(gapPolicy, j.Lane.GapPolicy)
+	}
+	if len(route) == 0 {
+		return nil
+	}
 	_, err := tx.Exec(ctx, `
 		INSERT INTO lanes AS l (route, key, policy, on_dead, gap_timeout, gap_policy)
-		SELECT DISTINCT ON (route, key) route, key, policy, on_dead,
-			gap_timeout_ms * interval '1 millisecond', gap_policy
-		FROM ingest_stage WHERE lane ORDER BY route, key
+		SELECT route, key, policy, on_dead, gap_ms * interval '1 millisecond', gap_policy
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[])
+			AS u(route, key, policy, on_dead, gap_ms, gap_policy)
+		ORDER BY route, key
 		ON CONFLICT (route, key) DO UPDATE SET policy = excluded.policy, on_dead = excluded.on_dead,
 			gap_timeout = excluded.gap_timeout, gap_policy = excluded.gap_policy
 		WHERE (l.policy, l.on_dead, l.gap_timeout, l.gap_policy)
-			IS DISTINCT FROM (excluded.policy, excluded.on_dead, excluded.gap_timeout, excluded.gap_policy)`)
+			IS DISTINCT FROM (excluded.policy, excluded.on_dead, excluded.gap_timeout, excluded.gap_policy)`,
+		route, key, policy, onDead, gapMS, gapPolicy)
 	if err != nil {
 		return fmt.Errorf("lanes: %w", err)
 	}
 	_, err = tx.Exec(ctx, `
 		SELECT lane_promote(l.route, l.key)
-		FROM lanes l JOIN (SELECT DISTINCT route, key FROM ingest_stage WHERE lane) s USING (route, key)
+		FROM lanes l JOIN unnest($1::text[], $2::text[]) AS u(route, key) USING (route, key)
 		WHERE l.head_job_id IS NULL AND NOT l.blocked
-		ORDER BY l.route, l.key`)
+		ORDER BY l.route, l.key`, route, key)
 	if err != nil {
 		return fmt.Errorf("promote lanes: %w", err)
 	}
 	return nil
 }
 
-// insertPoison parks poison records. They are rare, so a pgx.Batch (one
-// round trip, one statement per row) is simpler than array gymnastics
-// for the per-row header arrays.
 func insertPoison(ctx context.Context, tx pgx.Tx, ps []Poison) (int64, error) {
 	batch := &pgx.Batch{}
 	for _, p := range ps {
