@@ -134,6 +134,12 @@ func (e *env) burnDown(ctx context.Context, figure string, route config.Route, n
 	if err := e.enqueue(ctx, route, 0, n); err != nil {
 		return err
 	}
+	// Statistics as autovacuum would have them by now: without this, the
+	// previous phase's (an empty lanes table, no waiting jobs) steer the
+	// plans of this one.
+	if err := e.analyze(ctx); err != nil {
+		return err
+	}
 	e.calls.Store(0)
 	var elapsed time.Duration
 	err := e.withRSS(figure, func() error {

@@ -92,6 +92,12 @@ func (e *env) vacuum(ctx context.Context) error {
 	return err
 }
 
+// analyze refreshes the planner statistics of the bench schema's tables.
+func (e *env) analyze(ctx context.Context) error {
+	_, err := e.store.Pool().Exec(ctx, `ANALYZE jobs, lanes`)
+	return err
+}
+
 // lanesAvailable reports whether the schema has per-key lanes (a `lanes`
 // table from a migration), which ordered routes need.
 func (e *env) lanesAvailable(ctx context.Context) (bool, error) {
