@@ -44,6 +44,7 @@ type span struct {
 	Path    string
 	Method  string
 	Remote  string // the client's address: which process called
+	Server  string // the target's address the request came in on
 	Version int64  // Switchyard-Version, -1 when absent
 	Open    time.Time
 	Close   time.Time // zero while the request is open
@@ -73,6 +74,9 @@ type spanLog struct {
 // opened records a request as it arrives and returns its index.
 func (l *spanLog) opened(r *http.Request, c call) int {
 	s := span{call: c, Path: r.URL.Path, Method: r.Method, Remote: r.RemoteAddr, Version: -1, Open: time.Now()}
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		s.Server = a.String()
+	}
 	if v, err := strconv.ParseInt(r.Header.Get("Switchyard-Version"), 10, 64); err == nil {
 		s.Version = v
 	}
@@ -181,7 +185,7 @@ func (l *spanLog) openOf(p *proc) (span, bool) {
 		if !s.Close.IsZero() {
 			continue
 		}
-		if _, port, err := net.SplitHostPort(s.Remote); err == nil && ports[port] {
+		if ports[connKey(s)] {
 			return s, true
 		}
 	}
@@ -278,8 +282,7 @@ func killedMidCall(t *testing.T, l *spanLog, kills []kill9) int {
 	cut := 0
 	for _, k := range kills {
 		for _, s := range all {
-			_, port, _ := net.SplitHostPort(s.Remote)
-			if !k.ports[port] || !s.Open.Before(k.at) || !s.Close.IsZero() && s.Close.Before(k.at) {
+			if !k.ports[connKey(s)] || !s.Open.Before(k.at) || !s.Close.IsZero() && s.Close.Before(k.at) {
 				continue
 			}
 			cut++
@@ -299,8 +302,18 @@ func killedMidCall(t *testing.T, l *spanLog, kills []kill9) int {
 	return cut
 }
 
-// localPorts returns the local TCP ports of the sockets process pid has
-// open, read from /proc/<pid>/fd and /proc/net/tcp{,6}.
+// connKey names the connection a request came in on as
+// "clientport>serverport", the form localPorts returns. Both ends are
+// needed: Linux reuses a local port for connections to different
+// destinations, so a client port alone can belong to two processes.
+func connKey(s span) string {
+	_, client, _ := net.SplitHostPort(s.Remote)
+	_, server, _ := net.SplitHostPort(s.Server)
+	return client + ">" + server
+}
+
+// localPorts returns the connections process pid has open, as
+// "localport>remoteport", read from /proc/<pid>/fd and /proc/net/tcp{,6}.
 func localPorts(pid int) map[string]bool {
 	inodes := map[string]bool{}
 	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -318,9 +331,12 @@ func localPorts(pid int) map[string]bool {
 			if len(fields) < 10 || !inodes[fields[9]] {
 				continue
 			}
-			_, hexPort, _ := strings.Cut(fields[1], ":")
-			if n, err := strconv.ParseUint(hexPort, 16, 16); err == nil {
-				ports[strconv.FormatUint(n, 10)] = true
+			_, hexLocal, _ := strings.Cut(fields[1], ":")
+			_, hexRemote, _ := strings.Cut(fields[2], ":")
+			l, err1 := strconv.ParseUint(hexLocal, 16, 16)
+			r, err2 := strconv.ParseUint(hexRemote, 16, 16)
+			if err1 == nil && err2 == nil {
+				ports[strconv.FormatUint(l, 10)+">"+strconv.FormatUint(r, 10)] = true
 			}
 		}
 	}
