@@ -644,14 +644,45 @@ func sfWaitThrough(t *testing.T, p *proc, pr *sfProducer, s *pgstore.Store, with
 	start := time.Now()
 	// At most one burst is in flight: this one is produced after now.
 	id := fmt.Sprintf("%s%d", pr.prefix, pr.count()+pr.burst)
-	testenv.Eventually(t, within, fmt.Sprintf("the job of record %s to succeed", id), func() bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
 		if p.exited() {
 			t.Fatalf("%s exited (code %d); it should recover by itself", p.name, p.code)
 		}
 		n, err := sfTryCount(s, `SELECT count(*) FROM jobs WHERE dedupe_key = $1 AND state = 'succeeded'`, id)
-		return err == nil && n == 1
-	})
-	return time.Since(start)
+		if err == nil && n == 1 {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			sfDiagnose(t, s, id)
+			t.Fatalf("timed out after %s waiting for the job of record %s to succeed", within, id)
+		}
+	}
+}
+
+// sfDiagnose logs what the database says about a job that did not get
+// through: its row, its lane, the queue by state, the stored offsets and
+// what the server is busy with.
+func sfDiagnose(t *testing.T, s *pgstore.Store, id string) {
+	t.Helper()
+	for _, q := range []string{
+		`SELECT row_to_json(j)::text FROM (SELECT id, state, key, attempts, token, lease_expires_at, scheduled_at, src_partition, src_offset FROM jobs WHERE dedupe_key = $1) j`,
+		`SELECT row_to_json(l)::text FROM lanes l JOIN jobs j ON j.lane AND l.route = j.route AND l.key = j.key WHERE j.dedupe_key = $1`,
+		`SELECT json_object_agg(state, n)::text FROM (SELECT state, count(*) n FROM jobs GROUP BY state) x`,
+		`SELECT json_agg(o)::text FROM (SELECT topic, partition, next_offset, updated_at FROM kafka_offsets) o`,
+		`SELECT json_agg(a)::text FROM (SELECT pid, state, wait_event_type, wait_event, now() - xact_start AS xact_age, left(query, 120) AS query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()) a`,
+	} {
+		var out *string
+		var args []any
+		if strings.Contains(q, "$1") {
+			args = []any{id}
+		}
+		err := s.Pool().QueryRow(context.Background(), q, args...).Scan(&out)
+		if out == nil {
+			none := "(none)"
+			out = &none
+		}
+		t.Logf("diagnose: %s\n  -> %s %v", q[:min(len(q), 60)], *out, err)
+	}
 }
 
 // sfSummary is the outcome of one scenario.
