@@ -176,6 +176,7 @@ type e2eConfig struct {
 	Concurrency                     int           // default 8
 	MaxAttempts                     int           // default 3
 	Dedupe                          bool          // dedupe on the payload's "id"
+	GroupProtocol                   string        // kafka.group_protocol; default classic
 }
 
 // writeConfig writes a config file for one test and returns its path.
@@ -193,11 +194,14 @@ func writeConfig(t *testing.T, c e2eConfig) string {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 3
 	}
+	if c.GroupProtocol == "" {
+		c.GroupProtocol = "classic"
+	}
 	dedupe := ""
 	if c.Dedupe {
 		dedupe = "\n    dedupe: {field: id}"
 	}
-	body := fmt.Sprintf(`kafka: {brokers: [%q], group: %q}
+	body := fmt.Sprintf(`kafka: {brokers: [%q], group: %q, group_protocol: %s}
 postgres: {url: %q, schema: %q}
 http: {listen: "off"}
 shutdown_grace: %s
@@ -210,7 +214,7 @@ routes:
     max_attempts: %d
     backoff: {initial: 50ms, max: 200ms}
     target: {http: {url: %q, timeout: 5s}}
-`, strings.Join(testenv.Brokers(t), ","), c.Group, testenv.DatabaseURL(t), c.Schema, c.Grace,
+`, strings.Join(testenv.Brokers(t), ","), c.Group, c.GroupProtocol, testenv.DatabaseURL(t), c.Schema, c.Grace,
 		c.Concurrency, c.Lease, c.Topic, dedupe, c.MaxAttempts, c.TargetURL)
 	path := filepath.Join(t.TempDir(), "switchyard.yaml")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {

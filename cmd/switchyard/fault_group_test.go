@@ -29,10 +29,26 @@ import (
 // end offsets, and no job was ever in two processes' hands at once.
 func TestFaultGroupChurn(t *testing.T) {
 	t.Parallel()
+	// The classic protocol, and KIP-848's broker-side assignment, which
+	// Kafka 4.x serves.
+	for _, protocol := range []string{"classic", "consumer"} {
+		t.Run(protocol, func(t *testing.T) {
+			t.Parallel()
+			groupChurn(t, protocol)
+		})
+	}
+}
+
+func groupChurn(t *testing.T, protocol string) {
 	const (
 		partitions = 6
 		burst      = 20
 	)
+	// What franz-go logs once a member is in the group.
+	joined := `"msg":"joined`
+	if protocol == "consumer" {
+		joined = `"msg":"new group session begun`
+	}
 	cycles := faultCycles(t)
 	records := 240 * cycles
 	schema := testenv.Schema(t)
@@ -62,7 +78,7 @@ func TestFaultGroupChurn(t *testing.T) {
 		}
 	}
 	cfg := writeConfig(t, e2eConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(),
-		Dedupe: true, MaxAttempts: 2 + kills, Lease: 2 * time.Second})
+		Dedupe: true, MaxAttempts: 2 + kills, Lease: 2 * time.Second, GroupProtocol: protocol})
 
 	// Records arrive for about 3s per churn cycle, longer than a cycle
 	// takes, so that every cycle meets work in flight.
@@ -123,7 +139,12 @@ func TestFaultGroupChurn(t *testing.T) {
 			j, k := gate.killBusy(t, &spans, live)
 			victim := live[j]
 			killed = append(killed, k)
-			evictDead(t, group, victim)
+			if protocol == "classic" {
+				// KIP-848 members are fenced by the broker once their
+				// session times out (kafka.session_timeout, 10s); there is
+				// no LeaveGroup to send on a dead member's behalf.
+				evictDead(t, group, victim)
+			}
 			remove(j)
 			live = append(live, startMember())
 			joins++
@@ -137,7 +158,7 @@ func TestFaultGroupChurn(t *testing.T) {
 			p := startMember()
 			joins++
 			live = append(live, p)
-			p.waitLog(30*time.Second, `"msg":"joined`)
+			p.waitLog(30*time.Second, joined)
 			leave(pick(p))
 		}
 	}
@@ -217,7 +238,7 @@ func TestFaultGroupChurn(t *testing.T) {
 	}
 	t.Logf("%d cycles: %d clean leaves (%d of members that had been assigned partitions), %d joins, %d kill -9; %d processes in all",
 		cycles, leaves, consumingLeaves, joins, len(killed), started)
-	faultSummary{scenario: "group_churn", produced: len(recs), jobs: len(rows), lost: lost, duplicateJobs: dups,
+	faultSummary{scenario: "group_churn_" + protocol, produced: len(recs), jobs: len(rows), lost: lost, duplicateJobs: dups,
 		orderViolations: len(violations) + stale, staleCompletionsAccepted: accepted, redeliveries: redeliveries(all)}.report(t)
 }
 
