@@ -11,18 +11,20 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/dlq"
 	"github.com/switchyard-dev/switchyard/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
 // openStore loads the config (the database part is enough) and connects.
-func openStore(ctx context.Context, fs *flag.FlagSet, cfgPath string) (*pgstore.Store, error) {
+func openStore(ctx context.Context, fs *flag.FlagSet, cfgPath string) (*pgstore.Store, *config.Config, error) {
 	cfg, err := loadConfig(fs, cfgPath, true)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	return store, cfg, err
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -70,7 +72,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		store, err := openStore(ctx, fs, *cfgPath)
+		store, _, err := openStore(ctx, fs, *cfgPath)
 		if err != nil {
 			return err
 		}
@@ -105,7 +107,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if f.State != "" && !pgstore.ValidState(f.State) {
 			return usagef("--state: %q is not a job state (%s)", f.State, pgstore.StatesList)
 		}
-		store, err := openStore(ctx, fs, *cfgPath)
+		store, _, err := openStore(ctx, fs, *cfgPath)
 		if err != nil {
 			return err
 		}
@@ -142,7 +144,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		store, err := openStore(ctx, fs, *cfgPath)
+		store, _, err := openStore(ctx, fs, *cfgPath)
 		if err != nil {
 			return err
 		}
@@ -165,7 +167,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if f.Limit < 1 || f.Limit > 1000 {
 			return usagef("--limit: %d is not between 1 and 1000", f.Limit)
 		}
-		store, err := openStore(ctx, fs, *cfgPath)
+		store, _, err := openStore(ctx, fs, *cfgPath)
 		if err != nil {
 			return err
 		}
@@ -213,11 +215,7 @@ func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr
 	default:
 		return usagef("want exactly one entry id")
 	}
-	cfg, err := loadConfig(fs, *cfgPath, true)
-	if err != nil {
-		return err
-	}
-	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	store, cfg, err := openStore(ctx, fs, *cfgPath)
 	if err != nil {
 		return err
 	}

@@ -24,11 +24,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	cfg, err := loadConfig(fs, *cfgPath, true)
-	if err != nil {
-		return err
-	}
-	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	store, cfg, err := openStore(ctx, fs, *cfgPath)
 	if err != nil {
 		return err
 	}
