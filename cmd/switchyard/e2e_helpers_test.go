@@ -497,9 +497,25 @@ func evictMembers(t *testing.T, group string, dead *proc) {
 			ids[m.MemberID] = true
 		}
 	}
+	leaveGroup(t, group, dead.name, ids)
+}
+
+// leaveGroup sends LeaveGroup for the given member ids of a dead process.
+// Failing to evict only costs time (the sessions then expire), so it is
+// logged, not fatal. UNKNOWN_MEMBER_ID and GROUP_ID_NOT_FOUND mean the
+// members are gone already, as wanted.
+func leaveGroup(t *testing.T, group, who string, ids map[string]bool) {
+	t.Helper()
 	if len(ids) == 0 {
 		return
 	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.Brokers(t)...))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	req := kmsg.NewPtrLeaveGroupRequest()
 	req.Group = group
 	for id := range ids {
@@ -509,15 +525,12 @@ func evictMembers(t *testing.T, group string, dead *proc) {
 		m.Reason = &reason
 		req.Members = append(req.Members, m)
 	}
-	// Failing to evict only costs time (the sessions then expire), so it
-	// is logged, not fatal. UNKNOWN_MEMBER_ID and GROUP_ID_NOT_FOUND mean
-	// the members are gone already, as wanted.
 	resp, err := req.RequestWith(ctx, cl)
 	if err == nil {
 		err = kerr.ErrorForCode(resp.ErrorCode)
 	}
 	if err != nil && !errors.Is(err, kerr.UnknownMemberID) && !errors.Is(err, kerr.GroupIDNotFound) {
 		t.Logf("evicting the members of %s from group %s failed (their sessions will expire instead): %v",
-			dead.name, group, err)
+			who, group, err)
 	}
 }

@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -26,10 +25,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
@@ -571,33 +566,7 @@ func evictDead(t *testing.T, group string, dead *proc) {
 	for _, m := range reMemberID.FindAllStringSubmatch(dead.log.String(), -1) {
 		ids[m[1]] = true
 	}
-	if len(ids) == 0 {
-		return
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.Brokers(t)...))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req := kmsg.NewPtrLeaveGroupRequest()
-	req.Group = group
-	for id := range ids {
-		m := kmsg.NewLeaveGroupRequestMember()
-		m.MemberID = id
-		reason := "test: evicting a member whose process was killed"
-		m.Reason = &reason
-		req.Members = append(req.Members, m)
-	}
-	resp, err := req.RequestWith(ctx, cl)
-	if err == nil {
-		err = kerr.ErrorForCode(resp.ErrorCode)
-	}
-	if err != nil && !errors.Is(err, kerr.UnknownMemberID) && !errors.Is(err, kerr.GroupIDNotFound) {
-		t.Logf("evicting the members of %s from group %s failed (their sessions will expire instead): %v",
-			dead.name, group, err)
-	}
+	leaveGroup(t, group, dead.name, ids)
 }
 
 // ---------------------------------------------------------------------
