@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,8 +20,9 @@ type completer struct {
 	in      chan pending
 	done    chan struct{}
 
-	mu     sync.RWMutex
-	closed bool
+	mu      sync.RWMutex
+	closed  bool
+	closing atomic.Bool
 }
 
 type pending struct {
@@ -55,6 +57,7 @@ func (c *completer) submit(o pgstore.Outcome, then func(applied bool)) {
 
 // stop flushes what was submitted and waits. Idempotent.
 func (c *completer) stop() {
+	c.closing.Store(true)
 	c.mu.Lock()
 	if !c.closed {
 		c.closed = true
@@ -110,9 +113,12 @@ func (c *completer) run() {
 	}
 }
 
-// flush writes a batch, retrying database errors: an outcome is only
-// dropped when its lease has since been lost, in which case the write
-// would be rejected anyway and the rescuer owns the job.
+// flush writes a batch, retrying database errors for as long as the
+// process runs: an outcome written late is still applied if its token
+// holds (nobody else took the job meanwhile), which saves a re-run after
+// an outage. Only once the completer is stopping does it give up after a
+// few attempts, so that shutdown is bounded; those jobs' leases expire and
+// the rescuer requeues them.
 func (c *completer) flush(batch []pending) {
 	outs := make([]pgstore.Outcome, len(batch))
 	for i, p := range batch {
@@ -129,16 +135,24 @@ func (c *completer) flush(batch []pending) {
 			}
 			return
 		}
-		if attempt >= 10 {
-			c.log.Error("recording outcomes failed; their leases will expire and the jobs be retried",
+		if c.stopping() && attempt >= stopAttempts {
+			c.log.Error("recording outcomes failed at shutdown; their leases will expire and the jobs be retried",
 				zap.Int("jobs", len(outs)), zap.Error(err))
 			for _, p := range batch {
 				p.then(false)
 			}
 			return
 		}
-		c.log.Warn("recording outcomes failed; retrying", zap.Error(err))
+		c.log.Warn("recording outcomes failed; retrying", zap.Error(err), zap.Int("attempt", attempt))
 		time.Sleep(backoff)
 		backoff = min(backoff*2, 2*time.Second)
 	}
 }
+
+// stopAttempts bounds the retries of a batch once the completer stops.
+const stopAttempts = 5
+
+// stopping is an atomic, not c.mu: stop may be waiting for c.mu while a
+// submitter holds it, blocked on a full channel that only the flushers can
+// drain.
+func (c *completer) stopping() bool { return c.closing.Load() }

@@ -654,6 +654,12 @@ func sfWaitThrough(t *testing.T, p *proc, pr *sfProducer, s *pgstore.Store, with
 		}
 		if time.Now().After(deadline) {
 			sfDiagnose(t, s, id)
+			// A goroutine dump of the stuck process says where it waits.
+			p.signal(syscall.SIGQUIT)
+			p.wait(30 * time.Second)
+			if i := strings.Index(p.log.String(), "goroutine "); i >= 0 {
+				t.Logf("goroutines of %s:\n%s", p.name, p.log.String()[i:])
+			}
 			t.Fatalf("timed out after %s waiting for the job of record %s to succeed", within, id)
 		}
 	}
