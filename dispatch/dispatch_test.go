@@ -215,8 +215,8 @@ func TestExpiredLeaseUnderLiveWorker(t *testing.T) {
 		t.Fatalf("stale completion applied=%v err=%v", applied[jobA.ID], err)
 	}
 	kept, err := store.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobA.ID, Token: jobA.Token}}, time.Minute, time.Hour)
-	if err != nil || kept[jobA.ID] {
-		t.Fatalf("stale heartbeat kept=%v err=%v", kept[jobA.ID], err)
+	if err != nil || kept[jobA.Token] {
+		t.Fatalf("stale heartbeat kept=%v err=%v", kept[jobA.Token], err)
 	}
 	if s := states(t, store); s["succeeded"] != 1 || s["dead"] != 0 {
 		t.Fatalf("states after stale writes: %v", s)
@@ -316,5 +316,31 @@ func TestPruneRespectsRetention(t *testing.T) {
 	d.prune()
 	if s := states(t, store); s["succeeded"] != 1 || s["dead"] != 1 || s["queued"] != 1 {
 		t.Fatalf("after prune: %v, want the recent success, the dead job with its DLQ entry, and the queued job", s)
+	}
+}
+
+// After an outage a job whose first outcome is still being written can be
+// rescued and claimed again by the same pool. The two attempts must keep
+// separate books: settling the old one must neither cancel the new one nor
+// leak a busy worker (which, repeated, once left a pool unable to claim).
+func TestTwoAttemptsOfOneJobInOnePool(t *testing.T) {
+	d := &Dispatcher{jobCtx: context.Background(), log: zaptest.NewLogger(t)}
+	p := newPool(d, Queue{Name: "q", Concurrency: 4})
+	first := &workers.Job{ID: 7, Token: 1}
+	p.hold(first)
+	p.returned(first.Token) // handler done, outcome queued behind an outage
+	second := &workers.Job{ID: 7, Token: 2}
+	ctx := p.hold(second)
+	p.finish(first.Token) // the stale outcome is finally settled (rejected)
+	if ctx.Err() != nil {
+		t.Fatal("settling the first attempt cancelled the second")
+	}
+	if p.busy != 1 || len(p.leases) != 1 {
+		t.Fatalf("busy %d, leases %d; want the second attempt alone", p.busy, len(p.leases))
+	}
+	p.returned(second.Token)
+	p.finish(second.Token)
+	if p.busy != 0 || len(p.leases) != 0 || p.free() != 4 {
+		t.Fatalf("busy %d, leases %d, free %d after both settled; want 0, 0, 4", p.busy, len(p.leases), p.free())
 	}
 }

@@ -26,7 +26,10 @@ type pool struct {
 
 	mu sync.Mutex
 	// leases are held from claim until the outcome is written (or the
-	// lease is released or lost): the heartbeat extends all of them.
+	// lease is released or lost): the heartbeat extends all of them. They
+	// are keyed by fencing token, not job id: after an outage a job whose
+	// old outcome is still being written can be rescued and claimed again
+	// by this very pool, and the two attempts must not share an entry.
 	leases map[int64]*running
 	// busy counts handlers still running. A worker slot frees when its
 	// handler returns, not when the completer has written the outcome, so
@@ -149,11 +152,7 @@ func (p *pool) claim(n int) (int, error) {
 		return 0, err
 	}
 	for _, j := range jobs {
-		jctx, cancel := context.WithCancelCause(p.d.jobCtx)
-		p.mu.Lock()
-		p.leases[j.ID] = &running{job: j, cancel: cancel}
-		p.busy++
-		p.mu.Unlock()
+		jctx := p.hold(j)
 		p.jobs.Add(1)
 		go p.execute(jctx, j)
 	}
@@ -166,12 +165,12 @@ func (p *pool) execute(ctx context.Context, job *workers.Job) {
 	err := p.invoke(ctx, job)
 	elapsed := time.Since(start)
 	cause := context.Cause(ctx)
-	p.returned(job.ID)
+	p.returned(job.Token)
 	switch {
 	case errors.Is(cause, workers.ErrLeaseLost):
 		// Someone else may own the job now; whatever we'd write would be
 		// rejected by the token anyway.
-		p.finish(job.ID)
+		p.finish(job.Token)
 		p.observe(job, "lease_lost", elapsed)
 		return
 	case err != nil && errors.Is(cause, workers.ErrShutdown):
@@ -179,7 +178,7 @@ func (p *pool) execute(ctx context.Context, job *workers.Job) {
 		return
 	case err == nil && job.Finished():
 		// The handler committed the outcome in its own transaction.
-		p.finish(job.ID)
+		p.finish(job.Token)
 		p.observe(job, "succeeded", elapsed)
 		return
 	}
@@ -192,7 +191,7 @@ func (p *pool) execute(ctx context.Context, job *workers.Job) {
 			outcome = metricOutcome(out.State)
 		}
 		p.observe(job, outcome, elapsed)
-		p.finish(job.ID)
+		p.finish(job.Token)
 	})
 }
 
@@ -279,10 +278,21 @@ func (p *pool) observe(job *workers.Job, outcome string, elapsed time.Duration) 
 	}
 }
 
-// returned frees the worker slot of a handler that has returned.
-func (p *pool) returned(id int64) {
+// hold records a claimed attempt: its lease and a busy worker. The
+// returned context is the attempt's, cancelled on lease loss or shutdown.
+func (p *pool) hold(j *workers.Job) context.Context {
+	ctx, cancel := context.WithCancelCause(p.d.jobCtx)
 	p.mu.Lock()
-	if r, ok := p.leases[id]; ok && !r.returned {
+	p.leases[j.Token] = &running{job: j, cancel: cancel}
+	p.busy++
+	p.mu.Unlock()
+	return ctx
+}
+
+// returned frees the worker slot of a handler that has returned.
+func (p *pool) returned(token int64) {
+	p.mu.Lock()
+	if r, ok := p.leases[token]; ok && !r.returned {
 		r.returned = true
 		p.busy--
 	}
@@ -293,10 +303,10 @@ func (p *pool) returned(id int64) {
 // finish forgets a lease whose outcome is settled and releases its
 // context (an uncancelled child would stay attached to the parent until
 // shutdown: a leak per job).
-func (p *pool) finish(id int64) {
+func (p *pool) finish(token int64) {
 	p.mu.Lock()
-	r, ok := p.leases[id]
-	delete(p.leases, id)
+	r, ok := p.leases[token]
+	delete(p.leases, token)
 	p.mu.Unlock()
 	if ok {
 		r.cancel(nil)
@@ -318,7 +328,7 @@ func (p *pool) release(job *workers.Job) {
 		// The lease will expire and the rescuer will requeue the job.
 		p.log.Warn("release at shutdown failed; the lease will expire instead", zap.Int64("job_id", job.ID), zap.Error(err))
 	}
-	p.finish(job.ID)
+	p.finish(job.Token)
 }
 
 // heartbeat extends all leases of the pool in one statement and cancels
@@ -326,8 +336,8 @@ func (p *pool) release(job *workers.Job) {
 func (p *pool) heartbeat() {
 	p.mu.Lock()
 	leases := make([]pgstore.Lease, 0, len(p.leases))
-	for id, r := range p.leases {
-		leases = append(leases, pgstore.Lease{ID: id, Token: r.job.Token})
+	for token, r := range p.leases {
+		leases = append(leases, pgstore.Lease{ID: r.job.ID, Token: token})
 	}
 	p.mu.Unlock()
 	if len(leases) == 0 {
@@ -346,7 +356,7 @@ func (p *pool) heartbeat() {
 	for _, l := range leases {
 		// A returned handler's lease may simply have been completed
 		// between the snapshot and the heartbeat; the completer knows.
-		if r, ok := p.leases[l.ID]; ok && !kept[l.ID] && !r.returned {
+		if r, ok := p.leases[l.Token]; ok && !kept[l.Token] && !r.returned {
 			p.log.Warn("lease lost; cancelling the attempt", zap.Int64("job_id", l.ID), zap.Int64("token", l.Token))
 			r.cancel(workers.ErrLeaseLost)
 		}

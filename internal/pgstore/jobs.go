@@ -66,8 +66,9 @@ type Lease struct {
 }
 
 // JobHeartbeat extends every given lease in one statement, never past
-// started_at + maxRuntime. It returns the leases it extended; any other
-// lease is lost (expired, rescued or re-claimed) and its handler must stop.
+// started_at + maxRuntime. It returns the tokens of the leases it extended;
+// any other lease is lost (expired, rescued or re-claimed) and its handler
+// must stop.
 // An expired lease is not revived: the rescuer may already be acting on it.
 func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRuntime time.Duration) (map[int64]bool, error) {
 	ids, tokens := splitLeases(leases)
@@ -76,13 +77,13 @@ func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRunt
 			j.started_at + $4::bigint * interval '1 millisecond')
 		FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
 		WHERE j.id = h.id AND j.token = h.token AND j.state = 'running' AND j.lease_expires_at > now()
-		RETURNING j.id`, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds())
+		RETURNING j.token`, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds())
 	if err != nil {
 		return nil, err
 	}
 	kept := make(map[int64]bool, len(leases))
-	var id int64
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { kept[id] = true; return nil })
+	var token int64
+	_, err = pgx.ForEachRow(rows, []any{&token}, func() error { kept[token] = true; return nil })
 	return kept, err
 }
 
