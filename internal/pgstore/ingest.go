@@ -387,20 +387,6 @@ func (s *Store) OffsetLoad(ctx context.Context, group string, topics []string) (
 	return out, err
 }
 
-// OffsetReset deletes the stored offsets of a group for the given topics,
-// so that consumption restarts from Kafka's committed offsets or the reset
-// policy. It is the explicit operator action behind --reset-offsets.
-func (s *Store) OffsetReset(ctx context.Context, group string, topics []string) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM kafka_offsets WHERE group_id = $1 AND topic = ANY($2)`, group, topics)
-	return err
-}
-
-// OffsetCount is how many partitions have a stored position for a group.
-func (s *Store) OffsetCount(ctx context.Context, group string) (int, error) {
-	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM kafka_offsets WHERE group_id = $1`, group).Scan(&n)
-	return n, err
-}
 
 func nonNil(s []string) []string {
 	if s == nil {

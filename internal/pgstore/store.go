@@ -98,9 +98,6 @@ func (s *Store) Close() { s.pool.Close() }
 // tables in the same database (ordering's conditional writes).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Schema is the schema the store's tables live in.
-func (s *Store) Schema() string { return s.schema }
-
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error { return redact(s.pool.Ping(ctx)) }
 
