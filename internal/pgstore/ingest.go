@@ -387,7 +387,6 @@ func (s *Store) OffsetLoad(ctx context.Context, group string, topics []string) (
 	return out, err
 }
 
-
 func nonNil(s []string) []string {
 	if s == nil {
 		return []string{}
