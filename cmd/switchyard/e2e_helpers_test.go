@@ -259,11 +259,18 @@ type proc struct {
 // running) when the test ends, and its log is shown if the test failed.
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, name, nil, args...)
+}
+
+// startEnv is start with extra environment variables; they win over the
+// test's own (os/exec keeps the last value of a repeated key).
+func startEnv(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, log: &syncBuffer{}, out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binPath, args...)
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.log
-	p.cmd.Env = append(os.Environ(), "SWITCHYARD_LOG_LEVEL=info")
+	p.cmd.Env = append(append(os.Environ(), "SWITCHYARD_LOG_LEVEL=info"), env...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}

@@ -389,32 +389,6 @@ func resetConn(t *testing.T, w http.ResponseWriter) {
 // ---------------------------------------------------------------------
 // Processes with an environment of their own, and one-shot commands.
 
-// startEnv is start with extra environment variables (they win over the
-// test's own environment).
-func startEnv(t *testing.T, name string, env []string, args ...string) *proc {
-	t.Helper()
-	p := &proc{t: t, name: name, log: &syncBuffer{}, out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binPath, args...)
-	p.cmd.Stdout = p.out
-	p.cmd.Stderr = p.log
-	p.cmd.Env = append(append(os.Environ(), "SWITCHYARD_LOG_LEVEL=info"), env...)
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("--- log of %s (exit %d) ---\n%s", p.name, p.code, tail(p.log.String(), 16<<10))
-		}
-	})
-	return p
-}
-
 // runCmd runs the binary to completion (at most within) and returns its
 // stdout, stderr and exit code.
 func runCmd(t *testing.T, within time.Duration, env []string, args ...string) (stdout, stderr string, code int) {

@@ -329,36 +329,8 @@ routes:
 // the test failed.
 func sfStart(t *testing.T, svc sfServices, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, log: &syncBuffer{}, out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binPath, args...)
-	p.cmd.Stdout = p.out
-	p.cmd.Stderr = p.log
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SWITCHYARD_DATABASE_URL=") && !strings.HasPrefix(kv, "SWITCHYARD_KAFKA_BROKERS=") {
-			env = append(env, kv)
-		}
-	}
-	p.cmd.Env = append(env, "SWITCHYARD_LOG_LEVEL=info",
-		"SWITCHYARD_DATABASE_URL="+svc.DatabaseURL, "SWITCHYARD_KAFKA_BROKERS="+strings.Join(svc.Brokers, ","))
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("--- log of %s (exit %d) ---\n%s", p.name, p.code, tail(p.log.String(), 16<<10))
-		}
-		if strings.Contains(p.log.String(), "WARNING: DATA RACE") {
-			t.Errorf("%s reported a data race:\n%s", p.name, p.log.String())
-		}
-	})
-	return p
+	return startEnv(t, name, []string{"SWITCHYARD_DATABASE_URL=" + svc.DatabaseURL,
+		"SWITCHYARD_KAFKA_BROKERS=" + strings.Join(svc.Brokers, ",")}, args...)
 }
 
 // sfLogMark is a position in a process's log.
