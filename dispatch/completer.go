@@ -131,7 +131,7 @@ func (c *completer) flush(batch []pending) {
 		cancel()
 		if err == nil {
 			for _, p := range batch {
-				p.then(applied[p.out.ID])
+				p.then(applied[p.out.Token])
 			}
 			return
 		}

@@ -211,8 +211,8 @@ func TestExpiredLeaseUnderLiveWorker(t *testing.T) {
 	}
 	// The old holder's completion and heartbeat, token-checked, change nothing.
 	applied, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: jobA.ID, Token: jobA.Token, State: "dead", Reason: "permanent", Error: "stale"}})
-	if err != nil || applied[jobA.ID] {
-		t.Fatalf("stale completion applied=%v err=%v", applied[jobA.ID], err)
+	if err != nil || applied[jobA.Token] {
+		t.Fatalf("stale completion applied=%v err=%v", applied[jobA.Token], err)
 	}
 	kept, err := store.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobA.ID, Token: jobA.Token}}, time.Minute, time.Hour)
 	if err != nil || kept[jobA.Token] {
@@ -296,7 +296,7 @@ func TestPruneRespectsRetention(t *testing.T) {
 	store := testenv.MigratedStore(t)
 	enqueue(t, store, 4, 1)
 	ctx := context.Background()
-	jobs, err := store.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 3, Lease: time.Minute, MaxRuntime: time.Hour})
+	jobs, _, err := store.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 3, Lease: time.Minute, MaxRuntime: time.Hour})
 	if err != nil || len(jobs) != 3 {
 		t.Fatalf("claim %d, %v", len(jobs), err)
 	}
@@ -342,5 +342,44 @@ func TestTwoAttemptsOfOneJobInOnePool(t *testing.T) {
 	p.finish(second.Token)
 	if p.busy != 0 || len(p.leases) != 0 || p.free() != 4 {
 		t.Fatalf("busy %d, leases %d, free %d after both settled; want 0, 0, 4", p.busy, len(p.leases), p.free())
+	}
+}
+
+// A pool working through a backlog claims from where its last claim ended
+// (pgstore.ClaimPosition); a job that becomes runnable behind that
+// position must still run while the backlog lasts, not only after it.
+func TestJobBehindClaimPositionRunsDuringBacklog(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	const backlog = 1500
+	enqueue(t, store, backlog, 3)
+	var calls atomic.Int64
+	ranAt := make(chan int64, 1)
+	start(t, store, 4, time.Minute, workers.HandlerFunc(func(_ context.Context, j *workers.Job) error {
+		n := calls.Add(1)
+		if j.Key == "straggler" {
+			ranAt <- n
+		}
+		time.Sleep(5 * time.Millisecond) // ~800 jobs/s: the backlog lasts ~2 s
+		return nil
+	}))
+	for calls.Load() < 100 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Runnable since an hour ago: behind every position the pool has
+	// claimed from, as a row of a transaction that committed late would be.
+	if _, err := store.Pool().Exec(context.Background(), `
+		INSERT INTO jobs (route, kind, queue, state, key, dedupe_key, payload, max_attempts, scheduled_at)
+		VALUES ('r', 'k', 'q', 'queued', 'straggler', 'straggler', '{}', 3, now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-ranAt:
+		if n >= backlog {
+			t.Fatalf("the job behind the claim position ran as call %d, after the whole backlog of %d", n, backlog)
+		}
+		t.Logf("the job behind the claim position ran as call %d of %d", n, backlog+1)
+	case <-time.After(time.Minute):
+		t.Fatal("the job behind the claim position never ran")
 	}
 }

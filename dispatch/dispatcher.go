@@ -138,6 +138,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		allIdle := make(chan struct{})
 		go func() {
 			for _, p := range d.pools {
+				<-p.claimsDone
 				p.jobs.Wait()
 			}
 			close(allIdle)

@@ -189,7 +189,9 @@ func sfStartKafka(t *testing.T) *sfKafka {
 	dir := sfServiceDir(t, "switchyard-fault-kafka-")
 	ports := sfFreePorts(t, 2)
 	k := &sfKafka{t: t, script: sfScript(t, "kafka.sh"), env: []string{"SWITCHYARD_LOCAL_DIR=" + dir,
-		fmt.Sprintf("KAFKA_PORT=%d", ports[0]), fmt.Sprintf("KAFKA_CONTROLLER_PORT=%d", ports[1])}}
+		fmt.Sprintf("KAFKA_PORT=%d", ports[0]), fmt.Sprintf("KAFKA_CONTROLLER_PORT=%d", ports[1]),
+		// Restarted after kill -9: re-registering waits out the old session.
+		"KAFKA_BROKER_SESSION_TIMEOUT_MS=6000"}}
 	t.Cleanup(func() {
 		if _, err := sfRunScript(k.env, k.script, "stop", "--clean"); err != nil {
 			t.Errorf("stopping the private kafka: %v", err)

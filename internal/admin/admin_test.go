@@ -202,7 +202,7 @@ func seed(t *testing.T, st *pgstore.Store, jobs []pgstore.NewJob, poison []pgsto
 // claim moves n queued jobs of queue to running, as a worker would.
 func claim(t *testing.T, st *pgstore.Store, queue string, n int) []pgstore.Lease {
 	t.Helper()
-	jobs, err := st.JobClaim(context.Background(), pgstore.JobClaimParams{
+	jobs, _, err := st.JobClaim(context.Background(), pgstore.JobClaimParams{
 		Queue: queue, Limit: n, Lease: time.Minute, MaxRuntime: time.Hour})
 	if err != nil || len(jobs) != n {
 		t.Fatalf("claim %d from %s: got %d, %v", n, queue, len(jobs), err)
@@ -219,7 +219,7 @@ func kill(t *testing.T, st *pgstore.Store, l pgstore.Lease) {
 	t.Helper()
 	applied, err := st.JobComplete(context.Background(), []pgstore.Outcome{{
 		ID: l.ID, Token: l.Token, State: "dead", Reason: "permanent", Error: "HTTP 422: bad order"}})
-	if err != nil || !applied[l.ID] {
+	if err != nil || !applied[l.Token] {
 		t.Fatalf("complete job %d: %v %v", l.ID, applied, err)
 	}
 }

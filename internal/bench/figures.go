@@ -167,7 +167,7 @@ func (e *env) rawClaim(ctx context.Context) error {
 // claim alone took.
 func (e *env) claimBatch(ctx context.Context, limit int) (int, time.Duration, error) {
 	start := time.Now()
-	jobs, err := e.store.JobClaim(ctx, pgstore.JobClaimParams{Queue: queue, Limit: limit,
+	jobs, _, err := e.store.JobClaim(ctx, pgstore.JobClaimParams{Queue: queue, Limit: limit,
 		Lease: time.Minute, MaxRuntime: time.Minute})
 	took := time.Since(start)
 	if err != nil || len(jobs) == 0 {

@@ -191,10 +191,15 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 		}
 		return out[q]
 	}
+	// One branch per partial index, so that each count reads only the
+	// rows of its states and never the finished history (one query over
+	// all five states read the whole table: a parallel seq scan of every
+	// retained job on each sample).
 	rows, err := s.pool.Query(ctx, `
-		SELECT queue, state, count(*) FROM jobs
-		WHERE state IN ('waiting', 'queued', 'running', 'retrying', 'dead')
-		GROUP BY queue, state`)
+		SELECT queue, state, count(*) FROM jobs WHERE state IN ('queued', 'retrying') GROUP BY queue, state
+		UNION ALL SELECT queue, 'running', count(*) FROM jobs WHERE state = 'running' GROUP BY queue
+		UNION ALL SELECT queue, 'waiting', count(*) FROM jobs WHERE state = 'waiting' GROUP BY queue
+		UNION ALL SELECT queue, 'dead', count(*) FROM jobs WHERE state = 'dead' GROUP BY queue`)
 	if err != nil {
 		return nil, err
 	}
@@ -214,10 +219,24 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The oldest runnable job of each queue is the first entry of its
+	// range of the claim index: the queues are found by skipping from one
+	// to the next in that index, so the cost is per queue, not per job.
 	rows, err = s.pool.Query(ctx, `
-		SELECT queue, extract(epoch FROM now() - min(scheduled_at))::float8 FROM jobs
-		WHERE state IN ('queued', 'retrying') AND scheduled_at <= now()
-		GROUP BY queue`)
+		WITH RECURSIVE q(queue) AS (
+			(SELECT queue FROM jobs WHERE state IN ('queued', 'retrying') ORDER BY queue LIMIT 1)
+			UNION ALL
+			SELECT (SELECT j.queue FROM jobs j WHERE j.state IN ('queued', 'retrying') AND j.queue > q.queue
+				ORDER BY j.queue LIMIT 1)
+			FROM q WHERE q.queue IS NOT NULL
+		)
+		SELECT q.queue, extract(epoch FROM now() - o.scheduled_at)::float8
+		FROM q CROSS JOIN LATERAL (
+			SELECT scheduled_at FROM jobs j
+			WHERE j.queue = q.queue AND j.state IN ('queued', 'retrying') AND j.scheduled_at <= now()
+			ORDER BY j.scheduled_at LIMIT 1
+		) o
+		WHERE q.queue IS NOT NULL`)
 	if err != nil {
 		return nil, err
 	}

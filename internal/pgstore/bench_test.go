@@ -45,7 +45,7 @@ func benchEnqueue(b *testing.B, s *pgstore.Store, n int) {
 
 func claim(b *testing.B, s *pgstore.Store, limit int) []pgstore.Lease {
 	b.Helper()
-	jobs, err := s.JobClaim(context.Background(), pgstore.JobClaimParams{Queue: benchQueue, Limit: limit,
+	jobs, _, err := s.JobClaim(context.Background(), pgstore.JobClaimParams{Queue: benchQueue, Limit: limit,
 		Lease: time.Minute, MaxRuntime: time.Hour})
 	if err != nil {
 		b.Fatal(err)

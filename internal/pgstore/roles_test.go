@@ -62,7 +62,7 @@ func TestRuntimeRoleNeedsOnlyDML(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ingest as runtime role: %v", err)
 	}
-	jobs, err := rt.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
+	jobs, _, err := rt.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
 	if err != nil || len(jobs) != 2 {
 		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
 	}
