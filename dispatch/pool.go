@@ -122,8 +122,9 @@ func (p *pool) run() {
 }
 
 // claimsInFlight is how many claim statements a pool may have running at
-// once. With one, the database idles while a claim's result travels back
-// and its jobs start; with two, the next claim is already under way.
+// once under a backlog. With one, the database idles while a claim's
+// result travels back and its jobs start; with two, the next claim is
+// already under way.
 const claimsInFlight = 2
 
 // fromStartEvery bounds how long a pool working through a backlog claims
@@ -153,6 +154,11 @@ func (p *pool) claimLoop() {
 	}()
 	backoff := 100 * time.Millisecond
 	backlog := false
+	// news is set by anything that may have made work claimable (a
+	// wake-up, a freed worker, the poll, a full claim) and cleared by
+	// starting a claim: a claim that came back short is not repeated
+	// until there is news, or an idle pool would claim in a busy loop.
+	news := true
 	var cursor pgstore.ClaimPosition // where the last full claim ended
 	var fromStart time.Time          // when the last claim from the beginning started
 	for {
@@ -162,19 +168,21 @@ func (p *pool) claimLoop() {
 		default:
 		}
 		free := p.free()
-		next := p.q.PollInterval
 		// With a backlog (the last claim filled every slot asked for),
 		// wait until a quarter of the pool is free and claim for all of
 		// it in one statement; one statement per freed worker would cap
 		// the pool at the claim's round trip. Without a backlog, claim
-		// for any free worker at once: latency matters more.
-		if inFlight < claimsInFlight && free > 0 && (!backlog || free >= max(1, p.q.Concurrency/4)) {
+		// for any free worker at once: latency matters more. A second
+		// claim in flight only pays under a backlog.
+		if news && free > 0 && (inFlight == 0 || (backlog && inFlight < claimsInFlight)) &&
+			(!backlog || free >= max(1, p.q.Concurrency/4)) {
 			after := cursor
 			if !backlog || time.Since(fromStart) >= fromStartEvery {
 				after, fromStart = pgstore.ClaimPosition{}, time.Now()
 			}
 			p.reserve(free)
 			inFlight++
+			news = backlog // under a backlog the next claim may start at once
 			go func() {
 				got, last, err := p.claim(free, after)
 				results <- claimResult{asked: free, got: got, last: last, err: err}
@@ -182,7 +190,7 @@ func (p *pool) claimLoop() {
 			continue
 		}
 		if inFlight == 0 {
-			resetTimer(poll, next)
+			resetTimer(poll, p.q.PollInterval)
 		}
 		select {
 		case <-p.d.stopClaim:
@@ -200,9 +208,11 @@ func (p *pool) claimLoop() {
 					return
 				}
 				backoff = min(backoff*2, 5*time.Second)
+				news = true
 			case r.got == r.asked:
 				backoff = 100 * time.Millisecond
 				backlog = true // every slot filled: there is probably more work
+				news = true
 				if cursor.Before(r.last) {
 					cursor = r.last
 				}
@@ -212,8 +222,11 @@ func (p *pool) claimLoop() {
 				cursor = pgstore.ClaimPosition{}
 			}
 		case <-p.wakeC:
+			news = true
 		case <-p.freed:
+			news = true
 		case <-poll.C:
+			news = true
 		}
 	}
 }
