@@ -133,6 +133,15 @@ const claimsInFlight = 2
 // behind that position.
 const fromStartEvery = time.Second
 
+// claimLookBack is how far behind its position a pool's claims start.
+// A job's scheduled_at is its transaction's start (now()), so a
+// transaction that began before the last claimed job's and committed
+// after it (a lane head promoted by a slower completion batch, a long
+// ingest) puts jobs just behind the position; looking back this far finds
+// them at once instead of at the next claim from the beginning, at the
+// cost of skipping the dead entries of those few milliseconds.
+const claimLookBack = 100 * time.Millisecond
+
 type claimResult struct {
 	asked, got int
 	last       pgstore.ClaimPosition
@@ -176,7 +185,7 @@ func (p *pool) claimLoop() {
 		// claim in flight only pays under a backlog.
 		if news && free > 0 && (inFlight == 0 || (backlog && inFlight < claimsInFlight)) &&
 			(!backlog || free >= max(1, p.q.Concurrency/4)) {
-			after := cursor
+			after := pgstore.ClaimPosition{ScheduledAt: cursor.ScheduledAt.Add(-claimLookBack)}
 			if !backlog || time.Since(fromStart) >= fromStartEvery {
 				after, fromStart = pgstore.ClaimPosition{}, time.Now()
 			}
