@@ -32,32 +32,66 @@ func benchJobs(first, n int) []pgstore.NewJob {
 	return jobs
 }
 
-// benchEnqueue queues n jobs, 10,000 per transaction.
-func benchEnqueue(b *testing.B, s *pgstore.Store, n int) {
+// benchEnqueue queues n jobs, 10,000 per transaction; with lanes, as an
+// ordered route's with 20 jobs per lane (and at least 100 lanes, one
+// claim's worth), like the ordered burn-down of `switchyard bench`.
+func benchEnqueue(b *testing.B, s *pgstore.Store, n int, lanes bool) {
 	b.Helper()
 	for at := 0; at < n; at += 10_000 {
-		if _, err := s.IngestCommit(context.Background(), pgstore.IngestBatch{Group: "g",
-			Jobs: benchJobs(at, min(10_000, n-at))}); err != nil {
+		jobs := benchJobs(at, min(10_000, n-at))
+		if lanes {
+			for i := range jobs {
+				jobs[i].Key = fmt.Sprintf("lane-%d", (at+i)%max(100, n/20))
+				jobs[i].Lane = &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+			}
+		}
+		if _, err := s.IngestCommit(context.Background(), pgstore.IngestBatch{Group: "g", Jobs: jobs}); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-func claim(b *testing.B, s *pgstore.Store, limit int) []pgstore.Lease {
+// claim claims limit jobs from the pool's position after, as a pool
+// working through a backlog does, and returns the next position.
+func claim(b *testing.B, s *pgstore.Store, limit int, after pgstore.ClaimPosition) ([]pgstore.Outcome, pgstore.ClaimPosition) {
 	b.Helper()
-	jobs, _, err := s.JobClaim(context.Background(), pgstore.JobClaimParams{Queue: benchQueue, Limit: limit,
-		Lease: time.Minute, MaxRuntime: time.Hour})
+	jobs, last, err := s.JobClaim(context.Background(), pgstore.JobClaimParams{Queue: benchQueue, Limit: limit,
+		Lease: time.Minute, MaxRuntime: time.Hour, After: after})
 	if err != nil {
 		b.Fatal(err)
 	}
 	if len(jobs) != limit {
 		b.Fatalf("claimed %d jobs, want %d", len(jobs), limit)
 	}
-	leases := make([]pgstore.Lease, len(jobs))
+	outs := make([]pgstore.Outcome, len(jobs))
 	for i, j := range jobs {
-		leases[i] = pgstore.Lease{ID: j.ID, Token: j.Token}
+		outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.Ordered}
 	}
-	return leases
+	return outs, last
+}
+
+// claimComplete is BenchmarkJobClaimComplete and
+// BenchmarkJobClaimCompleteLanes: claim 100 jobs in one statement and
+// complete them in another, the dispatcher's batching.
+func claimComplete(b *testing.B, lanes bool) {
+	const batch = 100
+	s := testenv.MigratedStore(b)
+	benchEnqueue(b, s, b.N*batch, lanes)
+	ctx := context.Background()
+	var at pgstore.ClaimPosition
+	b.ResetTimer()
+	for range b.N {
+		var outs []pgstore.Outcome
+		outs, at = claim(b, s, batch, at)
+		applied, err := s.JobComplete(ctx, outs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(applied) != batch {
+			b.Fatalf("%d completions applied, want %d", len(applied), batch)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
 }
 
 // BenchmarkIngestCommit: one poll of 1,000 new records (COPY into the
@@ -84,38 +118,25 @@ func BenchmarkIngestCommit(b *testing.B) {
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rows/s")
 }
 
-// BenchmarkJobClaimComplete: claim 100 jobs in one statement and complete
-// them in another, the dispatcher's batching.
-func BenchmarkJobClaimComplete(b *testing.B) {
-	const batch = 100
-	s := testenv.MigratedStore(b)
-	benchEnqueue(b, s, b.N*batch)
-	ctx := context.Background()
-	b.ResetTimer()
-	for range b.N {
-		leases := claim(b, s, batch)
-		outs := make([]pgstore.Outcome, len(leases))
-		for i, l := range leases {
-			outs[i] = pgstore.Outcome{ID: l.ID, Token: l.Token, State: "succeeded"}
-		}
-		applied, err := s.JobComplete(ctx, outs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(applied) != batch {
-			b.Fatalf("%d completions applied, want %d", len(applied), batch)
-		}
-	}
-	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
-}
+// BenchmarkJobClaimComplete: claim and complete unordered jobs.
+func BenchmarkJobClaimComplete(b *testing.B) { claimComplete(b, false) }
+
+// BenchmarkJobClaimCompleteLanes: the same for lane heads of an ordered
+// route, whose completion advances their lanes (lanes_advance) and
+// promotes the next job of each.
+func BenchmarkJobClaimCompleteLanes(b *testing.B) { claimComplete(b, true) }
 
 // BenchmarkJobHeartbeat: extend 100 leases in one statement, a pool's
 // heartbeat.
 func BenchmarkJobHeartbeat(b *testing.B) {
 	const leases = 100
 	s := testenv.MigratedStore(b)
-	benchEnqueue(b, s, leases)
-	held := claim(b, s, leases)
+	benchEnqueue(b, s, leases, false)
+	outs, _ := claim(b, s, leases, pgstore.ClaimPosition{})
+	held := make([]pgstore.Lease, len(outs))
+	for i, o := range outs {
+		held[i] = pgstore.Lease{ID: o.ID, Token: o.Token}
+	}
 	ctx := context.Background()
 	b.ResetTimer()
 	for range b.N {
@@ -128,4 +149,32 @@ func BenchmarkJobHeartbeat(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*leases)/b.Elapsed().Seconds(), "leases/s")
+}
+
+// BenchmarkQueueStats: the metrics sampler's and GET /v1/queues' query
+// over 50,000 runnable jobs and 500,000 finished ones, which it must not
+// read.
+func BenchmarkQueueStats(b *testing.B) {
+	s := testenv.MigratedStore(b)
+	benchEnqueue(b, s, 50_000, false)
+	ctx := context.Background()
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO jobs (route, kind, queue, state, key, dedupe_key, payload, max_attempts, finished_at)
+		SELECT 'r', 'k', $1, 'succeeded', 'k' || (g % 10000), 'history-' || g, '{}', 8, now()
+		FROM generate_series(1, 500000) g`, benchQueue); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `VACUUM ANALYZE jobs`); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		stats, err := s.QueueStats(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if q := stats[benchQueue]; q == nil || q.Jobs["queued"] != 50_000 {
+			b.Fatalf("stats %+v, want 50000 queued", q)
+		}
+	}
 }
