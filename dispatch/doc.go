@@ -11,7 +11,15 @@
 //     statement (pgstore.JobClaim: FOR UPDATE SKIP LOCKED over a partial
 //     index of runnable rows). The same UPDATE counts the attempt (I5),
 //     draws a fresh fencing token from a sequence (I4), and sets the lease
-//     from the database clock.
+//     from the database clock. Under a backlog a pool keeps two claims in
+//     flight and starts each where its last one ended (less 100 ms; from
+//     the beginning at least every second and whenever a claim comes back
+//     short): claimed rows leave dead entries at the front of the index
+//     until vacuum, and a claim from the beginning walks all of them
+//     (pgstore.ClaimPosition).
+//   - Leases: a pool holds at most 4 × concurrency leases, running
+//     handlers plus outcomes not yet written; a worker frees when its
+//     handler returns.
 //   - Heartbeat: every lease/3, one statement extends all leases a pool
 //     holds, token-checked. A lease the statement did not extend is lost:
 //     the handler's context is cancelled at once with workers.ErrLeaseLost
@@ -19,7 +27,10 @@
 //   - Complete: a completer gathers outcomes for a few milliseconds and
 //     writes them in one statement, conditional on the token and on the
 //     row still running, so a stale holder changes nothing (I4). Dead jobs
-//     get their DLQ entry in that same statement.
+//     get their DLQ entry in that same statement; ended lane heads advance
+//     their lanes in the same round trip (lanes_advance). Up to four
+//     batches are in flight; every batch locks its job rows in id order,
+//     as heartbeats do, so they cannot deadlock.
 //   - Rescue: expired leases (a killed or stalled process) go back to
 //     retrying, or to dead once attempts are used up (I5). Any number of
 //     processes may run it: it is SKIP LOCKED and batched.

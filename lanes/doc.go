@@ -35,7 +35,12 @@
 //     trigger jobs_lane_advance, so no code path can forget it. The trigger
 //     clears the head (recording the version as applied when it
 //     succeeded; strict lanes also consume the version of a dead head),
-//     or marks the lane blocked when the head died under on_dead: block;
+//     or marks the lane blocked when the head died under on_dead: block.
+//     The completer, which ends heads by the batch, switches the trigger
+//     off for its transaction and calls lanes_advance once instead: the
+//     same rules, set-based, in the same round trip as the outcomes (it
+//     reads the heads' states only once it holds their lanes, so a job
+//     whose outcome was stale changes nothing);
 //   - by the gap sweeper (dispatch's rescuer) for strict lanes whose gap
 //     timed out;
 //   - on DLQ re-drive (a blocked head runs again in place; another dead
