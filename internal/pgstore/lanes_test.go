@@ -1,0 +1,83 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// The completer sends lanes_advance every lane job of a batch in the same
+// round trip as the outcomes, before it knows which applied. A stale
+// outcome of a lane head (its lease expired and the job was claimed
+// again) must change neither the job nor the lane; the live attempt's
+// outcome, even in the same batch, advances the lane exactly once.
+func TestStaleLaneHeadOutcomeChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	var batch pgstore.IngestBatch
+	batch.Group = "g"
+	for i, id := range []string{"a", "b"} {
+		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "cust-1", DedupeKey: id,
+			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
+	}
+	if _, err := s.IngestCommit(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	claimOne := func() (id, token int64) {
+		t.Helper()
+		jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claim: %d jobs, %v; want exactly the lane's head", len(jobs), err)
+		}
+		return jobs[0].ID, jobs[0].Token
+	}
+	head, stale := claimOne()
+	// The first attempt's lease expires; the rescuer hands the job out again.
+	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, head); err != nil {
+		t.Fatal(err)
+	}
+	if rescued, _, _, err := s.JobRescue(ctx, 10); err != nil || rescued != 1 {
+		t.Fatalf("rescue: %d, %v", rescued, err)
+	}
+	again, live := claimOne()
+	if again != head || live == stale {
+		t.Fatalf("re-claimed job %d token %d, want job %d under a new token", again, live, head)
+	}
+	state := func() (string, string, int64) {
+		t.Helper()
+		var a, b string
+		var h int64
+		err := s.Pool().QueryRow(ctx, `SELECT
+			(SELECT state FROM jobs WHERE dedupe_key = 'a'), (SELECT state FROM jobs WHERE dedupe_key = 'b'),
+			(SELECT coalesce(head_job_id, 0) FROM lanes WHERE route = 'r' AND key = 'cust-1')`).Scan(&a, &b, &h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, b, h
+	}
+
+	applied, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head, Token: stale, State: "succeeded", Lane: true}})
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("stale outcome: applied %v, %v", applied, err)
+	}
+	if a, b, h := state(); a != "running" || b != "waiting" || h != head {
+		t.Fatalf("after the stale outcome: a %s, b %s, head %d; want running, waiting, %d", a, b, h, head)
+	}
+
+	applied, err = s.JobComplete(ctx, []pgstore.Outcome{
+		{ID: head, Token: stale, State: "dead", Reason: "permanent", Error: "stale", Lane: true},
+		{ID: head, Token: live, State: "succeeded", Lane: true},
+	})
+	if err != nil || len(applied) != 1 || !applied[live] {
+		t.Fatalf("batch of a stale and a live outcome: applied %v, %v; want only token %d", applied, err, live)
+	}
+	next, _ := claimOne()
+	if a, b, h := state(); a != "succeeded" || b != "running" || h != next {
+		t.Fatalf("after the live outcome: a %s, b %s, head %d; want succeeded, running, %d", a, b, h, next)
+	}
+}
