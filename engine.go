@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -370,11 +371,39 @@ func (e *Engine) sampleStats(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("reading queue stats failed", zap.Error(err))
 		}
+		e.sampleLag(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// sampleLag refreshes the Kafka lag gauges of the partitions this process
+// owns; a process that does not ingest has none.
+func (e *Engine) sampleLag(ctx context.Context) {
+	if e.consumer == nil {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	lags, err := e.consumer.Lag(lctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("reading kafka lag failed", zap.Error(err))
+		}
+		return
+	}
+	e.metrics.KafkaLagRecords.Reset()
+	e.metrics.KafkaLagSeconds.Reset()
+	seconds := map[string]float64{}
+	for _, l := range lags {
+		e.metrics.KafkaLagRecords.WithLabelValues(l.Topic, strconv.Itoa(int(l.Partition))).Set(float64(l.Records))
+		seconds[l.Topic] = max(seconds[l.Topic], l.Seconds)
+	}
+	for topic, s := range seconds {
+		e.metrics.KafkaLagSeconds.WithLabelValues(topic).Set(s)
 	}
 }
 

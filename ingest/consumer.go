@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -78,7 +81,10 @@ type Consumer struct {
 	// expected is the stored next offset of each owned partition as this
 	// member last saw it, -1 when no row exists yet: the fence of I1.
 	expected map[tp]int64
-	fatal    error
+	// stored is the timestamp of the last record stored per owned
+	// partition, for the time lag.
+	stored map[tp]time.Time
+	fatal  error
 }
 
 // New validates cfg and builds a consumer; Start connects.
@@ -99,7 +105,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 		cfg.MaxPollRecords = 10000
 	}
 	c := &Consumer{cfg: cfg, store: store, log: log.Named("ingest"), metrics: m,
-		routes: map[string]*Route{}, expected: map[tp]int64{}}
+		routes: map[string]*Route{}, expected: map[tp]int64{}, stored: map[tp]time.Time{}}
 	for _, r := range cfg.Routes {
 		c.routes[r.Topic] = r
 	}
@@ -225,6 +231,7 @@ func (c *Consumer) forget(_ context.Context, _ *kgo.Client, lost map[string][]in
 	for topic, parts := range lost {
 		for _, p := range parts {
 			delete(c.expected, tp{topic, p})
+			delete(c.stored, tp{topic, p})
 		}
 	}
 }
@@ -262,7 +269,7 @@ func (c *Consumer) loop(ctx context.Context) error {
 // same batch until they pass or the consumer stops; records already
 // polled are never skipped.
 func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
-	batch, commits, counts, unknown := c.build(fetches)
+	batch, commits, counts, stamps, unknown := c.build(fetches)
 	if len(unknown) > 0 {
 		c.log.Warn("records for partitions with no known stored position; re-seeking them", zap.Int("partitions", len(unknown)))
 		if err := c.reseek(ctx, unknown); err != nil {
@@ -283,7 +290,7 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 			if c.crashAfterStore != nil && c.crashAfterStore() {
 				return errSimulatedCrash
 			}
-			c.committed(ctx, batch, commits, counts, res)
+			c.committed(ctx, batch, commits, counts, stamps, res)
 			return nil
 		}
 		if errors.Is(err, pgstore.ErrOffsetFenced) {
@@ -308,9 +315,11 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 
 type partCount struct{ jobs, poison int }
 
-func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset, counts map[string]*partCount, unknown map[tp]int64) {
+func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset,
+	counts map[string]*partCount, stamps map[tp]time.Time, unknown map[tp]int64) {
 	batch = pgstore.IngestBatch{Group: c.cfg.Group}
 	unknown = map[tp]int64{}
+	stamps = map[tp]time.Time{}
 	commits = map[string]map[int32]kgo.EpochOffset{}
 	counts = map[string]*partCount{}
 	now := time.Now()
@@ -354,14 +363,19 @@ func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commit
 			commits[fp.Topic] = map[int32]kgo.EpochOffset{}
 		}
 		commits[fp.Topic][fp.Partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+		stamps[tp{fp.Topic, fp.Partition}] = last.Timestamp
 	})
-	return batch, commits, counts, unknown
+	return batch, commits, counts, stamps, unknown
 }
 
-func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset, counts map[string]*partCount, res pgstore.IngestResult) {
+func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset,
+	counts map[string]*partCount, stamps map[tp]time.Time, res pgstore.IngestResult) {
 	c.mu.Lock()
 	for _, o := range batch.Offsets {
 		c.expected[tp{o.Topic, o.Partition}] = o.Next
+	}
+	for p, ts := range stamps {
+		c.stored[p] = ts
 	}
 	c.mu.Unlock()
 	// Kafka's committed offset only follows Postgres, so that lag tools
@@ -392,6 +406,62 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 			c.metrics.IngestRecords.WithLabelValues(topic, "poison").Add(float64(cnt.poison))
 		}
 	}
+}
+
+// PartitionLag is how far behind one owned partition's stored position is.
+type PartitionLag struct {
+	Topic     string
+	Partition int32
+	// Records between the stored position and the partition's end.
+	Records int64
+	// Seconds is the age of the last record stored when the partition is
+	// behind, 0 when it is not: an upper bound on the age of the oldest
+	// record not stored yet, which keeps growing while ingest is stuck
+	// (the database down, say). Unknown until this member has stored a
+	// record of the partition, and then 0.
+	Seconds float64
+}
+
+// Lag measures every partition this member owns and has a stored
+// position for, against the partition's end offset from the broker.
+func (c *Consumer) Lag(ctx context.Context) ([]PartitionLag, error) {
+	c.mu.Lock()
+	owned := make(map[tp]int64, len(c.expected))
+	stored := make(map[tp]time.Time, len(c.stored))
+	topics := map[string]bool{}
+	for p, next := range c.expected {
+		if next >= 0 {
+			owned[p] = next
+			topics[p.topic] = true
+		}
+	}
+	for p, ts := range c.stored {
+		stored[p] = ts
+	}
+	cl := c.cl
+	c.mu.Unlock()
+	if cl == nil || len(owned) == 0 {
+		return nil, nil
+	}
+	// The last stable offsets: the consumer reads committed records only.
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, slices.Collect(maps.Keys(topics))...)
+	if err != nil {
+		return nil, fmt.Errorf("listing end offsets: %w", err)
+	}
+	now := time.Now()
+	out := make([]PartitionLag, 0, len(owned))
+	for p, next := range owned {
+		end, ok := ends.Lookup(p.topic, p.partition)
+		if !ok || end.Err != nil {
+			continue
+		}
+		l := PartitionLag{Topic: p.topic, Partition: p.partition, Records: max(0, end.Offset-next)}
+		if ts, ok := stored[p]; ok && l.Records > 0 {
+			l.Seconds = max(0, now.Sub(ts).Seconds())
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 // reseek moves partitions back to the positions stored in Postgres; a

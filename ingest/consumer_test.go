@@ -260,3 +260,57 @@ func TestServerSideGroupProtocol(t *testing.T) {
 		t.Fatalf("jobs = %d, want 200", n)
 	}
 }
+
+// Lag reports the records between the stored position and the partition's
+// end, and how old the last stored record is while the partition is
+// behind: it keeps growing while ingest is stuck (here: the partition's
+// offset row locked by another transaction, as a slow or hung database
+// would hold it), and drops to 0 once ingest catches up.
+func TestLagWhileIngestIsStuck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 1)
+	testenv.Produce(t, topic, records(0, 0, 10)...)
+	c := startConsumer(t, store, testenv.Name("g"), []*Route{route(t, topic, "event")}, nil)
+	lag := func() PartitionLag {
+		t.Helper()
+		ls, err := c.Lag(ctx)
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("lag: %+v, %v; want the one owned partition", ls, err)
+		}
+		return ls[0]
+	}
+	testenv.Eventually(t, 60*time.Second, "10 records stored and no lag", func() bool {
+		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 10 && lag().Records == 0
+	})
+	if l := lag(); l.Seconds != 0 {
+		t.Fatalf("caught up, lag seconds %v, want 0", l.Seconds)
+	}
+
+	tx, err := store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, `SELECT * FROM kafka_offsets FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Produce(t, topic, records(0, 10, 25)...)
+	var stuck PartitionLag
+	testenv.Eventually(t, 60*time.Second, "15 records of lag", func() bool {
+		stuck = lag()
+		return stuck.Records == 15
+	})
+	time.Sleep(1100 * time.Millisecond)
+	if later := lag(); later.Records != 15 || later.Seconds < stuck.Seconds+1 {
+		t.Fatalf("lag while stuck went from %+v to %+v; want 15 records and a second older", stuck, later)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "caught up again", func() bool {
+		l := lag()
+		return l.Records == 0 && l.Seconds == 0
+	})
+}

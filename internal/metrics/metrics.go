@@ -53,11 +53,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"topic", "outcome"}),
 		KafkaLagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_kafka_lag_records",
-			Help: "Records between the stored position and the partition's high watermark.",
+			Help: "Records between the position stored in Postgres and the partition's end (last stable offset), per owned partition.",
 		}, []string{"topic", "partition"}),
 		KafkaLagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_kafka_lag_seconds",
-			Help: "Age of the newest record consumed, per topic, when records are behind.",
+			Help: "When a topic's owned partitions are behind: the age of the last record stored (an upper bound on the oldest unstored record's); 0 when caught up.",
 		}, []string{"topic"}),
 	}
 	reg.MustRegister(m.QueueOldestAge, m.QueueJobs, m.JobDuration, m.JobAttempts, m.DLQEntries,
