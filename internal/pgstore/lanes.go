@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -203,4 +205,57 @@ func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64) (int64, error) {
 		return 0, ErrRecordEntry
 	}
 	return *jobID, nil
+}
+
+// JobRerun puts the finished jobs of the given dedupe keys of a route
+// back to run again with fresh attempts (`switchyard replay --rerun`): an
+// unordered job, and a lane's blocked dead head, become queued; any other
+// job of a lane rejoins its lane's (version, offset) order as waiting.
+// Their DLQ entries go. Jobs not finished are left alone. It returns how
+// many jobs were put back.
+func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH r AS (
+				UPDATE jobs j SET attempts = 0, scheduled_at = now(), finished_at = NULL, started_at = NULL,
+					lease_expires_at = NULL,
+					state = CASE WHEN NOT j.lane OR EXISTS (SELECT 1 FROM lanes l
+						WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id) THEN 'queued' ELSE 'waiting' END
+				WHERE j.route = $1 AND j.dedupe_key = ANY($2::text[])
+				  AND j.state IN ('succeeded', 'dead', 'cancelled', 'skipped', 'expired')
+				RETURNING j.id, j.queue, j.state, j.key
+			), d AS (
+				DELETE FROM dlq_entries WHERE job_id IN (SELECT id FROM r)
+			)
+			SELECT queue, state, key FROM r`, route, dedupeKeys)
+		if err != nil {
+			return err
+		}
+		queues, lanes := map[string]bool{}, map[string]bool{}
+		var queue, state, key string
+		_, err = pgx.ForEachRow(rows, []any{&queue, &state, &key}, func() error {
+			n++
+			queues[queue] = true
+			if state == "waiting" {
+				lanes[key] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		// Promotion sees the rows put back, so it is a statement of its own.
+		if len(lanes) > 0 {
+			if _, err := tx.Exec(ctx, `SELECT lane_promote($1, k) FROM unnest($2::text[]) k ORDER BY k`,
+				route, slices.Sorted(maps.Keys(lanes))); err != nil {
+				return err
+			}
+		}
+		if len(queues) > 0 {
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, q) FROM unnest($2::text[]) q`, s.Channel(), slices.Collect(maps.Keys(queues)))
+		}
+		return err
+	})
+	return n, err
 }

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// replay re-reads a topic range into jobs without touching the consumer
+// group's positions, never duplicates a job (I2), and with --rerun runs
+// the replayed records' finished jobs again.
+func TestReplay(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 2)
+	store := testenv.Store(t, schema)
+	cfg := writeConfig(t, e2eConfig{Topic: topic, Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	produce := func(from, to int) {
+		var recs []*kgo.Record
+		for i := from; i < to; i++ {
+			recs = append(recs, &kgo.Record{Partition: int32(i % 2), Value: fmt.Appendf(nil, `{"id":"r%d"}`, i)})
+		}
+		testenv.Produce(t, topic, recs...)
+	}
+	produce(0, 10)
+	time.Sleep(1100 * time.Millisecond) // record timestamps are milliseconds
+	mark := time.Now().UTC().Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(mark) + 100*time.Millisecond)
+	produce(10, 20)
+
+	replay := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runCLI(append([]string{"replay", "--config", cfg, "--topic", topic}, args...)...)
+		if code != 0 {
+			t.Fatalf("replay %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	out := replay("--from-time", mark.Format(time.RFC3339))
+	if !strings.Contains(out, "replayed 10 records") || !strings.Contains(out, "10 new jobs") {
+		t.Fatalf("replay from %s: %q, want the 10 records produced after it", mark, out)
+	}
+	if n := count(t, store, `SELECT count(*) FROM jobs WHERE src_offset >= 5`); n != 10 {
+		t.Fatalf("%d jobs of the second half (offsets 5..9 of each partition), want 10", n)
+	}
+	out = replay("--from-offset", "0")
+	if !strings.Contains(out, "replayed 20 records") || !strings.Contains(out, "10 new jobs, 10 already there") {
+		t.Fatalf("replay from offset 0: %q", out)
+	}
+	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 20 {
+		t.Fatalf("%d jobs after replaying everything twice over, want 20 (I2)", n)
+	}
+	if n := count(t, store, `SELECT count(*) FROM kafka_offsets`); n != 0 {
+		t.Fatalf("replay stored %d consumer positions, want none", n)
+	}
+
+	// Some jobs finished; --rerun runs partition 0's again, and only those.
+	if _, err := store.Pool().Exec(context.Background(),
+		`UPDATE jobs SET state = 'succeeded', finished_at = now() WHERE src_offset < 3`); err != nil {
+		t.Fatal(err)
+	}
+	out = replay("--from-offset", "0", "--partition", "0", "--rerun")
+	if !strings.Contains(out, "replayed 10 records") || !strings.Contains(out, "3 re-run") {
+		t.Fatalf("replay --rerun of partition 0: %q, want its 3 finished jobs re-run", out)
+	}
+	if n := count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`); n != 3 {
+		t.Fatalf("%d jobs still succeeded, want partition 1's 3", n)
+	}
+	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 20 {
+		t.Fatalf("%d jobs after --rerun, want 20", n)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--from-time", "yesterday"}, "--from-time"},
+		{[]string{"--from-offset", "0", "--from-time", mark.Format(time.RFC3339)}, "exactly one of"},
+		{[]string{"--from-offset", "0", "--partition", "7"}, "--partition"},
+		{[]string{"--from-time", mark.Format(time.RFC3339), "--to-time", mark.Add(-time.Hour).Format(time.RFC3339)}, "--to-time"},
+	} {
+		code, _, errOut := runCLI(append([]string{"replay", "--config", cfg, "--topic", topic}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("replay %v: exit %d, %q; want exit 2 naming %s", c.args, code, errOut, c.want)
+		}
+	}
+	code, _, errOut := runCLI("replay", "--config", cfg, "--topic", "no-such-route", "--from-offset", "0")
+	if code != 2 || !strings.Contains(errOut, "no route consumes") {
+		t.Errorf("replay of a topic no route consumes: exit %d, %q", code, errOut)
+	}
+}
