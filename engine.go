@@ -241,6 +241,7 @@ func (e *Engine) startHTTP() error {
 		Metrics: promhttp.HandlerFor(e.opts.Registry, promhttp.HandlerOpts{}),
 		Ready:   e.kafkaReady,
 		DLQ:     dlq.New(e.store, e.compiled),
+		Enqueue: ingest.NewEnqueuer(e.store, e.compiled, e.maxDepths()),
 	}, e.store, e.log.Named("admin"))
 	ln, err := net.Listen("tcp", e.cfg.HTTP.Listen)
 	if err != nil {
@@ -378,6 +379,15 @@ func (e *Engine) sampleStats(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// maxDepths is every configured queue's max_depth (0: no limit).
+func (e *Engine) maxDepths() map[string]int {
+	m := map[string]int{}
+	for name, q := range e.cfg.Queues {
+		m[name] = q.MaxDepth
+	}
+	return m
 }
 
 // sampleLag refreshes the Kafka lag gauges of the partitions this process

@@ -4,11 +4,59 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/switchyard-dev/switchyard/dlq"
+	"github.com/switchyard-dev/switchyard/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
+
+// Enqueuer makes jobs from API requests (ingest.Enqueuer).
+type Enqueuer interface {
+	Enqueue(ctx context.Context, req ingest.EnqueueRequest) (id int64, state string, created bool, err error)
+}
+
+// enqueueRetryAfter is what a client over a queue's max_depth is told to
+// wait.
+const enqueueRetryAfter = "5"
+
+// jobEnqueue: POST /v1/queues/{queue}/jobs?kind=K with an Idempotency-Key
+// header; the body is the job's payload. 202 with the job's id and state
+// (201 would promise it exists: it does, but a repeated request answers
+// the same, so 202 for both), Location the job.
+func (s *Server) jobEnqueue(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.Enqueue == nil {
+		return notImplemented(w, r)
+	}
+	body, err := io.ReadAll(r.Body)
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("request body over %d bytes", tooBig.Limit)}
+	}
+	if err != nil {
+		return badRequest("body", "reading the body: %v", err)
+	}
+	queue := r.PathValue("queue")
+	id, state, created, err := s.cfg.Enqueue.Enqueue(r.Context(), ingest.EnqueueRequest{
+		Queue: queue, Kind: r.URL.Query().Get("kind"), IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		ContentType: r.Header.Get("Content-Type"), Payload: body})
+	var in *ingest.InputError
+	switch {
+	case errors.Is(err, ingest.ErrUnknownQueue):
+		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no such queue: %q", queue), field: "queue"}
+	case errors.Is(err, ingest.ErrQueueFull):
+		w.Header().Set("Retry-After", enqueueRetryAfter)
+		return &httpError{status: http.StatusTooManyRequests, msg: fmt.Sprintf("queue %s is over its max_depth; retry later", queue), field: "queue"}
+	case errors.As(err, &in):
+		return badRequest(in.Field, "%s", in.Error())
+	case err != nil:
+		return err
+	}
+	w.Header().Set("Location", fmt.Sprintf("/v1/jobs/%d", id))
+	s.writeJSON(w, http.StatusAccepted, map[string]any{"id": id, "state": state, "created": created})
+	return nil
+}
 
 // DLQActions re-drives and discards entries (dlq.Service).
 type DLQActions interface {

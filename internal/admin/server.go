@@ -39,6 +39,9 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// DLQ serves re-drive and discard; nil answers 501.
 	DLQ DLQActions
+	// Enqueue serves POST /v1/queues/{queue}/jobs (ingest.Enqueuer); nil
+	// answers 501.
+	Enqueue Enqueuer
 }
 
 // Server is the admin HTTP API. It is stateless apart from its
@@ -86,7 +89,7 @@ func (s *Server) routes() http.Handler {
 		{"POST", "/v1/dlq/{id}/discard", s.dlqDiscard},
 		{"GET", "/v1/queues", s.queueList},
 		{"GET", "/v1/openapi.json", s.openapi},
-		{"POST", "/v1/queues/{queue}/jobs", notImplemented},
+		{"POST", "/v1/queues/{queue}/jobs", s.jobEnqueue},
 	}
 	mux := http.NewServeMux()
 	allowed := map[string][]string{}

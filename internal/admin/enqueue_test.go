@@ -1,0 +1,138 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/ingest"
+)
+
+// enqueueEnv serves the admin API with a real ingest.Enqueuer over two
+// queues: "q" (an unordered route of kind "k" and an ordered one of kind
+// "ordered") and "small" (max_depth 2).
+func enqueueEnv(t *testing.T) *env {
+	t.Helper()
+	c := config.Config{Routes: []config.Route{
+		{Topic: "t1", Kind: "k", Queue: "q", MaxRecordBytes: 64},
+		{Topic: "t2", Kind: "ordered", Queue: "q", Ordered: true},
+		{Topic: "t3", Kind: "s", Queue: "small"},
+	}}
+	c.SetDefaults()
+	var routes []*ingest.Route
+	for _, r := range c.Routes {
+		cr, err := ingest.CompileRoute(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		routes = append(routes, cr)
+	}
+	st := newStore(t, true)
+	enq := ingest.NewEnqueuer(st, routes, map[string]int{"q": 0, "small": 2})
+	return serve(t, Config{Enqueue: enq}, st, zaptest.NewLogger(t))
+}
+
+func (e *env) enqueue(t *testing.T, path, key, contentType, body string) reply {
+	t.Helper()
+	req, err := http.NewRequest("POST", e.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return reply{status: res.StatusCode, header: res.Header, body: b}
+}
+
+func TestEnqueue(t *testing.T) {
+	t.Parallel()
+	e := enqueueEnv(t)
+	type answer struct {
+		ID      int64  `json:"id"`
+		State   string `json:"state"`
+		Created bool   `json:"created"`
+	}
+	first := decode[answer](t, e.enqueue(t, "/v1/queues/q/jobs?kind=k", "order-17", "application/json", `{"n":17}`).
+		must(t, http.StatusAccepted))
+	if first.State != "queued" || !first.Created {
+		t.Fatalf("first enqueue %+v, want a created queued job", first)
+	}
+	again := e.enqueue(t, "/v1/queues/q/jobs?kind=k", "order-17", "application/json", `{"n":17}`).must(t, http.StatusAccepted)
+	if a := decode[answer](t, again); a.ID != first.ID || a.Created {
+		t.Fatalf("repeated enqueue %+v, want job %d again, not created", a, first.ID)
+	}
+	if loc := again.header.Get("Location"); loc != fmt.Sprintf("/v1/jobs/%d", first.ID) {
+		t.Fatalf("Location %q", loc)
+	}
+	job := decode[map[string]any](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", first.ID)).must(t, http.StatusOK))
+	if job["kind"] != "k" || job["queue"] != "q" {
+		t.Fatalf("job %v", job)
+	}
+	var payload []byte
+	var hk []string
+	var hv [][]byte
+	if err := e.store.Pool().QueryRow(context.Background(), `SELECT payload, header_keys, header_values FROM jobs WHERE id = $1`,
+		first.ID).Scan(&payload, &hk, &hv); err != nil {
+		t.Fatal(err)
+	}
+	if string(payload) != `{"n":17}` || len(hk) != 1 || hk[0] != "content-type" || !bytes.Equal(hv[0], []byte("application/json")) {
+		t.Fatalf("stored payload %q headers %v %q", payload, hk, hv)
+	}
+
+	for _, c := range []struct {
+		name, path, key, body string
+		status                int
+		field                 string
+	}{
+		{"no idempotency key", "/v1/queues/q/jobs?kind=k", "", "{}", http.StatusBadRequest, "Idempotency-Key"},
+		{"no kind", "/v1/queues/q/jobs", "a", "{}", http.StatusBadRequest, "kind"},
+		{"unknown kind", "/v1/queues/q/jobs?kind=nope", "a", "{}", http.StatusBadRequest, "kind"},
+		{"kind of another queue", "/v1/queues/q/jobs?kind=s", "a", "{}", http.StatusBadRequest, "kind"},
+		{"ordered kind", "/v1/queues/q/jobs?kind=ordered", "a", "{}", http.StatusBadRequest, "kind"},
+		{"unknown queue", "/v1/queues/nope/jobs?kind=k", "a", "{}", http.StatusNotFound, "queue"},
+		{"over max_record_bytes", "/v1/queues/q/jobs?kind=k", "a", strings.Repeat("x", 65), http.StatusBadRequest, "body"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			wantError(t, e.enqueue(t, c.path, c.key, "", c.body), c.status, c.field)
+		})
+	}
+
+	for i := range 2 {
+		e.enqueue(t, "/v1/queues/small/jobs?kind=s", fmt.Sprint("s", i), "", "{}").must(t, http.StatusAccepted)
+	}
+	full := e.enqueue(t, "/v1/queues/small/jobs?kind=s", "s2", "", "{}")
+	wantError(t, full, http.StatusTooManyRequests, "queue")
+	if full.header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	// A retry of an accepted request gets its answer, full queue or not.
+	e.enqueue(t, "/v1/queues/small/jobs?kind=s", "s1", "", "{}").must(t, http.StatusAccepted)
+	if n := count(t, e, `SELECT count(*) FROM jobs`); n != 3 {
+		t.Fatalf("%d jobs, want 3 (one per accepted idempotency key)", n)
+	}
+}
+
+func count(t *testing.T, e *env, sql string) int {
+	t.Helper()
+	var n int
+	if err := e.store.Pool().QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
