@@ -127,6 +127,9 @@ func replayRanges(ctx context.Context, adm *kadm.Client, topic string, partition
 	if len(starts[topic]) == 0 {
 		return nil, usagef("--topic: %q does not exist", topic)
 	}
+	if _, ok := starts[topic][partition]; partition >= 0 && !ok {
+		return nil, usagef("--partition: %s has no partition %d (it has %d)", topic, partition, len(starts[topic]))
+	}
 	ends, err := adm.ListCommittedOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
@@ -173,9 +176,6 @@ func replayRanges(ctx context.Context, adm *kadm.Client, topic string, partition
 		if r.from < r.end {
 			out = append(out, r)
 		}
-	}
-	if partition >= 0 && len(starts[topic]) <= int(partition) {
-		return nil, usagef("--partition: %s has %d partitions", topic, len(starts[topic]))
 	}
 	slices.SortFunc(out, func(a, b *replayRange) int { return int(a.partition - b.partition) })
 	return out, nil
