@@ -205,7 +205,8 @@ type HTTPTarget struct {
 	FollowRedirects bool `yaml:"follow_redirects"`
 }
 
-// Schedule is a cron job (parsed and validated; not run yet).
+// Schedule is a cron job: at every minute its expression names, in its
+// time zone, one job of Kind is enqueued on Queue.
 type Schedule struct {
 	// Name identifies the schedule. Required, unique.
 	Name string `yaml:"name"`

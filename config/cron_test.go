@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 )
 
@@ -63,4 +64,53 @@ func FuzzParseCron(f *testing.F) {
 			t.Fatalf("accepted %q, with %q outside the syntax", s, s[i:])
 		}
 	})
+}
+
+func TestCronNext(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(loc *time.Location, s string) time.Time {
+		t.Helper()
+		v, err := time.ParseInLocation("2006-01-02 15:04", s, loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, c := range []struct {
+		expr, after, want string
+		loc               *time.Location
+	}{
+		{"* * * * *", "2026-11-30 10:00", "2026-11-30 10:01", time.UTC},
+		{"0 2 * * *", "2026-11-30 10:00", "2026-12-01 02:00", time.UTC},
+		{"*/15 * * * *", "2026-11-30 10:14", "2026-11-30 10:15", time.UTC},
+		{"0 0 1 * *", "2026-12-15 00:00", "2027-01-01 00:00", time.UTC},
+		{"0 9 * * 1-5", "2026-12-04 09:00", "2026-12-07 09:00", time.UTC}, // Friday → Monday
+		{"0 0 13 * 5", "2026-11-30 00:00", "2026-12-04 00:00", time.UTC},  // day 13 OR a Friday
+		{"0 0 * * 7", "2026-11-30 00:00", "2026-12-06 00:00", time.UTC},   // 7 is Sunday
+		{"0 0 29 2 *", "2026-03-01 00:00", "2028-02-29 00:00", time.UTC},
+		// 2027-03-28 02:30 does not exist in Berlin; 2027-10-31 02:30 happens twice.
+		{"30 2 * * *", "2027-03-27 03:00", "2027-03-29 02:30", berlin},
+		{"30 2 * * *", "2027-10-30 03:00", "2027-10-31 02:30", berlin},
+	} {
+		cr, err := CompileCron(c.expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := cr.Next(at(c.loc, c.after))
+		if want := at(c.loc, c.want); !got.Equal(want) {
+			t.Errorf("%q after %s (%s): %s, want %s", c.expr, c.after, c.loc, got, want)
+		}
+	}
+	// The repeated 02:30 of 2027-10-31 (CEST, then CET) fires once.
+	cr, _ := CompileCron("30 2 * * *")
+	first := cr.Next(at(berlin, "2027-10-30 03:00"))
+	if second := cr.Next(first); second.Sub(first) < 23*time.Hour {
+		t.Errorf("after %s the next run is %s: the repeated hour fired twice", first, second)
+	}
+	if never, _ := CompileCron("0 0 30 2 *"); !never.Next(at(time.UTC, "2026-01-01 00:00")).IsZero() {
+		t.Error("30 February found")
+	}
 }
