@@ -36,6 +36,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/admin"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/schedule"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -86,9 +87,11 @@ type Engine struct {
 
 	fatal     chan error
 	stopStats context.CancelFunc
-	wg        sync.WaitGroup
-	stopOnce  sync.Once
-	stopErr   error
+	// stopSchedules stops the cron schedules; nil when none run.
+	stopSchedules context.CancelFunc
+	wg            sync.WaitGroup
+	stopOnce      sync.Once
+	stopErr       error
 }
 
 // New builds an engine from a loaded, validated config.
@@ -131,7 +134,26 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		}
 		e.targets[r.Topic] = t
 	}
+	// A schedule's jobs run like the jobs of the route of their kind, if
+	// there is one: its target, attempts and backoff.
+	for _, sc := range cfg.Schedules {
+		if r, ok := e.routeOfKind(sc.Kind); ok {
+			if t := e.targets[r.Topic]; t != nil {
+				e.targets[schedule.Route(sc.Name)] = t
+			}
+		}
+	}
 	return e, nil
+}
+
+// routeOfKind is the first route of a kind.
+func (e *Engine) routeOfKind(kind string) (config.Route, bool) {
+	for _, r := range e.cfg.Routes {
+		if r.Kind == kind {
+			return r, true
+		}
+	}
+	return config.Route{}, false
 }
 
 // Register adds the Go handler for a kind. Call it before Start.
@@ -231,6 +253,14 @@ func (e *Engine) checkHandlers() error {
 		sort.Strings(missing)
 		return fmt.Errorf("routes with target go: true need a registered handler; missing kinds: %v", missing)
 	}
+	for i, sc := range e.cfg.Schedules {
+		if _, ok := e.routeOfKind(sc.Kind); ok {
+			continue
+		}
+		if _, ok := e.registry.Lookup(sc.Kind); !ok {
+			return fmt.Errorf("schedules[%d].kind: %q has no route and no registered Go handler to run it", i, sc.Kind)
+		}
+	}
 	return nil
 }
 
@@ -286,6 +316,11 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 	for _, r := range e.cfg.Routes {
 		dc.Backoff[r.Topic] = dispatch.Backoff{Initial: r.Backoff.Initial.D(), Max: r.Backoff.Max.D()}
 	}
+	for _, sc := range e.cfg.Schedules {
+		if r, ok := e.routeOfKind(sc.Kind); ok {
+			dc.Backoff[schedule.Route(sc.Name)] = dc.Backoff[r.Topic]
+		}
+	}
 	d, err := dispatch.New(dc, e.store, e.log, e.metrics)
 	if err != nil {
 		return err
@@ -319,6 +354,31 @@ func (e *Engine) startIngest(ctx context.Context) error {
 			e.fail(fmt.Errorf("ingest stopped: %w", err))
 		}
 	}()
+	return e.startSchedules(ctx)
+}
+
+// startSchedules runs the cron schedules in every ingesting process; each
+// slot becomes one job however many run them (see internal/schedule).
+func (e *Engine) startSchedules(ctx context.Context) error {
+	if len(e.cfg.Schedules) == 0 {
+		return nil
+	}
+	var scs []schedule.Schedule
+	for _, sc := range e.cfg.Schedules {
+		attempts := config.DefaultMaxAttempts
+		if r, ok := e.routeOfKind(sc.Kind); ok {
+			attempts = r.MaxAttempts
+		}
+		scs = append(scs, schedule.Schedule{Schedule: sc, MaxAttempts: attempts})
+	}
+	s, err := schedule.New(e.store, e.log, scs)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.stopSchedules = cancel
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); s.Run(sctx) }()
 	return nil
 }
 
@@ -424,6 +484,9 @@ func (e *Engine) sampleLag(ctx context.Context) {
 func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		var errs []error
+		if e.stopSchedules != nil {
+			e.stopSchedules()
+		}
 		if e.consumer != nil {
 			errs = append(errs, e.consumer.Stop(ctx))
 		}

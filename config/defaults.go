@@ -2,6 +2,10 @@ package config
 
 import "time"
 
+// DefaultMaxAttempts is a route's max_attempts when unset, and that of a
+// schedule's jobs when no route has its kind.
+const DefaultMaxAttempts = 8
+
 // The defaults documented on the fields.
 const (
 	defaultGroup           = "switchyard"
@@ -21,7 +25,7 @@ const (
 	defaultPollInterval = time.Second
 
 	defaultOnDead         = "continue"
-	defaultMaxAttempts    = 8
+	defaultMaxAttempts    = DefaultMaxAttempts
 	defaultBackoffInitial = time.Second
 	defaultBackoffMax     = 10 * time.Minute
 	defaultMaxRecordBytes = 1 << 20

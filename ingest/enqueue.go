@@ -100,7 +100,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (id int64, s
 		d := time.Now().Add(r.TTL)
 		j.Deadline = &d
 	}
-	return e.store.JobEnqueue(ctx, j)
+	return e.store.JobEnqueue(ctx, j, time.Time{})
 }
 
 // route finds the route of kind in queue. Ordered routes take no API

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// A schedule run by two processes makes one job per slot, delivered
+// through the target of the route of its kind. (Up to a minute: the
+// schedule fires on the minute.)
+func TestScheduleRunsOncePerSlot(t *testing.T) {
+	t.Parallel()
+	schema, topic, group := testenv.Schema(t), testenv.Topic(t, 1), testenv.Name("g")
+	store := testenv.Store(t, schema)
+	tg := newTarget(t)
+	cfg := writeYAML(t, yamlHead(t, group, schema, "off")+fmt.Sprintf(`queues:
+  q: {concurrency: 2, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: report.rebuild, queue: q, target: {http: {url: %q, timeout: 5s}}}
+schedules:
+  - {name: rebuild, cron: "* * * * *", kind: report.rebuild, queue: q, overlap: allow}
+`, topic, tg.URL()))
+	startRun(t, "run-a", cfg)
+	startRun(t, "run-b", cfg)
+	testenv.Eventually(t, 90*time.Second, "the scheduled job delivered", func() bool { return len(tg.received()) >= 1 })
+	// Both processes have seen the slot by the time its job ran; give the
+	// slower one a moment more to try to enqueue it again.
+	time.Sleep(2 * time.Second)
+	if n, slots := count(t, store, `SELECT count(*) FROM jobs`), count(t, store, `SELECT count(DISTINCT dedupe_key) FROM jobs`); n != slots {
+		t.Fatalf("%d jobs for %d slots, want one per slot", n, slots)
+	}
+	c := tg.received()[0]
+	if !strings.Contains(string(c.Body), `"schedule":"rebuild"`) || !strings.Contains(string(c.Body), `"slot":`) {
+		t.Fatalf("scheduled call body %q", c.Body)
+	}
+}
+
+// A schedule whose kind nothing can run is refused at start.
+func TestScheduleKindWithoutHandler(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
+	cfg := writeYAML(t, yamlHead(t, testenv.Name("g"), schema, "off")+fmt.Sprintf(`queues:
+  q: {concurrency: 1}
+routes:
+  - {topic: %q, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
+schedules:
+  - {name: orphan, cron: "0 * * * *", kind: nobody.runs.this, queue: q}
+`, topic))
+	p := startRun(t, "run-orphan", cfg)
+	if code := p.wait(30 * time.Second); code == 0 {
+		t.Fatal("run started with a schedule nothing can run")
+	}
+	if !strings.Contains(p.log.String(), "schedules[0].kind") {
+		t.Fatalf("the error does not name the field:\n%s", tail(p.log.String(), 2000))
+	}
+}

@@ -1,0 +1,204 @@
+// Package schedule enqueues the jobs of the config's cron schedules.
+//
+// Every process that ingests runs a Scheduler; none is elected. A slot (a
+// minute the expression names) becomes at most one job however many
+// processes see it: its dedupe key is the slot, under a route of the
+// schedule's own ("schedule/<name>"), so the second insert is a no-op
+// (I2). Where a schedule left off survives restarts in the jobs
+// themselves: the greatest slot among its retained jobs.
+//
+// After downtime (or a tick that came late) the slots missed are handled
+// by the schedule's misfire policy: run_once enqueues the latest of them,
+// skip none, catch_up all (up to maxCatchUp). A slot is missed when it is
+// more than misfireGrace old when seen. overlap: skip enqueues nothing
+// while the schedule's previous job has not finished. jitter delays each
+// job by a random amount up to it.
+package schedule
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+const (
+	// misfireGrace is how late a slot may be seen and still count as on
+	// time (a slow tick, a short restart).
+	misfireGrace = time.Minute
+	// maxCatchUp bounds the slots one tick enqueues under catch_up.
+	maxCatchUp = 1000
+	// tickEvery is how often due slots are looked for.
+	tickEvery = time.Second
+)
+
+// Route is the job route of a schedule's jobs.
+func Route(name string) string { return "schedule/" + name }
+
+// Schedule is one schedule with what its jobs inherit from the route of
+// the same kind, if any.
+type Schedule struct {
+	config.Schedule
+	// MaxAttempts of its jobs.
+	MaxAttempts int
+}
+
+// Scheduler enqueues due slots of its schedules.
+type Scheduler struct {
+	store   *pgstore.Store
+	log     *zap.Logger
+	now     func() time.Time
+	entries []*entry
+}
+
+type entry struct {
+	Schedule
+	cron   *config.Cron
+	loc    *time.Location
+	cursor time.Time // the last slot handled; zero until the first tick
+}
+
+// New compiles the schedules (validated config: errors here are bugs).
+func New(store *pgstore.Store, log *zap.Logger, schedules []Schedule) (*Scheduler, error) {
+	s := &Scheduler{store: store, log: log.Named("schedule"), now: time.Now}
+	for _, sc := range schedules {
+		cr, err := config.CompileCron(sc.Cron)
+		if err != nil {
+			return nil, fmt.Errorf("schedule %s: %w", sc.Name, err)
+		}
+		loc, err := time.LoadLocation(sc.Timezone)
+		if err != nil {
+			return nil, fmt.Errorf("schedule %s: %w", sc.Name, err)
+		}
+		s.entries = append(s.entries, &entry{Schedule: sc, cron: cr, loc: loc})
+	}
+	return s, nil
+}
+
+// Run ticks until ctx ends. Errors are logged and retried on the next
+// tick: a slot is only marked handled once its job is stored.
+func (s *Scheduler) Run(ctx context.Context) {
+	t := time.NewTicker(tickEvery)
+	defer t.Stop()
+	for {
+		if err := s.Tick(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("enqueuing scheduled jobs failed; retrying", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Tick enqueues every schedule's due slots.
+func (s *Scheduler) Tick(ctx context.Context) error {
+	now := s.now()
+	for _, e := range s.entries {
+		if err := s.tick(ctx, e, now); err != nil {
+			return fmt.Errorf("schedule %s: %w", e.Name, err)
+		}
+	}
+	return nil
+}
+
+func (s *Scheduler) tick(ctx context.Context, e *entry, now time.Time) error {
+	if e.cursor.IsZero() {
+		last, err := s.lastSlot(ctx, e)
+		if err != nil {
+			return err
+		}
+		if last.IsZero() {
+			last = now // a new schedule starts now: nothing to catch up
+		}
+		e.cursor = last
+	}
+	var due []time.Time
+	for t := e.cron.Next(e.cursor.In(e.loc)); !t.IsZero() && !t.After(now); t = e.cron.Next(t) {
+		due = append(due, t)
+		if len(due) > maxCatchUp {
+			due = due[1:]
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	var fire []time.Time
+	onTime := func(t time.Time) bool { return now.Sub(t) <= misfireGrace }
+	switch e.Misfire {
+	case "catch_up":
+		fire = due
+	case "skip":
+		for _, t := range due {
+			if onTime(t) {
+				fire = append(fire, t)
+			}
+		}
+	default: // run_once
+		fire = due[len(due)-1:]
+	}
+	for _, slot := range fire {
+		if err := s.fire(ctx, e, slot); err != nil {
+			return err
+		}
+		e.cursor = slot
+	}
+	e.cursor = due[len(due)-1]
+	return nil
+}
+
+// fire enqueues the job of one slot, unless overlap: skip and the
+// schedule's previous job has not finished.
+func (s *Scheduler) fire(ctx context.Context, e *entry, slot time.Time) error {
+	if e.Overlap == "skip" {
+		active, err := s.store.RouteActive(ctx, Route(e.Name))
+		if err != nil {
+			return err
+		}
+		if active {
+			s.log.Info("slot skipped: the previous run has not finished (overlap: skip)",
+				zap.String("schedule", e.Name), zap.Time("slot", slot))
+			return nil
+		}
+	}
+	payload, err := json.Marshal(map[string]string{"schedule": e.Name, "slot": slot.UTC().Format(time.RFC3339)})
+	if err != nil {
+		return err
+	}
+	runAt := slot
+	if j := e.Jitter.D(); j > 0 {
+		runAt = runAt.Add(rand.N(j))
+	}
+	_, _, created, err := s.store.JobEnqueue(ctx, pgstore.NewJob{Route: Route(e.Name), Kind: e.Kind, Queue: e.Queue,
+		DedupeKey: slotKey(slot), Payload: payload, MaxAttempts: e.MaxAttempts,
+		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}}, runAt)
+	if err == nil && created {
+		s.log.Info("scheduled job enqueued", zap.String("schedule", e.Name), zap.Time("slot", slot))
+	}
+	return err
+}
+
+// slotKey is a slot's dedupe key; zero-padded so that the greatest key is
+// the latest slot.
+func slotKey(slot time.Time) string { return fmt.Sprintf("slot/%020d", slot.Unix()) }
+
+func (s *Scheduler) lastSlot(ctx context.Context, e *entry) (time.Time, error) {
+	k, err := s.store.RouteLastDedupeKey(ctx, Route(e.Name))
+	if err != nil || k == "" {
+		return time.Time{}, err
+	}
+	sec, err := strconv.ParseInt(strings.TrimPrefix(k, "slot/"), 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("job dedupe key %q of route %s is not a slot", k, Route(e.Name))
+	}
+	return time.Unix(sec, 0), nil
+}

@@ -1,0 +1,180 @@
+package schedule
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// clock is a settable now.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func at(t *testing.T, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse("15:04:05", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Date(2026, 11, 30, v.Hour(), v.Minute(), v.Second(), 0, time.UTC)
+}
+
+func scheduler(t *testing.T, store *pgstore.Store, c *clock, sc config.Schedule) *Scheduler {
+	t.Helper()
+	cfg := config.Config{Schedules: []config.Schedule{sc}}
+	cfg.SetDefaults()
+	s, err := New(store, zaptest.NewLogger(t), []Schedule{{Schedule: cfg.Schedules[0], MaxAttempts: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.now = c.now
+	return s
+}
+
+// slots lists the slots of a schedule's jobs, as HH:MM, in order.
+func slots(t *testing.T, store *pgstore.Store, name string) []string {
+	t.Helper()
+	rows, err := store.Pool().Query(context.Background(),
+		`SELECT dedupe_key FROM jobs WHERE route = $1 ORDER BY dedupe_key`, Route(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		var sec int64
+		if _, err := fmtSscan(k, &sec); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, time.Unix(sec, 0).UTC().Format("15:04"))
+	}
+	return out
+}
+
+func tick(t *testing.T, s *Scheduler, c *clock, now string) {
+	t.Helper()
+	c.t = at(t, now)
+	if err := s.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func want(t *testing.T, store *pgstore.Store, name string, w ...string) {
+	t.Helper()
+	got := slots(t, store, name)
+	if len(got) != len(w) {
+		t.Fatalf("%s: slots %v, want %v", name, got, w)
+	}
+	for i := range w {
+		if got[i] != w[i] {
+			t.Fatalf("%s: slots %v, want %v", name, got, w)
+		}
+	}
+}
+
+func TestSlotsFireOnceAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	c := &clock{}
+	sc := config.Schedule{Name: "every-minute", Cron: "* * * * *", Kind: "k", Queue: "q", Overlap: "allow"}
+	a, b := scheduler(t, store, c, sc), scheduler(t, store, c, sc)
+	tick(t, a, c, "10:00:30")
+	tick(t, b, c, "10:00:30")
+	want(t, store, sc.Name) // a new schedule does not backfill
+	tick(t, a, c, "10:01:02")
+	tick(t, b, c, "10:01:02")
+	tick(t, a, c, "10:01:40")
+	want(t, store, sc.Name, "10:01")
+	tick(t, b, c, "10:02:01")
+	tick(t, a, c, "10:02:03")
+	want(t, store, sc.Name, "10:01", "10:02")
+	var state string
+	var runAt time.Time
+	if err := store.Pool().QueryRow(context.Background(), `SELECT state, scheduled_at FROM jobs WHERE route = $1
+		ORDER BY id LIMIT 1`, Route(sc.Name)).Scan(&state, &runAt); err != nil {
+		t.Fatal(err)
+	}
+	if state != "queued" || !runAt.Equal(at(t, "10:01:00")) {
+		t.Fatalf("job %s runnable from %s, want queued from the slot 10:01", state, runAt)
+	}
+}
+
+// After downtime, a restarted process resumes from the last slot in the
+// database and applies the misfire policy to the slots it missed.
+func TestMisfirePolicies(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	for _, c := range []struct {
+		misfire string
+		want    []string
+	}{
+		{"run_once", []string{"10:00", "10:10"}},
+		{"skip", []string{"10:00"}},
+		{"catch_up", []string{"10:00", "10:05", "10:10"}},
+	} {
+		t.Run(c.misfire, func(t *testing.T) {
+			clk := &clock{}
+			sc := config.Schedule{Name: "five-" + c.misfire, Cron: "*/5 * * * *", Kind: "k", Queue: "q", Misfire: c.misfire, Overlap: "allow"}
+			s := scheduler(t, store, clk, sc)
+			tick(t, s, clk, "09:59:00")
+			tick(t, s, clk, "10:00:10")
+			want(t, store, sc.Name, "10:00")
+			// Down from 10:00:30 to 10:12: the slots 10:05 and 10:10 are missed.
+			restarted := scheduler(t, store, clk, sc)
+			tick(t, restarted, clk, "10:12:00")
+			want(t, store, sc.Name, c.want...)
+		})
+	}
+}
+
+func TestOverlapSkipAndJitter(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	clk := &clock{}
+	sc := config.Schedule{Name: "no-overlap", Cron: "* * * * *", Kind: "k", Queue: "q",
+		Jitter: config.Duration(20 * time.Second)}
+	s := scheduler(t, store, clk, sc)
+	tick(t, s, clk, "10:00:30")
+	tick(t, s, clk, "10:01:01")
+	tick(t, s, clk, "10:02:01") // 10:01's job is still queued: skipped
+	want(t, store, sc.Name, "10:01")
+	if _, err := store.Pool().Exec(context.Background(),
+		`UPDATE jobs SET state = 'succeeded', finished_at = now() WHERE route = $1`, Route(sc.Name)); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, s, clk, "10:03:01")
+	want(t, store, sc.Name, "10:01", "10:03")
+	rows, err := store.Pool().Query(context.Background(), `SELECT dedupe_key, scheduled_at FROM jobs WHERE route = $1`, Route(sc.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var runAt time.Time
+		if err := rows.Scan(&k, &runAt); err != nil {
+			t.Fatal(err)
+		}
+		var sec int64
+		if _, err := fmtSscan(k, &sec); err != nil {
+			t.Fatal(err)
+		}
+		if d := runAt.Sub(time.Unix(sec, 0)); d < 0 || d > 20*time.Second {
+			t.Errorf("slot %s runnable %s after it, want within the 20s jitter", k, d)
+		}
+	}
+}
+
+func fmtSscan(k string, sec *int64) (int, error) { return fmt.Sscanf(k, "slot/%d", sec) }
