@@ -120,7 +120,9 @@ type Queue struct {
 	MaxRuntime Duration `yaml:"max_runtime"`
 	// MaxDepth is the queued-job limit for API enqueues. 0 = no limit.
 	MaxDepth int `yaml:"max_depth"`
-	// StealFrom lists queues whose jobs this pool may run when idle.
+	// StealFrom lists queues whose runnable jobs this pool's idle workers
+	// run when its own queue has none, in order, under this pool's lease
+	// and max_runtime. A queue never steals from itself. Defaults to none.
 	StealFrom []string `yaml:"steal_from"`
 	// PollInterval is how often an idle pool looks for work. Defaults to 1s.
 	PollInterval Duration `yaml:"poll_interval"`

@@ -383,3 +383,45 @@ func TestJobBehindClaimPositionRunsDuringBacklog(t *testing.T) {
 		t.Fatal("the job behind the claim position never ran")
 	}
 }
+
+// A pool with steal_from runs another queue's jobs when its own queue has
+// none: q's own pool runs one job at a time, so more than one of q's jobs
+// at once means the helper pool's workers took some.
+func TestIdlePoolStealsFromListedQueue(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 40, 3)
+	var cur, peak, calls atomic.Int64
+	h := workers.HandlerFunc(func(context.Context, *workers.Job) error {
+		n := cur.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(20 * time.Millisecond)
+		cur.Add(-1)
+		calls.Add(1)
+		return nil
+	})
+	d, err := New(Config{
+		Queues: []Queue{
+			{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond},
+			{Name: "helper", Concurrency: 3, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond,
+				StealFrom: []string{"q"}},
+		},
+		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
+		Grace:   200 * time.Millisecond,
+	}, store, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop(context.Background()) })
+	testenv.Eventually(t, time.Minute, "all 40 jobs succeeded", func() bool { return states(t, store)["succeeded"] == 40 })
+	if p := peak.Load(); p < 2 || p > 4 {
+		t.Fatalf("peak %d of q's jobs at once, want 2-4 (q's one worker and the helper's three)", p)
+	}
+	if c := calls.Load(); c != 40 {
+		t.Fatalf("%d calls for 40 jobs", c)
+	}
+}

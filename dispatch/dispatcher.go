@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,9 @@ type Queue struct {
 	MaxRuntime time.Duration
 	// PollInterval is how often an idle pool looks for work.
 	PollInterval time.Duration
+	// StealFrom lists queues whose runnable jobs this pool's idle workers
+	// run when its own queue has none, in order.
+	StealFrom []string
 }
 
 // Backoff is a route's retry policy: exponential, full jitter.
@@ -121,8 +125,10 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 // Wake tells a queue's pool that work may be waiting (in-process ingest
 // calls it; other processes hear NOTIFY).
 func (d *Dispatcher) Wake(queue string) {
-	if p := d.pools[queue]; p != nil {
-		p.wake()
+	for _, p := range d.pools {
+		if p.q.Name == queue || slices.Contains(p.q.StealFrom, queue) {
+			p.wake()
+		}
 	}
 }
 

@@ -144,6 +144,7 @@ const claimLookBack = 100 * time.Millisecond
 
 type claimResult struct {
 	asked, got int
+	own        int // of got, from the pool's own queue
 	last       pgstore.ClaimPosition
 	err        error
 }
@@ -193,8 +194,9 @@ func (p *pool) claimLoop() {
 			inFlight++
 			news = backlog // under a backlog the next claim may start at once
 			go func() {
-				got, last, err := p.claim(free, after)
-				results <- claimResult{asked: free, got: got, last: last, err: err}
+				r, err := p.claim(free, after)
+				r.err = err
+				results <- r
 			}()
 			continue
 		}
@@ -222,7 +224,10 @@ func (p *pool) claimLoop() {
 				backoff = 100 * time.Millisecond
 				backlog = true // every slot filled: there is probably more work
 				news = true
-				if cursor.Before(r.last) {
+				switch {
+				case r.own < r.asked: // its own queue came back short
+					cursor = pgstore.ClaimPosition{}
+				case cursor.Before(r.last):
 					cursor = r.last
 				}
 			default:
@@ -261,22 +266,41 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	t.Reset(d)
 }
 
-// claim runs one claim statement for n reserved slots, past after, and
-// starts the jobs it got.
-func (p *pool) claim(n int, after pgstore.ClaimPosition) (int, pgstore.ClaimPosition, error) {
+// claim claims up to n jobs for reserved slots: from the pool's own
+// queue past after, then, for slots still free, from the queues it may
+// steal from, in their order. It starts the jobs and says how many it got
+// in all and from its own queue, and where the own claim ended.
+func (p *pool) claim(n int, after pgstore.ClaimPosition) (claimResult, error) {
 	ctx, cancel := context.WithTimeout(p.d.jobCtx, 30*time.Second)
 	defer cancel()
+	r := claimResult{asked: n, last: after}
 	jobs, last, err := p.d.store.JobClaim(ctx, pgstore.JobClaimParams{
 		Queue: p.q.Name, Limit: n, Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime, After: after})
 	if err != nil {
-		return 0, after, err
+		return r, err
+	}
+	r.own, r.last = len(jobs), last
+	for _, from := range p.q.StealFrom {
+		if len(jobs) == n {
+			break
+		}
+		// Stolen jobs run under this pool's lease and max_runtime: its
+		// workers hold them.
+		stolen, _, err := p.d.store.JobClaim(ctx, pgstore.JobClaimParams{
+			Queue: from, Limit: n - len(jobs), Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime})
+		if err != nil {
+			p.log.Warn("claim from a queue to steal from failed", zap.String("from", from), zap.Error(err))
+			break
+		}
+		jobs = append(jobs, stolen...)
 	}
 	for _, j := range jobs {
 		jctx := p.hold(j)
 		p.jobs.Add(1)
 		go p.execute(jctx, j)
 	}
-	return len(jobs), last, nil
+	r.got = len(jobs)
+	return r, nil
 }
 
 func (p *pool) execute(ctx context.Context, job *workers.Job) {
