@@ -425,3 +425,34 @@ func TestIdlePoolStealsFromListedQueue(t *testing.T) {
 		t.Fatalf("%d calls for 40 jobs", c)
 	}
 }
+
+// A handler's checkpoint survives to the next attempt; an attempt that no
+// longer holds the job cannot save one.
+func TestCheckpointReachesTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 3)
+	seen := make(chan string, 3)
+	start(t, store, 1, time.Minute, workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
+		seen <- string(j.Checkpoint)
+		if j.Attempt == 1 {
+			if err := j.SaveCheckpoint(ctx, []byte("row 500")); err != nil {
+				return err
+			}
+			return errors.New("transient: try again")
+		}
+		return nil
+	}))
+	if first, second := <-seen, <-seen; first != "" || second != "row 500" {
+		t.Fatalf("attempts saw checkpoints %q then %q, want none then the first attempt's", first, second)
+	}
+	testenv.Eventually(t, 30*time.Second, "the job succeeded", func() bool { return states(t, store)["succeeded"] == 1 })
+	// The finished job is held by nobody: its last token saves nothing.
+	var id, token int64
+	if err := store.Pool().QueryRow(context.Background(), `SELECT id, token FROM jobs`).Scan(&id, &token); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.JobCheckpoint(context.Background(), id, token, []byte("late")); !errors.Is(err, pgstore.ErrLeaseLost) {
+		t.Fatalf("checkpoint after the end: %v, want ErrLeaseLost", err)
+	}
+}

@@ -295,12 +295,24 @@ func (p *pool) claim(n int, after pgstore.ClaimPosition) (claimResult, error) {
 		jobs = append(jobs, stolen...)
 	}
 	for _, j := range jobs {
+		j.SetCheckpointStore(p.checkpointer(j))
 		jctx := p.hold(j)
 		p.jobs.Add(1)
 		go p.execute(jctx, j)
 	}
 	r.got = len(jobs)
 	return r, nil
+}
+
+// checkpointer saves a job's checkpoints under its attempt's token.
+func (p *pool) checkpointer(j *workers.Job) func(ctx context.Context, data []byte) error {
+	return func(ctx context.Context, data []byte) error {
+		err := p.d.store.JobCheckpoint(ctx, j.ID, j.Token, data)
+		if errors.Is(err, pgstore.ErrLeaseLost) {
+			return workers.ErrLeaseLost
+		}
+		return err
+	}
 }
 
 func (p *pool) execute(ctx context.Context, job *workers.Job) {

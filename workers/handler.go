@@ -27,9 +27,36 @@ type Job struct {
 	// Ordered is set for jobs of ordered routes: the job runs alone in its
 	// key's lane.
 	Ordered bool
+	// Checkpoint is the progress the last SaveCheckpoint of an earlier
+	// attempt stored; nil when none did.
+	Checkpoint []byte
 
 	finished atomic.Bool
+	// save stores a checkpoint under this attempt's lease; set by the
+	// dispatcher that handed the job out.
+	save func(ctx context.Context, data []byte) error
 }
+
+// ErrNoCheckpointStore is SaveCheckpoint's error for a job that no
+// dispatcher handed out (a handler called directly, e.g. in a test).
+var ErrNoCheckpointStore = errors.New("checkpoint: this job was not handed out by a dispatcher")
+
+// SaveCheckpoint stores progress durably for the next attempt of this
+// job, which finds it in Checkpoint: a handler that processes a long list
+// saves where it got to and, after a crash or a retry, resumes there
+// instead of starting over. Only the attempt that holds the job can save
+// (ErrLeaseLost otherwise, and the handler should stop). At most 1 MiB;
+// each save replaces the last.
+func (j *Job) SaveCheckpoint(ctx context.Context, data []byte) error {
+	if j.save == nil {
+		return ErrNoCheckpointStore
+	}
+	return j.save(ctx, data)
+}
+
+// SetCheckpointStore is how a dispatcher gives a job it hands out its
+// means to save checkpoints. Handlers do not call it.
+func (j *Job) SetCheckpointStore(save func(ctx context.Context, data []byte) error) { j.save = save }
 
 // MarkFinished records that the job's outcome was already committed by the
 // handler itself (ordering.Apply completes the job in the handler's own

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -67,7 +68,7 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job,
 		RETURNING j.id, j.kind, j.queue, j.route, j.key, j.version, j.attempts, j.max_attempts,
 			j.token, j.payload, j.header_keys, j.header_values,
 			coalesce(j.src_topic, ''), coalesce(j.src_partition, 0), coalesce(j.src_offset, 0), j.created_at, j.lane,
-			c.scheduled_at`,
+			j.checkpoint, c.scheduled_at`,
 		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), p.After.ScheduledAt, p.After.ID)
 	if err != nil {
 		return nil, p.After, err
@@ -79,7 +80,8 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job,
 		var hv [][]byte
 		var at time.Time
 		err := r.Scan(&j.ID, &j.Kind, &j.Queue, &j.Route, &j.Key, &j.Version, &j.Attempt, &j.MaxAttempts,
-			&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt, &j.Ordered, &at)
+			&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt, &j.Ordered,
+			&j.Checkpoint, &at)
 		for i := range hk {
 			if i < len(hv) {
 				j.Headers = append(j.Headers, workers.Header{Key: hk[i], Value: hv[i]})
@@ -97,6 +99,26 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job,
 type Lease struct {
 	ID    int64
 	Token int64
+}
+
+// MaxCheckpointBytes bounds a saved checkpoint: progress, not data.
+const MaxCheckpointBytes = 1 << 20
+
+// JobCheckpoint saves an attempt's progress for the next attempt, if the
+// attempt still holds the job (ErrLeaseLost otherwise).
+func (s *Store) JobCheckpoint(ctx context.Context, id, token int64, data []byte) error {
+	if len(data) > MaxCheckpointBytes {
+		return fmt.Errorf("checkpoint of %d bytes is over the %d-byte limit", len(data), MaxCheckpointBytes)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET checkpoint = $3
+		WHERE id = $1 AND token = $2 AND state = 'running' AND lease_expires_at > now()`, id, token, data)
+	if err == nil && tag.RowsAffected() == 0 {
+		return ErrLeaseLost
+	}
+	return err
 }
 
 // JobHeartbeat extends every given lease in one statement, never past
