@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -36,6 +37,11 @@ type EnqueueRequest struct {
 	IdempotencyKey string
 	ContentType    string
 	Payload        []byte
+	// Key and Version place a job of an ordered route in its lane (the
+	// Switchyard-Key and Switchyard-Version headers); Key may also be set
+	// for an unordered route's job, for lookups.
+	Key     string
+	Version string
 }
 
 // Errors of Enqueue that are the caller's to fix (a 4xx): they say which
@@ -74,8 +80,11 @@ func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (id int64, s
 	if len(req.Payload) > r.MaxRecordBytes {
 		return 0, "", false, &InputError{"body", fmt.Sprintf("%d bytes, over the route's max_record_bytes %d", len(req.Payload), r.MaxRecordBytes)}
 	}
-	j := pgstore.NewJob{Route: r.Topic, Kind: r.Kind, Queue: r.Queue, Payload: req.Payload,
-		DedupeKey: "api/" + req.IdempotencyKey, MaxAttempts: r.MaxAttempts}
+	j := pgstore.NewJob{Route: r.Topic, Kind: r.Kind, Queue: r.Queue, Payload: req.Payload, Key: req.Key,
+		DedupeKey: "api/" + req.IdempotencyKey, MaxAttempts: r.MaxAttempts, Lane: r.Lane}
+	if err := laneFields(r, &j, req); err != nil {
+		return 0, "", false, err
+	}
 	if limit > 0 {
 		full, err := e.store.QueueFull(ctx, req.Queue, limit)
 		if err != nil {
@@ -100,11 +109,51 @@ func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (id int64, s
 		d := time.Now().Add(r.TTL)
 		j.Deadline = &d
 	}
-	return e.store.JobEnqueue(ctx, j, time.Time{})
+	if j.Lane == nil {
+		return e.store.JobEnqueue(ctx, j, time.Time{})
+	}
+	// A lane's job goes in through ingest's path, which promotes lanes;
+	// it takes its place by version, then before records of that version.
+	res, err := e.store.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{j}})
+	if err != nil {
+		return 0, "", false, err
+	}
+	found, err := e.store.JobList(ctx, pgstore.JobFilter{Route: j.Route, DedupeKey: j.DedupeKey, Limit: 1})
+	if err != nil {
+		return 0, "", false, err
+	}
+	if len(found) != 1 {
+		return 0, "", false, fmt.Errorf("enqueued job %s/%s not found", j.Route, j.DedupeKey)
+	}
+	return found[0].ID, found[0].State, res.Inserted == 1, nil
 }
 
-// route finds the route of kind in queue. Ordered routes take no API
-// jobs: a job of a lane needs the key and version its records carry.
+// laneFields checks and sets the key and version a job of an ordered route
+// needs, from the request's headers.
+func laneFields(r *Route, j *pgstore.NewJob, req EnqueueRequest) error {
+	if req.Key != "" && (!utf8.ValidString(req.Key) || strings.ContainsRune(req.Key, 0)) {
+		return &InputError{"Switchyard-Key", "not valid text"}
+	}
+	if req.Version != "" {
+		v, err := strconv.ParseInt(req.Version, 10, 64)
+		if err != nil {
+			return &InputError{"Switchyard-Version", fmt.Sprintf("%q is not an integer", req.Version)}
+		}
+		j.Version = &v
+	}
+	if r.Lane == nil {
+		return nil
+	}
+	if req.Key == "" {
+		return &InputError{"Switchyard-Key", fmt.Sprintf("header required: route %s is ordered, its jobs run in per-key lanes", r.Topic)}
+	}
+	if r.Lane.Policy != "none" && j.Version == nil {
+		return &InputError{"Switchyard-Version", fmt.Sprintf("header required: route %s orders its lanes by version (%s)", r.Topic, r.Lane.Policy)}
+	}
+	return nil
+}
+
+// route finds the route of kind in queue.
 func (e *Enqueuer) route(queue, kind string) (*Route, error) {
 	var kinds []string
 	for _, r := range e.routes {
@@ -112,9 +161,6 @@ func (e *Enqueuer) route(queue, kind string) (*Route, error) {
 			continue
 		}
 		if r.Kind == kind {
-			if r.Ordered {
-				return nil, &InputError{"kind", fmt.Sprintf("%q is an ordered route's kind: its jobs come from topic %s, which carries their keys and versions", kind, r.Topic)}
-			}
 			return r, nil
 		}
 		kinds = append(kinds, r.Kind)

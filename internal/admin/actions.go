@@ -40,7 +40,8 @@ func (s *Server) jobEnqueue(w http.ResponseWriter, r *http.Request) error {
 	queue := r.PathValue("queue")
 	id, state, created, err := s.cfg.Enqueue.Enqueue(r.Context(), ingest.EnqueueRequest{
 		Queue: queue, Kind: r.URL.Query().Get("kind"), IdempotencyKey: r.Header.Get("Idempotency-Key"),
-		ContentType: r.Header.Get("Content-Type"), Payload: body})
+		ContentType: r.Header.Get("Content-Type"), Payload: body,
+		Key: r.Header.Get("Switchyard-Key"), Version: r.Header.Get("Switchyard-Version")})
 	var in *ingest.InputError
 	switch {
 	case errors.Is(err, ingest.ErrUnknownQueue):

@@ -24,6 +24,8 @@ func enqueueEnv(t *testing.T) *env {
 		{Topic: "t1", Kind: "k", Queue: "q", MaxRecordBytes: 64},
 		{Topic: "t2", Kind: "ordered", Queue: "q", Ordered: true},
 		{Topic: "t3", Kind: "s", Queue: "small"},
+		{Topic: "t4", Kind: "versioned", Queue: "q", Ordered: true,
+			Version: &config.Version{FieldRef: config.FieldRef{Field: "v"}, Policy: "newer"}},
 	}}
 	c.SetDefaults()
 	var routes []*ingest.Route
@@ -39,11 +41,14 @@ func enqueueEnv(t *testing.T) *env {
 	return serve(t, Config{Enqueue: enq}, st, zaptest.NewLogger(t))
 }
 
-func (e *env) enqueue(t *testing.T, path, key, contentType, body string) reply {
+func (e *env) enqueue(t *testing.T, path, key, contentType, body string, headers ...string) reply {
 	t.Helper()
 	req, err := http.NewRequest("POST", e.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
@@ -104,13 +109,28 @@ func TestEnqueue(t *testing.T) {
 		{"no kind", "/v1/queues/q/jobs", "a", "{}", http.StatusBadRequest, "kind"},
 		{"unknown kind", "/v1/queues/q/jobs?kind=nope", "a", "{}", http.StatusBadRequest, "kind"},
 		{"kind of another queue", "/v1/queues/q/jobs?kind=s", "a", "{}", http.StatusBadRequest, "kind"},
-		{"ordered kind", "/v1/queues/q/jobs?kind=ordered", "a", "{}", http.StatusBadRequest, "kind"},
+		{"ordered kind without a key", "/v1/queues/q/jobs?kind=ordered", "a", "{}", http.StatusBadRequest, "Switchyard-Key"},
 		{"unknown queue", "/v1/queues/nope/jobs?kind=k", "a", "{}", http.StatusNotFound, "queue"},
 		{"over max_record_bytes", "/v1/queues/q/jobs?kind=k", "a", strings.Repeat("x", 65), http.StatusBadRequest, "body"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			wantError(t, e.enqueue(t, c.path, c.key, "", c.body), c.status, c.field)
 		})
+	}
+
+	// An ordered route's jobs join their key's lane: the first is its head.
+	wantError(t, e.enqueue(t, "/v1/queues/q/jobs?kind=versioned", "v0", "", "{}", "Switchyard-Key", "c"),
+		http.StatusBadRequest, "Switchyard-Version")
+	wantError(t, e.enqueue(t, "/v1/queues/q/jobs?kind=versioned", "v0", "", "{}", "Switchyard-Key", "c",
+		"Switchyard-Version", "seven"), http.StatusBadRequest, "Switchyard-Version")
+	e.enqueue(t, "/v1/queues/q/jobs?kind=versioned", "v0", "", "{}", "Switchyard-Key", "c",
+		"Switchyard-Version", "7").must(t, http.StatusAccepted)
+	for i, want := range []string{"queued", "waiting"} {
+		a := decode[answer](t, e.enqueue(t, "/v1/queues/q/jobs?kind=ordered", fmt.Sprint("o", i), "", "{}",
+			"Switchyard-Key", "cust-9").must(t, http.StatusAccepted))
+		if a.State != want || !a.Created {
+			t.Fatalf("ordered job %d: %+v, want created %s", i, a, want)
+		}
 	}
 
 	for i := range 2 {
@@ -123,8 +143,8 @@ func TestEnqueue(t *testing.T) {
 	}
 	// A retry of an accepted request gets its answer, full queue or not.
 	e.enqueue(t, "/v1/queues/small/jobs?kind=s", "s1", "", "{}").must(t, http.StatusAccepted)
-	if n := count(t, e, `SELECT count(*) FROM jobs`); n != 3 {
-		t.Fatalf("%d jobs, want 3 (one per accepted idempotency key)", n)
+	if n := count(t, e, `SELECT count(*) FROM jobs`); n != 6 {
+		t.Fatalf("%d jobs, want 6 (one per accepted idempotency key)", n)
 	}
 }
 
