@@ -38,8 +38,16 @@ func enqueue(t *testing.T, store *pgstore.Store, n, maxAttempts int) {
 
 func start(t *testing.T, store *pgstore.Store, concurrency int, lease time.Duration, h workers.Handler) *Dispatcher {
 	t.Helper()
+	return startQueues(t, store, h, Queue{Name: "q", Concurrency: concurrency, Lease: lease, MaxRuntime: time.Minute,
+		PollInterval: 50 * time.Millisecond})
+}
+
+// startQueues starts a dispatcher with the given pools, every job handled
+// by h.
+func startQueues(t *testing.T, store *pgstore.Store, h workers.Handler, queues ...Queue) *Dispatcher {
+	t.Helper()
 	d, err := New(Config{
-		Queues:  []Queue{{Name: "q", Concurrency: concurrency, Lease: lease, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond}},
+		Queues:  queues,
 		Backoff: map[string]Backoff{"r": {Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}},
 		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
 		Grace:   200 * time.Millisecond,
@@ -52,6 +60,23 @@ func start(t *testing.T, store *pgstore.Store, concurrency int, lease time.Durat
 	}
 	t.Cleanup(func() { _ = d.Stop(context.Background()) })
 	return d
+}
+
+// counter is a handler that counts its calls and the most it ran at once,
+// each call taking the given time.
+type counter struct {
+	cur, peak, calls atomic.Int64
+	took             time.Duration
+}
+
+func (c *counter) Handle(context.Context, *workers.Job) error {
+	n := c.cur.Add(1)
+	defer c.cur.Add(-1)
+	for p := c.peak.Load(); n > p && !c.peak.CompareAndSwap(p, n); p = c.peak.Load() {
+	}
+	time.Sleep(c.took)
+	c.calls.Add(1)
+	return nil
 }
 
 func states(t *testing.T, store *pgstore.Store) map[string]int {
@@ -77,24 +102,13 @@ func TestPoolRunsEverythingWithinConcurrency(t *testing.T) {
 	t.Parallel()
 	store := testenv.MigratedStore(t)
 	enqueue(t, store, 200, 3)
-	var cur, peak, calls atomic.Int64
-	start(t, store, 8, 5*time.Second, workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
-		n := cur.Add(1)
-		defer cur.Add(-1)
-		for {
-			p := peak.Load()
-			if n <= p || peak.CompareAndSwap(p, n) {
-				break
-			}
-		}
-		calls.Add(1)
-		return nil
-	}))
+	var h counter
+	start(t, store, 8, 5*time.Second, &h)
 	testenv.Eventually(t, 30*time.Second, "200 succeeded", func() bool { return states(t, store)["succeeded"] == 200 })
-	if p := peak.Load(); p > 8 {
+	if p := h.peak.Load(); p > 8 {
 		t.Fatalf("peak concurrency %d > 8", p)
 	}
-	if c := calls.Load(); c != 200 {
+	if c := h.calls.Load(); c != 200 {
 		t.Fatalf("handler calls = %d, want 200 (each job once)", c)
 	}
 }
@@ -391,37 +405,16 @@ func TestIdlePoolStealsFromListedQueue(t *testing.T) {
 	t.Parallel()
 	store := testenv.MigratedStore(t)
 	enqueue(t, store, 40, 3)
-	var cur, peak, calls atomic.Int64
-	h := workers.HandlerFunc(func(context.Context, *workers.Job) error {
-		n := cur.Add(1)
-		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-		}
-		time.Sleep(20 * time.Millisecond)
-		cur.Add(-1)
-		calls.Add(1)
-		return nil
-	})
-	d, err := New(Config{
-		Queues: []Queue{
-			{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond},
-			{Name: "helper", Concurrency: 3, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond,
-				StealFrom: []string{"q"}},
-		},
-		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
-		Grace:   200 * time.Millisecond,
-	}, store, zaptest.NewLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Stop(context.Background()) })
+	h := counter{took: 20 * time.Millisecond}
+	startQueues(t, store, &h,
+		Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond},
+		Queue{Name: "helper", Concurrency: 3, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond,
+			StealFrom: []string{"q"}})
 	testenv.Eventually(t, time.Minute, "all 40 jobs succeeded", func() bool { return states(t, store)["succeeded"] == 40 })
-	if p := peak.Load(); p < 2 || p > 4 {
+	if p := h.peak.Load(); p < 2 || p > 4 {
 		t.Fatalf("peak %d of q's jobs at once, want 2-4 (q's one worker and the helper's three)", p)
 	}
-	if c := calls.Load(); c != 40 {
+	if c := h.calls.Load(); c != 40 {
 		t.Fatalf("%d calls for 40 jobs", c)
 	}
 }
