@@ -81,3 +81,57 @@ func TestStaleLaneHeadOutcomeChangesNothing(t *testing.T) {
 		t.Fatalf("after the live outcome: a %s, b %s, head %d; want succeeded, running, %d", a, b, h, next)
 	}
 }
+
+// I3 through replay --rerun: a finished job of a lane that has moved on
+// rejoins the lane's order as waiting; it never runs beside the lane's
+// current head, and runs once the head is done.
+func TestRerunOfALaneJobWaitsForItsTurn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	var batch pgstore.IngestBatch
+	for i, id := range []string{"a", "b"} {
+		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "cust-1", DedupeKey: id,
+			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
+	}
+	if _, err := s.IngestCommit(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	claim := func() []string {
+		t.Helper()
+		jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, j := range jobs {
+			if _, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: "succeeded", Lane: true}}); err != nil {
+				t.Fatal(err)
+			}
+			var k string
+			if err := s.Pool().QueryRow(ctx, `SELECT dedupe_key FROM jobs WHERE id = $1`, j.ID).Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+		return keys
+	}
+	if got := claim(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("first claim ran %v, want [a]", got)
+	}
+	// b is the head now (queued); a finished. Re-run a.
+	if n, err := s.JobRerun(ctx, "r", []string{"a"}); err != nil || n != 1 {
+		t.Fatalf("rerun: %d, %v", n, err)
+	}
+	var state string
+	if err := s.Pool().QueryRow(ctx, `SELECT state FROM jobs WHERE dedupe_key = 'a'`).Scan(&state); err != nil || state != "waiting" {
+		t.Fatalf("re-run job is %s (%v), want waiting behind the head", state, err)
+	}
+	if got := claim(); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("second claim ran %v, want only the head [b]", got)
+	}
+	if got := claim(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("third claim ran %v, want the re-run [a]", got)
+	}
+}
