@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/workers"
 )
 
 // completer batches outcomes into one token-checked statement.
@@ -26,8 +27,11 @@ type completer struct {
 }
 
 type pending struct {
-	out  pgstore.Outcome
-	then func(applied bool)
+	out pgstore.Outcome
+	// then learns whether the outcome applied and, if the pool asked, the
+	// lane job handed off to it (running and leased: it must start it or
+	// release it).
+	then func(applied bool, next *workers.Job)
 }
 
 const (
@@ -45,11 +49,11 @@ func (c *completer) start() { go c.run() }
 // submit queues an outcome. After stop, the outcome is dropped: only a
 // handler that outlived shutdown can get here, and its lease expiring
 // hands the job to the rescuer.
-func (c *completer) submit(o pgstore.Outcome, then func(applied bool)) {
+func (c *completer) submit(o pgstore.Outcome, then func(applied bool, next *workers.Job)) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
-		then(false)
+		then(false, nil)
 		return
 	}
 	c.in <- pending{out: o, then: then}
@@ -127,11 +131,18 @@ func (c *completer) flush(batch []pending) {
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		applied, err := c.store.JobComplete(ctx, outs)
+		done, err := c.store.JobComplete(ctx, outs)
 		cancel()
 		if err == nil {
 			for _, p := range batch {
-				p.then(applied[p.out.Token])
+				// Only an applied outcome ended its lane's head, so each
+				// handed-off job reaches exactly one pool.
+				applied := done.Applied[p.out.Token]
+				var next *workers.Job
+				if applied {
+					next = done.Next[p.out.ID]
+				}
+				p.then(applied, next)
 			}
 			return
 		}
@@ -139,7 +150,7 @@ func (c *completer) flush(batch []pending) {
 			c.log.Error("recording outcomes failed at shutdown; their leases will expire and the jobs be retried",
 				zap.Int("jobs", len(outs)), zap.Error(err))
 			for _, p := range batch {
-				p.then(false)
+				p.then(false, nil)
 			}
 			return
 		}

@@ -224,9 +224,9 @@ func TestExpiredLeaseUnderLiveWorker(t *testing.T) {
 		t.Fatalf("new holder got the old fencing token %d", tok)
 	}
 	// The old holder's completion and heartbeat, token-checked, change nothing.
-	applied, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: jobA.ID, Token: jobA.Token, State: "dead", Reason: "permanent", Error: "stale"}})
-	if err != nil || applied[jobA.Token] {
-		t.Fatalf("stale completion applied=%v err=%v", applied[jobA.Token], err)
+	done, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: jobA.ID, Token: jobA.Token, State: "dead", Reason: "permanent", Error: "stale"}})
+	if err != nil || done.Applied[jobA.Token] {
+		t.Fatalf("stale completion applied=%v err=%v", done.Applied[jobA.Token], err)
 	}
 	kept, err := store.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobA.ID, Token: jobA.Token}}, time.Minute, time.Hour)
 	if err != nil || kept[jobA.Token] {
@@ -340,13 +340,20 @@ func TestPruneRespectsRetention(t *testing.T) {
 func TestTwoAttemptsOfOneJobInOnePool(t *testing.T) {
 	d := &Dispatcher{jobCtx: context.Background(), log: zaptest.NewLogger(t)}
 	p := newPool(d, Queue{Name: "q", Concurrency: 4})
+	// As start, without running a handler.
+	busy := func(j *workers.Job) *running {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.busy++
+		return p.hold(j, time.Now())
+	}
 	first := &workers.Job{ID: 7, Token: 1}
-	p.hold(first)
+	busy(first)
 	p.returned(first.Token) // handler done, outcome queued behind an outage
 	second := &workers.Job{ID: 7, Token: 2}
-	ctx := p.hold(second)
+	r := busy(second)
 	p.finish(first.Token) // the stale outcome is finally settled (rejected)
-	if ctx.Err() != nil {
+	if r.ctx.Err() != nil {
 		t.Fatal("settling the first attempt cancelled the second")
 	}
 	if p.busy != 1 || len(p.leases) != 1 {
@@ -447,5 +454,79 @@ func TestCheckpointReachesTheNextAttempt(t *testing.T) {
 	}
 	if err := store.JobCheckpoint(context.Background(), id, token, []byte("late")); !errors.Is(err, pgstore.ErrLeaseLost) {
 		t.Fatalf("checkpoint after the end: %v, want ErrLeaseLost", err)
+	}
+}
+
+// A lane job handed off while every worker is busy waits in the pool,
+// leased, and holds claims back; one handed off to a closing pool, or
+// still waiting when it closes, goes back to its queue with its attempt
+// handed back (I7), never lost in the process.
+func TestHandedOffJobsAtCapacityAndAtStop(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 2, 3)
+	ctx := context.Background()
+	// Stand-ins for two jobs handed off: claimed, as lanes_advance claims.
+	jobs, _, err := store.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 2, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("claim %d, %v", len(jobs), err)
+	}
+	d := &Dispatcher{store: store, jobCtx: ctx, log: zaptest.NewLogger(t)}
+	p := newPool(d, Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Hour})
+	p.busy = 1 // the one worker is running something else
+
+	p.adopt(jobs[0], time.Now())
+	if len(p.ready) != 1 || p.free() != 0 || p.leases[jobs[0].Token] == nil {
+		t.Fatalf("ready %d, free %d, leased %v; want the job waiting, leased, and no claim", len(p.ready), p.free(), p.leases[jobs[0].Token] != nil)
+	}
+	p.close()
+	p.adopt(jobs[1], time.Now())
+	if len(p.ready) != 0 || len(p.leases) != 0 {
+		t.Fatalf("after close: ready %d, leases %d; want none", len(p.ready), len(p.leases))
+	}
+	if s := states(t, store); s["queued"] != 2 {
+		t.Fatalf("states %v; want both jobs queued again", s)
+	}
+	var attempts int
+	if err := store.Pool().QueryRow(ctx, `SELECT max(attempts) FROM jobs`).Scan(&attempts); err != nil || attempts != 0 {
+		t.Fatalf("attempts %d (%v); want the attempts handed back", attempts, err)
+	}
+}
+
+// A pool asks for a lane's next job only for a lane job that ended (not
+// one retrying), of its own queue (a stolen job's lane belongs to its
+// queue's pool), while the lane has kept this pool for less than
+// laneHandoffWindow, and not once the pool is closing.
+func TestHandoffAskedOnlyWithinItsBounds(t *testing.T) {
+	d := &Dispatcher{jobCtx: context.Background(), log: zaptest.NewLogger(t)}
+	p := newPool(d, Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: 30 * time.Second})
+	lane := func(queue string, chain time.Duration) *running {
+		return &running{job: &workers.Job{Queue: queue, Ordered: true}, chain: time.Now().Add(-chain)}
+	}
+	done := pgstore.Outcome{Lane: true, State: "succeeded"}
+	for _, c := range []struct {
+		name string
+		r    *running
+		out  pgstore.Outcome
+		want bool
+	}{
+		{"lane job succeeded", lane("q", 0), done, true},
+		{"lane job dead", lane("q", 0), pgstore.Outcome{Lane: true, State: "dead"}, true},
+		{"lane job retrying", lane("q", 0), pgstore.Outcome{Lane: true, State: "retrying"}, false},
+		{"unordered job", lane("q", 0), pgstore.Outcome{State: "succeeded"}, false},
+		{"stolen from another queue", lane("other", 0), done, false},
+		{"lane kept the pool for the whole window", lane("q", laneHandoffWindow), done, false},
+	} {
+		h := p.handoff(c.r, c.out)
+		if (h != nil) != c.want {
+			t.Errorf("%s: handoff %+v, want %v", c.name, h, c.want)
+		}
+		if h != nil && (h.Queue != "q" || h.Lease != 30*time.Second) {
+			t.Errorf("%s: handoff %+v, want queue q under the lease capped by max_runtime", c.name, h)
+		}
+	}
+	p.close()
+	if h := p.handoff(lane("q", 0), done); h != nil {
+		t.Errorf("closed pool asked for a handoff: %+v", h)
 	}
 }

@@ -31,6 +31,20 @@
 //     their lanes in the same round trip (lanes_advance). Up to four
 //     batches are in flight; every batch locks its job rows in id order,
 //     as heartbeats do, so they cannot deadlock.
+//   - Lane handoff: when a lane job of the pool's own queue ends, the
+//     pool asks for the lane's next job with the outcome, and the
+//     completion transaction promotes it straight to running, leased to
+//     this pool (pgstore.Outcome.Handoff). An ordered job then costs two
+//     row versions, as an unordered one does, instead of three and a
+//     claim (measured: WAL records per job fell from 27 to 18, ordered
+//     throughput from ~0.6 to ~0.9 of unordered). A handed-off job starts
+//     on a free worker, or waits first in line for the next one while
+//     claims hold back (its lease is heartbeated, its max_runtime runs
+//     from the handoff). A lane keeps a pool this way for at most a
+//     second (laneHandoffWindow), then its next job queues behind the
+//     others: a key with a steady stream must not keep a worker from the
+//     other keys. A closing pool asks for none and releases any that
+//     reach it.
 //   - Rescue: expired leases (a killed or stalled process) go back to
 //     retrying, or to dead once attempts are used up (I5). Any number of
 //     processes may run it: it is SKIP LOCKED and batched.
@@ -43,7 +57,7 @@
 //
 // Stop stops claiming, lets in-flight jobs finish for the grace period,
 // then cancels the rest with workers.ErrShutdown and releases their leases
-// back to queued (handing the attempt back: a deploy is not the job's
+// (and those of handed-off jobs no worker took) back to queued (handing the attempt back: a deploy is not the job's
 // fault), flushes the completer on a context that is not cancelled, and
 // returns once every goroutine it started has ended.
 //

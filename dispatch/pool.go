@@ -40,11 +40,22 @@ type pool struct {
 	busy int
 	// reserved counts the slots asked for by claims in flight.
 	reserved int
+	// ready holds lane jobs handed off to the pool while every worker was
+	// busy or reserved; the next worker to free takes the first. They
+	// are leased and heartbeated like running jobs.
+	ready []*running
+	// closed is set when the pool stops claiming: nothing starts after it,
+	// and a job handed off after it is released.
+	closed bool
 }
 
 type running struct {
 	job    *workers.Job
+	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// chain is when this job's lane began running here without going
+	// through the queue: the claim of the first job of a run of handoffs.
+	chain time.Time
 	// returned is set when the handler has returned; its outcome is then
 	// on its way to the completer and a lost lease is the completer's
 	// business, not a reason to cancel anything.
@@ -73,11 +84,11 @@ func (p *pool) wake() {
 const leaseCap = 4
 
 // free is the number of jobs to claim now: idle workers not reserved by a
-// claim in flight, within the lease cap.
+// claim in flight or taken by a handed-off job, within the lease cap.
 func (p *pool) free() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return max(0, min(p.q.Concurrency-p.busy, leaseCap*p.q.Concurrency-len(p.leases))-p.reserved)
+	return max(0, min(p.q.Concurrency-p.busy-len(p.ready), leaseCap*p.q.Concurrency-len(p.leases))-p.reserved)
 }
 
 // reserve sets n worker slots aside for a claim in flight.
@@ -92,6 +103,7 @@ func (p *pool) reserve(n int) {
 func (p *pool) settleClaim(r claimResult) {
 	p.mu.Lock()
 	p.reserved -= r.asked
+	p.startReady()
 	p.mu.Unlock()
 }
 
@@ -118,7 +130,29 @@ func (p *pool) run() {
 	// Stop has waited for the jobs.
 	defer func() { <-hbDone }()
 	p.claimLoop()
+	p.close()
 	close(p.claimsDone)
+}
+
+// close stops the pool from starting jobs and releases the handed-off
+// jobs no worker took (I7).
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	if len(ready) == 0 {
+		return
+	}
+	jobs := make([]*workers.Job, len(ready))
+	for i, r := range ready {
+		jobs[i] = r.job
+	}
+	p.releaseLeases(jobs...)
+	for _, j := range jobs {
+		p.finish(j.Token)
+	}
 }
 
 // claimsInFlight is how many claim statements a pool may have running at
@@ -294,12 +328,14 @@ func (p *pool) claim(n int, after pgstore.ClaimPosition) (claimResult, error) {
 		}
 		jobs = append(jobs, stolen...)
 	}
+	now := time.Now()
+	p.mu.Lock()
 	for _, j := range jobs {
-		j.SetCheckpointStore(p.checkpointer(j))
-		jctx := p.hold(j)
-		p.jobs.Add(1)
-		go p.execute(jctx, j)
+		// Reserved slots: a claim's jobs always start. Stop waits for the
+		// claims in flight before it closes the pool.
+		p.start(p.hold(j, now))
 	}
+	p.mu.Unlock()
 	r.got = len(jobs)
 	return r, nil
 }
@@ -315,10 +351,15 @@ func (p *pool) checkpointer(j *workers.Job) func(ctx context.Context, data []byt
 	}
 }
 
-func (p *pool) execute(ctx context.Context, job *workers.Job) {
+func (p *pool) execute(r *running) {
 	defer p.jobs.Done()
+	ctx, job := r.ctx, r.job
 	start := time.Now()
-	err := p.invoke(ctx, job)
+	// A handed-off job can lose its lease while it waits for a worker.
+	err := context.Cause(ctx)
+	if err == nil {
+		err = p.invoke(ctx, job)
+	}
 	elapsed := time.Since(start)
 	cause := context.Cause(ctx)
 	p.returned(job.Token)
@@ -339,7 +380,8 @@ func (p *pool) execute(ctx context.Context, job *workers.Job) {
 		return
 	}
 	out := p.outcome(job, err)
-	p.d.completer.submit(out, func(applied bool) {
+	out.Handoff = p.handoff(r, out)
+	p.d.completer.submit(out, func(applied bool, next *workers.Job) {
 		// Counted once the write is settled: a rejected (stale) outcome is
 		// a lost lease, not a success.
 		outcome := "lease_lost"
@@ -348,7 +390,53 @@ func (p *pool) execute(ctx context.Context, job *workers.Job) {
 		}
 		p.observe(job, outcome, elapsed)
 		p.finish(job.Token)
+		if next != nil {
+			p.adopt(next, r.chain)
+		}
 	})
+}
+
+// laneHandoffWindow bounds how long a lane keeps running in one pool by
+// handoffs (see handoff) before its next job goes through the queue like
+// any other: a lane with a steady stream of jobs must not keep a worker
+// from the other lanes.
+const laneHandoffWindow = time.Second
+
+// handoff decides whether a lane job's successor is handed straight to
+// this pool when the job's outcome is written, rather than queued to be
+// claimed: it saves a row version of the job and a claim. Only for jobs
+// of the pool's own queue (a stolen job's successor belongs to its
+// queue's pool), within laneHandoffWindow, and not once the pool is
+// closing.
+func (p *pool) handoff(r *running, out pgstore.Outcome) *pgstore.Handoff {
+	if !out.Lane || out.State == "retrying" || r.job.Queue != p.q.Name || time.Since(r.chain) >= laneHandoffWindow {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	return &pgstore.Handoff{Queue: p.q.Name, Lease: min(p.q.Lease, p.q.MaxRuntime)}
+}
+
+// adopt takes a job handed off to the pool: it runs on a free worker at
+// once, or waits in ready for the next one (claims hold back meanwhile).
+// After close it is released instead.
+func (p *pool) adopt(j *workers.Job, chain time.Time) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.releaseLeases(j)
+		return
+	}
+	r := p.hold(j, chain)
+	if p.busy+p.reserved < p.q.Concurrency && len(p.ready) == 0 {
+		p.start(r)
+	} else {
+		p.ready = append(p.ready, r)
+	}
+	p.mu.Unlock()
 }
 
 // invoke runs the handler with the attempt's deadline, turning a panic
@@ -434,26 +522,49 @@ func (p *pool) observe(job *workers.Job, outcome string, elapsed time.Duration) 
 	}
 }
 
-// hold records a claimed attempt: its lease and a busy worker. The
-// returned context is the attempt's, cancelled on lease loss or shutdown.
-func (p *pool) hold(j *workers.Job) context.Context {
+// hold records a claimed or handed-off attempt's lease, with a context
+// cancelled on lease loss or shutdown. p.mu is held.
+func (p *pool) hold(j *workers.Job, chain time.Time) *running {
+	j.SetCheckpointStore(p.checkpointer(j))
 	ctx, cancel := context.WithCancelCause(p.d.jobCtx)
-	p.mu.Lock()
-	p.leases[j.Token] = &running{job: j, cancel: cancel}
-	p.busy++
-	p.mu.Unlock()
-	return ctx
+	r := &running{job: j, ctx: ctx, cancel: cancel, chain: chain}
+	p.leases[j.Token] = r
+	return r
 }
 
-// returned frees the worker slot of a handler that has returned.
+// start runs a held attempt on a worker. p.mu is held and the pool is not
+// closed, so that the jobs.Add happens before Stop's jobs.Wait.
+func (p *pool) start(r *running) {
+	p.busy++
+	p.jobs.Add(1)
+	go p.execute(r)
+}
+
+// returned frees the worker slot of a handler that has returned, or gives
+// it to the first handed-off job waiting.
 func (p *pool) returned(token int64) {
 	p.mu.Lock()
 	if r, ok := p.leases[token]; ok && !r.returned {
 		r.returned = true
 		p.busy--
 	}
+	started := p.startReady()
 	p.mu.Unlock()
-	p.signalFreed()
+	if !started {
+		p.signalFreed()
+	}
+}
+
+// startReady starts waiting handed-off jobs on the free workers and says
+// whether it started any. p.mu is held.
+func (p *pool) startReady() bool {
+	started := false
+	for len(p.ready) > 0 && !p.closed && p.busy+p.reserved < p.q.Concurrency {
+		p.start(p.ready[0])
+		p.ready = p.ready[1:]
+		started = true
+	}
+	return started
 }
 
 // finish forgets a lease whose outcome is settled and releases its
@@ -478,13 +589,22 @@ func (p *pool) signalFreed() {
 }
 
 func (p *pool) release(job *workers.Job) {
+	p.releaseLeases(job)
+	p.finish(job.Token)
+}
+
+// releaseLeases gives jobs back to their queue at shutdown.
+func (p *pool) releaseLeases(jobs ...*workers.Job) {
+	leases := make([]pgstore.Lease, len(jobs))
+	for i, j := range jobs {
+		leases[i] = pgstore.Lease{ID: j.ID, Token: j.Token}
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.d.jobCtx), 10*time.Second)
 	defer cancel()
-	if _, err := p.d.store.JobRelease(ctx, []pgstore.Lease{{ID: job.ID, Token: job.Token}}); err != nil {
-		// The lease will expire and the rescuer will requeue the job.
-		p.log.Warn("release at shutdown failed; the lease will expire instead", zap.Int64("job_id", job.ID), zap.Error(err))
+	if _, err := p.d.store.JobRelease(ctx, leases); err != nil {
+		// The leases will expire and the rescuer will requeue the jobs.
+		p.log.Warn("release at shutdown failed; the leases will expire instead", zap.Int("jobs", len(jobs)), zap.Error(err))
 	}
-	p.finish(job.Token)
 }
 
 // heartbeat extends all leases of the pool in one statement and cancels

@@ -40,7 +40,12 @@
 //     off for its transaction and calls lanes_advance once instead: the
 //     same rules, set-based, in the same round trip as the outcomes (it
 //     reads the heads' states only once it holds their lanes, so a job
-//     whose outcome was stale changes nothing);
+//     whose outcome was stale changes nothing). There the pool that ran
+//     a head may take the lane's next job at once (a handoff, migration
+//     0007): promotion sets it 'running' under a fresh token and lease,
+//     as a claim would, and the job goes back to that pool with the
+//     outcome's result. It skips the 'queued' row version and the claim;
+//     dispatch bounds how long a lane keeps a pool this way;
 //   - by the gap sweeper (dispatch's rescuer) for strict lanes whose gap
 //     timed out;
 //   - on DLQ re-drive (a blocked head runs again in place; another dead

@@ -217,10 +217,10 @@ func claim(t *testing.T, st *pgstore.Store, queue string, n int) []pgstore.Lease
 // kill ends a claimed job as dead with a permanent error, which parks it.
 func kill(t *testing.T, st *pgstore.Store, l pgstore.Lease) {
 	t.Helper()
-	applied, err := st.JobComplete(context.Background(), []pgstore.Outcome{{
+	done, err := st.JobComplete(context.Background(), []pgstore.Outcome{{
 		ID: l.ID, Token: l.Token, State: "dead", Reason: "permanent", Error: "HTTP 422: bad order"}})
-	if err != nil || !applied[l.Token] {
-		t.Fatalf("complete job %d: %v %v", l.ID, applied, err)
+	if err != nil || !done.Applied[l.Token] {
+		t.Fatalf("complete job %d: %v %v", l.ID, done.Applied, err)
 	}
 }
 

@@ -177,9 +177,9 @@ func (e *env) claimBatch(ctx context.Context, limit int) (int, time.Duration, er
 	for i, j := range jobs {
 		outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded"}
 	}
-	applied, err := e.store.JobComplete(ctx, outs)
-	if err == nil && len(applied) != len(outs) {
-		err = fmt.Errorf("%d of %d completions applied", len(applied), len(outs))
+	done, err := e.store.JobComplete(ctx, outs)
+	if err == nil && len(done.Applied) != len(outs) {
+		err = fmt.Errorf("%d of %d completions applied", len(done.Applied), len(outs))
 	}
 	return len(jobs), took, err
 }

@@ -83,12 +83,12 @@ func claimComplete(b *testing.B, lanes bool) {
 	for range b.N {
 		var outs []pgstore.Outcome
 		outs, at = claim(b, s, batch, at)
-		applied, err := s.JobComplete(ctx, outs)
+		done, err := s.JobComplete(ctx, outs)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(applied) != batch {
-			b.Fatalf("%d completions applied, want %d", len(applied), batch)
+		if len(done.Applied) != batch {
+			b.Fatalf("%d completions applied, want %d", len(done.Applied), batch)
 		}
 	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
@@ -125,6 +125,43 @@ func BenchmarkJobClaimComplete(b *testing.B) { claimComplete(b, false) }
 // route, whose completion advances their lanes (lanes_advance) and
 // promotes the next job of each.
 func BenchmarkJobClaimCompleteLanes(b *testing.B) { claimComplete(b, true) }
+
+// BenchmarkJobCompleteLaneHandoff: complete 100 lane jobs in one round
+// trip asking for each lane's next job (Outcome.Handoff), then complete
+// those: the dispatcher's ordered path, where a claim is only needed for
+// a lane's first job (and when a lane runs dry, claimed here too).
+func BenchmarkJobCompleteLaneHandoff(b *testing.B) {
+	const batch = 100
+	s := testenv.MigratedStore(b)
+	benchEnqueue(b, s, b.N*batch, true)
+	ctx := context.Background()
+	handoff := &pgstore.Handoff{Queue: benchQueue, Lease: time.Minute}
+	var outs []pgstore.Outcome
+	var at pgstore.ClaimPosition
+	b.ResetTimer()
+	for range b.N {
+		if len(outs) < batch {
+			var more []pgstore.Outcome
+			more, at = claim(b, s, batch-len(outs), at)
+			outs = append(outs, more...)
+		}
+		for i := range outs {
+			outs[i].Handoff = handoff
+		}
+		done, err := s.JobComplete(ctx, outs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(done.Applied) != batch {
+			b.Fatalf("%d completions applied, want %d", len(done.Applied), batch)
+		}
+		outs = outs[:0]
+		for _, j := range done.Next {
+			outs = append(outs, pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: true})
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
+}
 
 // BenchmarkJobHeartbeat: extend 100 leases in one statement, a pool's
 // heartbeat.

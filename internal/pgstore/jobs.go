@@ -65,34 +65,44 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job,
 			token = nextval('job_token_seq'), started_at = now(),
 			lease_expires_at = now() + least($3::bigint, $4::bigint) * interval '1 millisecond'
 		FROM c WHERE j.id = c.id
-		RETURNING j.id, j.kind, j.queue, j.route, j.key, j.version, j.attempts, j.max_attempts,
-			j.token, j.payload, j.header_keys, j.header_values,
-			coalesce(j.src_topic, ''), coalesce(j.src_partition, 0), coalesce(j.src_offset, 0), j.created_at, j.lane,
-			j.checkpoint, c.scheduled_at`,
+		RETURNING `+workerColumns+`, c.scheduled_at`,
 		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), p.After.ScheduledAt, p.After.ID)
 	if err != nil {
 		return nil, p.After, err
 	}
 	last := p.After
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*workers.Job, error) {
-		j := &workers.Job{}
-		var hk []string
-		var hv [][]byte
 		var at time.Time
-		err := r.Scan(&j.ID, &j.Kind, &j.Queue, &j.Route, &j.Key, &j.Version, &j.Attempt, &j.MaxAttempts,
-			&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt, &j.Ordered,
-			&j.Checkpoint, &at)
-		for i := range hk {
-			if i < len(hv) {
-				j.Headers = append(j.Headers, workers.Header{Key: hk[i], Value: hv[i]})
-			}
-		}
+		j, err := scanWorkerJob(r, &at)
 		if pos := (ClaimPosition{ScheduledAt: at, ID: j.ID}); last.Before(pos) {
 			last = pos
 		}
 		return j, err
 	})
 	return jobs, last, err
+}
+
+// workerColumns are what a worker is handed of a job row aliased j, in
+// scanWorkerJob's order.
+const workerColumns = `j.id, j.kind, j.queue, j.route, j.key, j.version, j.attempts, j.max_attempts,
+	j.token, j.payload, j.header_keys, j.header_values,
+	coalesce(j.src_topic, ''), coalesce(j.src_partition, 0), coalesce(j.src_offset, 0), j.created_at, j.lane,
+	j.checkpoint`
+
+// scanWorkerJob scans workerColumns, then extra.
+func scanWorkerJob(r pgx.Row, extra ...any) (*workers.Job, error) {
+	j := &workers.Job{}
+	var hk []string
+	var hv [][]byte
+	err := r.Scan(append([]any{&j.ID, &j.Kind, &j.Queue, &j.Route, &j.Key, &j.Version, &j.Attempt, &j.MaxAttempts,
+		&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt, &j.Ordered,
+		&j.Checkpoint}, extra...)...)
+	for i := range hk {
+		if i < len(hv) {
+			j.Headers = append(j.Headers, workers.Header{Key: hk[i], Value: hv[i]})
+		}
+	}
+	return j, err
 }
 
 // Lease identifies one held lease.
@@ -156,21 +166,44 @@ type Outcome struct {
 	Delay time.Duration
 	// Lane is set for jobs of ordered routes: ending one advances its lane.
 	Lane bool
+	// Handoff, for a lane job, asks for the lane's next job to be handed
+	// to the caller, claimed under this lease, if it belongs to the queue
+	// named. Nil: the next job is queued for any pool to claim.
+	Handoff *Handoff
+}
+
+// Handoff is what a pool asks of a lane's next job: its queue, and the
+// lease the job is claimed under (the pool's lease, at most its
+// max_runtime, as JobClaim leases).
+type Handoff struct {
+	Queue string
+	Lease time.Duration
+}
+
+// Completed is what a batch of outcomes did.
+type Completed struct {
+	// Applied holds the tokens of the outcomes that were applied; the
+	// others were stale (their lease was lost).
+	Applied map[int64]bool
+	// Next holds the jobs handed off (see Outcome.Handoff), running and
+	// leased, by the id of the lane head each follows.
+	Next map[int64]*workers.Job
 }
 
 // JobComplete applies a batch of outcomes in ONE statement. Each row
 // changes only if its fencing token still matches and it is still running
 // (I4): a holder whose lease was lost changes nothing. Dead jobs get their
-// DLQ entry in the same statement. It returns the tokens of the outcomes
-// that were applied; the rest were stale.
-func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (map[int64]bool, error) {
+// DLQ entry in the same statement. Lanes whose head ended advance in the
+// same transaction, handing their next job off where asked.
+func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, error) {
 	// In id order, as splitLeases: see there.
 	outs = slices.SortedFunc(slices.Values(outs), func(a, b Outcome) int { return cmp.Compare(a.ID, b.ID) })
 	n := len(outs)
 	ids, tokens := make([]int64, n), make([]int64, n)
 	states, reasons, errs := make([]string, n), make([]string, n), make([]*string, n)
 	delays := make([]int64, n)
-	var laneEnds []int64
+	var laneEnds, handoffs, leases []int64
+	var queues []string
 	for i, o := range outs {
 		ids[i], tokens[i], states[i], reasons[i], delays[i] = o.ID, o.Token, o.State, o.Reason, o.Delay.Milliseconds()
 		if o.Error != "" {
@@ -179,30 +212,49 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (map[int64]bool
 		}
 		if o.Lane && o.State != "retrying" {
 			laneEnds = append(laneEnds, o.ID)
+			if o.Handoff != nil {
+				handoffs, queues = append(handoffs, o.ID), append(queues, o.Handoff.Queue)
+				leases = append(leases, o.Handoff.Lease.Milliseconds())
+			}
 		}
 	}
 	args := []any{ids, tokens, states, reasons, errs, delays}
 	if len(laneEnds) == 0 {
 		rows, err := s.pool.Query(ctx, completeSQL, args...)
-		return appliedTokens(rows, err, n)
+		applied, err := appliedTokens(rows, err, n)
+		return Completed{Applied: applied}, err
 	}
 	// Heads end: their lanes advance set-based in the same transaction,
 	// with the per-row trigger switched off for it (see 0002_lanes.sql).
 	// One round trip: a batch runs as one implicit transaction, and
 	// lanes_advance ignores the jobs whose outcome turns out stale.
+	// The handed-off jobs count only once the batch has committed.
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('switchyard.lanes_batched', 'on', true)`)
-	var applied map[int64]bool
+	var c Completed
 	b.Queue(completeSQL, args...).Query(func(rows pgx.Rows) error {
 		var err error
-		applied, err = appliedTokens(rows, nil, n)
+		c.Applied, err = appliedTokens(rows, nil, n)
 		return err
 	})
-	b.Queue(`SELECT lanes_advance($1)`, laneEnds)
+	b.Queue(`SELECT `+workerColumns+`, a.prev_id FROM lanes_advance($1, $2, $3, $4) a, LATERAL (SELECT (a.job).*) j`,
+		laneEnds, handoffs, queues, leases).Query(func(rows pgx.Rows) error {
+		defer rows.Close()
+		c.Next = map[int64]*workers.Job{}
+		for rows.Next() {
+			var prev int64
+			j, err := scanWorkerJob(rows, &prev)
+			if err != nil {
+				return err
+			}
+			c.Next[prev] = j
+		}
+		return rows.Err()
+	})
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+		return Completed{}, err
 	}
-	return applied, nil
+	return c, nil
 }
 
 const completeSQL = `

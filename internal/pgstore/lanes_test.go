@@ -61,20 +61,20 @@ func TestStaleLaneHeadOutcomeChangesNothing(t *testing.T) {
 		return a, b, h
 	}
 
-	applied, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head, Token: stale, State: "succeeded", Lane: true}})
-	if err != nil || len(applied) != 0 {
-		t.Fatalf("stale outcome: applied %v, %v", applied, err)
+	done, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head, Token: stale, State: "succeeded", Lane: true}})
+	if err != nil || len(done.Applied) != 0 {
+		t.Fatalf("stale outcome: applied %v, %v", done.Applied, err)
 	}
 	if a, b, h := state(); a != "running" || b != "waiting" || h != head {
 		t.Fatalf("after the stale outcome: a %s, b %s, head %d; want running, waiting, %d", a, b, h, head)
 	}
 
-	applied, err = s.JobComplete(ctx, []pgstore.Outcome{
+	done, err = s.JobComplete(ctx, []pgstore.Outcome{
 		{ID: head, Token: stale, State: "dead", Reason: "permanent", Error: "stale", Lane: true},
 		{ID: head, Token: live, State: "succeeded", Lane: true},
 	})
-	if err != nil || len(applied) != 1 || !applied[live] {
-		t.Fatalf("batch of a stale and a live outcome: applied %v, %v; want only token %d", applied, err, live)
+	if err != nil || len(done.Applied) != 1 || !done.Applied[live] {
+		t.Fatalf("batch of a stale and a live outcome: applied %v, %v; want only token %d", done.Applied, err, live)
 	}
 	next, _ := claimOne()
 	if a, b, h := state(); a != "succeeded" || b != "running" || h != next {
@@ -133,5 +133,81 @@ func TestRerunOfALaneJobWaitsForItsTurn(t *testing.T) {
 	}
 	if got := claim(); len(got) != 1 || got[0] != "a" {
 		t.Fatalf("third claim ran %v, want the re-run [a]", got)
+	}
+}
+
+// A pool may ask for a lane's next job to be handed to it with its head's
+// outcome (Outcome.Handoff): the job comes back claimed (running, attempt
+// counted, a fresh token, leased) as the lane's new head. A job of
+// another queue, or a lane whose pool did not ask, is queued as before.
+func TestLaneHandoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	var batch pgstore.IngestBatch
+	for i, id := range []string{"a1", "a2", "a3", "b1", "b2"} {
+		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: id[:1], DedupeKey: id,
+			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
+	}
+	if _, err := s.IngestCommit(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	heads, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(heads) != 2 {
+		t.Fatalf("claim: %d jobs, %v; want the two heads", len(heads), err)
+	}
+	a1, b1 := heads[0], heads[1]
+	type row struct {
+		state       string
+		attempts    int
+		token       int64
+		leaseSecond float64
+		head        bool
+	}
+	get := func(dedupe string) row {
+		t.Helper()
+		var r row
+		err := s.Pool().QueryRow(ctx, `SELECT j.state, j.attempts, coalesce(j.token, 0),
+				coalesce(extract(epoch FROM j.lease_expires_at - now()), 0)::float8, l.head_job_id = j.id
+			FROM jobs j JOIN lanes l ON l.route = j.route AND l.key = j.key WHERE j.dedupe_key = $1`, dedupe).
+			Scan(&r.state, &r.attempts, &r.token, &r.leaseSecond, &r.head)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	done, err := s.JobComplete(ctx, []pgstore.Outcome{
+		{ID: a1.ID, Token: a1.Token, State: "succeeded", Lane: true, Handoff: &pgstore.Handoff{Queue: "q", Lease: time.Minute}},
+		{ID: b1.ID, Token: b1.Token, State: "succeeded", Lane: true},
+	})
+	if err != nil || len(done.Applied) != 2 {
+		t.Fatalf("complete: applied %v, %v", done.Applied, err)
+	}
+	a2 := done.Next[a1.ID]
+	if len(done.Next) != 1 || a2 == nil {
+		t.Fatalf("handed off %v; want a's next job only", done.Next)
+	}
+	r := get("a2")
+	if a2.Attempt != 1 || a2.Token == a1.Token || a2.Token != r.token || !a2.Ordered || string(a2.Payload) != "{}" {
+		t.Fatalf("handed-off job %+v; want attempt 1 under a fresh token (row: %+v)", a2, r)
+	}
+	if r.state != "running" || r.attempts != 1 || !r.head || r.leaseSecond < 50 || r.leaseSecond > 61 {
+		t.Fatalf("a2 row %+v; want running, attempt 1, the lane's head, leased for a minute", r)
+	}
+	if r := get("b2"); r.state != "queued" || !r.head {
+		t.Fatalf("b2 row %+v; want queued as b's head (its pool did not ask)", r)
+	}
+
+	// A pool of another queue gets nothing: the job is queued for its own.
+	done, err = s.JobComplete(ctx, []pgstore.Outcome{
+		{ID: a2.ID, Token: a2.Token, State: "succeeded", Lane: true, Handoff: &pgstore.Handoff{Queue: "other", Lease: time.Minute}},
+	})
+	if err != nil || !done.Applied[a2.Token] || len(done.Next) != 0 {
+		t.Fatalf("complete a2: applied %v, next %v, %v; want applied, nothing handed off", done.Applied, done.Next, err)
+	}
+	if r := get("a3"); r.state != "queued" || r.attempts != 0 || !r.head {
+		t.Fatalf("a3 row %+v; want queued, no attempt, the lane's head", r)
 	}
 }
