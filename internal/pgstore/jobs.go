@@ -123,8 +123,9 @@ func (s *Store) JobCheckpoint(ctx context.Context, id, token int64, data []byte)
 	if data == nil {
 		data = []byte{}
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET checkpoint = $3
-		WHERE id = $1 AND token = $2 AND state = 'running' AND lease_expires_at > now()`, id, token, data)
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs j SET checkpoint = $3
+		FROM (VALUES ($1::bigint, $2::bigint)) AS t(id, token)
+		WHERE `+heldSQL+` AND j.lease_expires_at > now()`, id, token, data)
 	if err == nil && tag.RowsAffected() == 0 {
 		return ErrLeaseLost
 	}
@@ -138,12 +139,7 @@ func (s *Store) JobCheckpoint(ctx context.Context, id, token int64, data []byte)
 // An expired lease is not revived: the rescuer may already be acting on it.
 func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRuntime time.Duration) (map[int64]bool, error) {
 	ids, tokens := splitLeases(leases)
-	rows, err := s.pool.Query(ctx, `
-		UPDATE jobs j SET lease_expires_at = least(now() + $3::bigint * interval '1 millisecond',
-			j.started_at + $4::bigint * interval '1 millisecond')
-		FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-		WHERE j.id = h.id AND j.token = h.token AND j.state = 'running' AND j.lease_expires_at > now()
-		RETURNING j.token`, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds())
+	rows, err := s.pool.Query(ctx, heartbeatSQL, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds())
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +148,23 @@ func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRunt
 	_, err = pgx.ForEachRow(rows, []any{&token}, func() error { kept[token] = true; return nil })
 	return kept, err
 }
+
+// heldSQL is the test that a row j is still held under token t: written
+// so that only the primary key can serve a batch's join on id. Spelled
+// `j.state = 'running'`, it lets the planner read the batch through the
+// partial index of running rows and filter every row of it by id: with
+// statistics from a moment when nothing ran, it does (seen: 100 outcomes
+// against 500 running rows, 50,000 comparisons and 26 ms per batch, and
+// ordered throughput halved). The coalesce hides the state test from the
+// partial indexes.
+const heldSQL = `j.id = t.id AND j.token = t.token AND coalesce(j.state, '') = 'running'`
+
+const heartbeatSQL = `
+		UPDATE jobs j SET lease_expires_at = least(now() + $3::bigint * interval '1 millisecond',
+			j.started_at + $4::bigint * interval '1 millisecond')
+		FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
+		WHERE ` + heldSQL + ` AND j.lease_expires_at > now()
+		RETURNING j.token`
 
 // Outcome is the end of one attempt.
 type Outcome struct {
@@ -260,19 +273,19 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 const completeSQL = `
 		WITH o AS (
 			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-				AS o(id, token, state, reason, err, delay_ms)
+				AS t(id, token, state, reason, err, delay_ms)
 		), u AS (
-			UPDATE jobs j SET state = o.state,
-				finished_at = CASE WHEN o.state = 'retrying' THEN NULL ELSE now() END,
-				scheduled_at = CASE WHEN o.state = 'retrying'
-					THEN now() + o.delay_ms * interval '1 millisecond' ELSE j.scheduled_at END,
+			UPDATE jobs j SET state = t.state,
+				finished_at = CASE WHEN t.state = 'retrying' THEN NULL ELSE now() END,
+				scheduled_at = CASE WHEN t.state = 'retrying'
+					THEN now() + t.delay_ms * interval '1 millisecond' ELSE j.scheduled_at END,
 				lease_expires_at = NULL,
-				last_error = coalesce(o.err, j.last_error),
-				errors = CASE WHEN o.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(
-					jsonb_build_object('attempt', j.attempts, 'error', left(o.err, 1024), 'at', now())) END
-			FROM o
-			WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
-			RETURNING j.*, o.reason
+				last_error = coalesce(t.err, j.last_error),
+				errors = CASE WHEN t.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(
+					jsonb_build_object('attempt', j.attempts, 'error', left(t.err, 1024), 'at', now())) END
+			FROM o AS t
+			WHERE ` + heldSQL + `
+			RETURNING j.*, t.reason
 		), d AS (
 			INSERT INTO dlq_entries (reason, route, queue, job_id, src_topic, src_partition, src_offset,
 				attempts, last_error, errors, payload, header_keys, header_values)
@@ -336,13 +349,15 @@ func (s *Store) JobRescue(ctx context.Context, limit int) (rescued, dead, expire
 // The attempt is handed back too: a deploy is not the job's fault.
 func (s *Store) JobRelease(ctx context.Context, leases []Lease) (int64, error) {
 	ids, tokens := splitLeases(leases)
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE jobs j SET state = 'queued', scheduled_at = now(), lease_expires_at = NULL,
-			started_at = NULL, attempts = greatest(j.attempts - 1, 0)
-		FROM unnest($1::bigint[], $2::bigint[]) AS h(id, token)
-		WHERE j.id = h.id AND j.token = h.token AND j.state = 'running'`, ids, tokens)
+	tag, err := s.pool.Exec(ctx, releaseSQL, ids, tokens)
 	return tag.RowsAffected(), err
 }
+
+const releaseSQL = `
+		UPDATE jobs j SET state = 'queued', scheduled_at = now(), lease_expires_at = NULL,
+			started_at = NULL, attempts = greatest(j.attempts - 1, 0)
+		FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
+		WHERE ` + heldSQL
 
 // splitLeases returns the leases' ids and tokens in id order: every batch
 // that locks job rows (heartbeat, completion, release) locks them in the

@@ -108,7 +108,10 @@ BEGIN
             -- Re-checked under the row lock: a job cancelled meanwhile is
             -- not promoted, and its lane gets no head (the next ingest into
             -- the lane promotes past it). A handed-off job is claimed here,
-            -- exactly as JobClaim claims.
+            -- exactly as JobClaim claims. The state test is wrapped so that
+            -- no partial index can serve the join, only the primary key
+            -- (see pgstore's heldSQL: stale statistics made the planner
+            -- scan every such row per batch).
             UPDATE jobs SET scheduled_at = now(),
                 state = CASE WHEN nxt.queue = jobs.queue THEN 'running' ELSE 'queued' END,
                 attempts = CASE WHEN nxt.queue = jobs.queue THEN jobs.attempts + 1 ELSE jobs.attempts END,
@@ -116,7 +119,7 @@ BEGIN
                 started_at = CASE WHEN nxt.queue = jobs.queue THEN now() ELSE jobs.started_at END,
                 lease_expires_at = CASE WHEN nxt.queue = jobs.queue
                     THEN now() + nxt.lease_ms * interval '1 millisecond' END
-            FROM nxt WHERE jobs.id = nxt.id AND jobs.state = 'waiting'
+            FROM nxt WHERE jobs.id = nxt.id AND coalesce(jobs.state, '') = 'waiting'
             RETURNING jobs, nxt.route, nxt.key, nxt.prev
         ), u AS (
             -- Joined on the lane's key, not CTE to CTE: the planner expects
@@ -132,9 +135,3 @@ BEGIN
     END IF;
 END $$;
 
--- The 0004 signature, for a process of the previous release still
--- completing jobs during a rolling upgrade: it never hands off.
-CREATE FUNCTION lanes_advance(p_ids bigint[]) RETURNS void
-LANGUAGE sql AS $$
-    SELECT count(*) FROM lanes_advance(p_ids, '{}', '{}', '{}')
-$$;
