@@ -167,12 +167,14 @@ func (e *env) burnDown(ctx context.Context, figure string, route config.Route, n
 	if c := e.calls.Load(); c != int64(n) {
 		e.note("%s: %d handler calls for %d jobs (retries)", figure, c, n)
 	}
-	jobs, _, claims, completions, err := e.statements(ctx)
+	txs, err := e.statements(ctx)
 	if err != nil {
 		return err
 	}
-	e.note("%s: %d claim statements (%.1f jobs each), %d completion statements (%.1f jobs each)", figure,
-		claims, float64(jobs)/float64(claims), completions, float64(jobs)/float64(completions))
+	claimed := txs.jobs - txs.handedOff
+	e.note("%s: %d claim statements (%.1f jobs each), %d completion statements (%.1f jobs each), %d jobs handed off by them",
+		figure, txs.claims, float64(claimed)/float64(max(txs.claims, 1)),
+		txs.completions, float64(txs.jobs)/float64(max(txs.completions, 1)), txs.handedOff)
 	e.report(figure, float64(n)/elapsed.Seconds(), "jobs/s")
 	return nil
 }

@@ -69,11 +69,11 @@ func (e *env) ingest(ctx context.Context) error {
 	if err := e.expectQueued(ctx, n); err != nil {
 		return err
 	}
-	_, txs, _, _, err := e.statements(ctx)
+	txs, err := e.statements(ctx)
 	if err != nil {
 		return err
 	}
-	e.note("ingest: %d transactions (%.0f records each)", txs, float64(n)/float64(txs))
+	e.note("ingest: %d transactions (%.0f records each)", txs.inserts, float64(n)/float64(txs.inserts))
 	e.note("ingest: first batch committed %s after Start (group join, first fetch)", first.Round(time.Millisecond))
 	e.report("ingest_records_per_s", float64(n)/elapsed.Seconds(), "records/s")
 

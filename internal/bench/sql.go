@@ -76,12 +76,24 @@ func (e *env) insertHistory(ctx context.Context, route string, n int, payload []
 // statements counts, from the rows themselves, how many transactions
 // wrote the jobs table: every statement stamps its rows with one now()
 // (its transaction's start), so distinct created_at values are ingest
-// transactions, distinct started_at claims, distinct finished_at
-// completions. It tells what batch sizes the engine achieved.
-func (e *env) statements(ctx context.Context) (jobs, inserts, claims, completions int64, err error) {
-	err = e.store.Pool().QueryRow(ctx, `SELECT count(*), count(DISTINCT created_at), count(DISTINCT started_at),
-		count(DISTINCT finished_at) FROM jobs`).Scan(&jobs, &inserts, &claims, &completions)
+// transactions, distinct finished_at completions, and distinct started_at
+// claims — except where a job started in a completion transaction (a
+// lane's next job handed off, started_at = its predecessor's
+// finished_at; only lane jobs are). It tells what batch sizes the engine
+// achieved.
+func (e *env) statements(ctx context.Context) (txs txCounts, err error) {
+	err = e.store.Pool().QueryRow(ctx, `
+		WITH c AS (SELECT DISTINCT finished_at AS at FROM jobs WHERE finished_at IS NOT NULL)
+		SELECT count(*), count(DISTINCT j.created_at), count(DISTINCT j.started_at) FILTER (WHERE c.at IS NULL),
+			count(*) FILTER (WHERE c.at IS NOT NULL AND j.lane), (SELECT count(*) FROM c)
+		FROM jobs j LEFT JOIN c ON c.at = j.started_at`).
+		Scan(&txs.jobs, &txs.inserts, &txs.claims, &txs.handedOff, &txs.completions)
 	return
+}
+
+// txCounts is what statements counts.
+type txCounts struct {
+	jobs, inserts, claims, handedOff, completions int64
 }
 
 // vacuum brings the jobs table to the state autovacuum keeps it in:

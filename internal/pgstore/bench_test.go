@@ -133,7 +133,9 @@ func BenchmarkJobClaimCompleteLanes(b *testing.B) { claimComplete(b, true) }
 func BenchmarkJobCompleteLaneHandoff(b *testing.B) {
 	const batch = 100
 	s := testenv.MigratedStore(b)
-	benchEnqueue(b, s, b.N*batch, true)
+	// Twice the jobs run: lanes run dry unevenly, and a claim must always
+	// find fresh ones.
+	benchEnqueue(b, s, 2*b.N*batch, true)
 	ctx := context.Background()
 	handoff := &pgstore.Handoff{Queue: benchQueue, Lease: time.Minute}
 	var outs []pgstore.Outcome
