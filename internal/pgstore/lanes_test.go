@@ -9,6 +9,21 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
 
+// ingestLane ingests jobs of route r (queue q, lanes without versions)
+// with the given dedupe keys in offset order, each in the lane key(id).
+func ingestLane(t *testing.T, s *pgstore.Store, key func(id string) string, ids ...string) {
+	t.Helper()
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	var batch pgstore.IngestBatch
+	for i, id := range ids {
+		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: key(id), DedupeKey: id,
+			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
+	}
+	if _, err := s.IngestCommit(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The completer sends lanes_advance every lane job of a batch in the same
 // round trip as the outcomes, before it knows which applied. A stale
 // outcome of a lane head (its lease expired and the job was claimed
@@ -18,16 +33,7 @@ func TestStaleLaneHeadOutcomeChangesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
-	var batch pgstore.IngestBatch
-	batch.Group = "g"
-	for i, id := range []string{"a", "b"} {
-		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "cust-1", DedupeKey: id,
-			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
-	}
-	if _, err := s.IngestCommit(ctx, batch); err != nil {
-		t.Fatal(err)
-	}
+	ingestLane(t, s, func(string) string { return "cust-1" }, "a", "b")
 	claimOne := func() (id, token int64) {
 		t.Helper()
 		jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
@@ -89,15 +95,7 @@ func TestRerunOfALaneJobWaitsForItsTurn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
-	var batch pgstore.IngestBatch
-	for i, id := range []string{"a", "b"} {
-		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "cust-1", DedupeKey: id,
-			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
-	}
-	if _, err := s.IngestCommit(ctx, batch); err != nil {
-		t.Fatal(err)
-	}
+	ingestLane(t, s, func(string) string { return "cust-1" }, "a", "b")
 	claim := func() []string {
 		t.Helper()
 		jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
@@ -144,15 +142,7 @@ func TestLaneHandoff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
-	var batch pgstore.IngestBatch
-	for i, id := range []string{"a1", "a2", "a3", "b1", "b2"} {
-		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: id[:1], DedupeKey: id,
-			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
-	}
-	if _, err := s.IngestCommit(ctx, batch); err != nil {
-		t.Fatal(err)
-	}
+	ingestLane(t, s, func(id string) string { return id[:1] }, "a1", "a2", "a3", "b1", "b2")
 	heads, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
 	if err != nil || len(heads) != 2 {
 		t.Fatalf("claim: %d jobs, %v; want the two heads", len(heads), err)
