@@ -530,3 +530,52 @@ func TestHandoffAskedOnlyWithinItsBounds(t *testing.T) {
 		t.Errorf("closed pool asked for a handoff: %+v", h)
 	}
 }
+
+// A handed-off job that waited in its pool for a worker longer than
+// readyRestamp counts its max_runtime from when its handler starts, not
+// from the handoff: the lease is capped at started_at + max_runtime, and
+// the wait must not come out of the job's own time.
+func TestHandedOffJobThatWaitedRestartsItsClock(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 2, 3)
+	ctx := context.Background()
+	release := make(chan struct{})
+	started := make(chan int64, 2)
+	d := start(t, store, 1, time.Minute, workers.HandlerFunc(func(_ context.Context, j *workers.Job) error {
+		started <- j.ID
+		<-release
+		return nil
+	}))
+	<-started // the pool's one worker is busy
+	// The other job, claimed as a handoff claims it, as if handed off
+	// a minute ago.
+	jobs, _, err := store.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: time.Minute, MaxRuntime: time.Minute})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim %d, %v", len(jobs), err)
+	}
+	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET started_at = now() - interval '50 seconds' WHERE id = $1`, jobs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	p := d.pools["q"]
+	p.adopt(jobs[0], time.Now())
+	p.mu.Lock()
+	if len(p.ready) != 1 {
+		p.mu.Unlock()
+		t.Fatalf("ready %d; want the handed-off job waiting for the busy worker", len(p.ready))
+	}
+	p.ready[0].waiting = time.Now().Add(-2 * readyRestamp)
+	p.mu.Unlock()
+	close(release)
+	if id := <-started; id != jobs[0].ID {
+		t.Fatalf("started job %d, want the handed-off job %d", id, jobs[0].ID)
+	}
+	var ranFor time.Duration
+	if err := store.Pool().QueryRow(ctx, `SELECT extract(epoch FROM now() - started_at)::float8 * interval '1 second'
+		FROM jobs WHERE id = $1`, jobs[0].ID).Scan(&ranFor); err != nil {
+		t.Fatal(err)
+	}
+	if ranFor > 10*time.Second {
+		t.Fatalf("started_at %s ago; want the clock restarted when the handler started", ranFor)
+	}
+}

@@ -39,8 +39,9 @@
 //     claim (measured: WAL records per job fell from 27 to 18, ordered
 //     throughput from ~0.6 to ~0.9 of unordered). A handed-off job starts
 //     on a free worker, or waits first in line for the next one while
-//     claims hold back (its lease is heartbeated, its max_runtime runs
-//     from the handoff). A lane keeps a pool this way for at most a
+//     claims hold back (its lease is heartbeated; after a wait of over a
+//     second its clock restarts when it starts, so the wait does not come
+//     out of its max_runtime). A lane keeps a pool this way for at most a
 //     second (laneHandoffWindow), then its next job queues behind the
 //     others: a key with a steady stream must not keep a worker from the
 //     other keys. A closing pool asks for none and releases any that

@@ -56,6 +56,9 @@ type running struct {
 	// chain is when this job's lane began running here without going
 	// through the queue: the claim of the first job of a run of handoffs.
 	chain time.Time
+	// waiting is when a handed-off job began waiting in ready; zero for
+	// a job that started at once.
+	waiting time.Time
 	// returned is set when the handler has returned; its outcome is then
 	// on its way to the completer and a lost lease is the completer's
 	// business, not a reason to cancel anything.
@@ -356,6 +359,7 @@ func (p *pool) execute(r *running) {
 	ctx, job := r.ctx, r.job
 	start := time.Now()
 	// A handed-off job can lose its lease while it waits for a worker.
+	p.restamp(r)
 	err := context.Cause(ctx)
 	if err == nil {
 		err = p.invoke(ctx, job)
@@ -434,9 +438,37 @@ func (p *pool) adopt(j *workers.Job, chain time.Time) {
 	if p.busy+p.reserved < p.q.Concurrency && len(p.ready) == 0 {
 		p.start(r)
 	} else {
+		r.waiting = time.Now()
 		p.ready = append(p.ready, r)
 	}
 	p.mu.Unlock()
+}
+
+// readyRestamp is how long a handed-off job may wait in ready before its
+// attempt's clock is started again when a worker takes it: the lease is
+// capped at started_at + max_runtime, and a job that waited for a slow
+// handler to finish must not lose that time from its own max_runtime.
+// Shorter waits are not worth a statement.
+const readyRestamp = time.Second
+
+// restamp restarts the attempt's runtime clock of a handed-off job that
+// waited long in ready; a job no longer held has its context cancelled
+// with workers.ErrLeaseLost.
+func (p *pool) restamp(r *running) {
+	if r.waiting.IsZero() || time.Since(r.waiting) < readyRestamp {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, p.q.Lease/3)
+	defer cancel()
+	err := p.d.store.JobRestart(ctx, r.job.ID, r.job.Token, p.q.Lease, p.q.MaxRuntime)
+	switch {
+	case errors.Is(err, pgstore.ErrLeaseLost):
+		r.cancel(workers.ErrLeaseLost)
+	case err != nil:
+		// Not knowing is not losing: the job runs on its current lease,
+		// which the heartbeat extends as far as its first clock allows.
+		p.log.Warn("restarting a handed-off job's clock failed", zap.Int64("job_id", r.job.ID), zap.Error(err))
+	}
 }
 
 // invoke runs the handler with the attempt's deadline, turning a panic

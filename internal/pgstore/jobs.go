@@ -132,6 +132,21 @@ func (s *Store) JobCheckpoint(ctx context.Context, id, token int64, data []byte)
 	return err
 }
 
+// JobRestart starts a held attempt's runtime clock again: started_at is
+// now and the lease runs from now (at most max_runtime), as at a claim.
+// A job handed off to a pool that had no free worker uses it when it
+// finally starts. ErrLeaseLost if the attempt is no longer held.
+func (s *Store) JobRestart(ctx context.Context, id, token int64, lease, maxRuntime time.Duration) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs j SET started_at = now(),
+			lease_expires_at = now() + least($3::bigint, $4::bigint) * interval '1 millisecond'
+		FROM (VALUES ($1::bigint, $2::bigint)) AS t(id, token)
+		WHERE `+heldSQL+` AND j.lease_expires_at > now()`, id, token, lease.Milliseconds(), maxRuntime.Milliseconds())
+	if err == nil && tag.RowsAffected() == 0 {
+		return ErrLeaseLost
+	}
+	return err
+}
+
 // JobHeartbeat extends every given lease in one statement, never past
 // started_at + maxRuntime. It returns the tokens of the leases it extended;
 // any other lease is lost (expired, rescued or re-claimed) and its handler
