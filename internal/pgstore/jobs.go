@@ -123,13 +123,7 @@ func (s *Store) JobCheckpoint(ctx context.Context, id, token int64, data []byte)
 	if data == nil {
 		data = []byte{}
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs j SET checkpoint = $3
-		FROM (VALUES ($1::bigint, $2::bigint)) AS t(id, token)
-		WHERE `+heldSQL+` AND j.lease_expires_at > now()`, id, token, data)
-	if err == nil && tag.RowsAffected() == 0 {
-		return ErrLeaseLost
-	}
-	return err
+	return s.updateHeld(ctx, `checkpoint = $3`, id, token, data)
 }
 
 // JobRestart starts a held attempt's runtime clock again: started_at is
@@ -137,10 +131,17 @@ func (s *Store) JobCheckpoint(ctx context.Context, id, token int64, data []byte)
 // A job handed off to a pool that had no free worker uses it when it
 // finally starts. ErrLeaseLost if the attempt is no longer held.
 func (s *Store) JobRestart(ctx context.Context, id, token int64, lease, maxRuntime time.Duration) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs j SET started_at = now(),
-			lease_expires_at = now() + least($3::bigint, $4::bigint) * interval '1 millisecond'
+	return s.updateHeld(ctx, `started_at = now(),
+		lease_expires_at = now() + least($3::bigint, $4::bigint) * interval '1 millisecond'`,
+		id, token, lease.Milliseconds(), maxRuntime.Milliseconds())
+}
+
+// updateHeld applies set (whose parameters start at $3) to job id if the
+// attempt of the given token still holds it, or returns ErrLeaseLost.
+func (s *Store) updateHeld(ctx context.Context, set string, id, token int64, args ...any) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs j SET `+set+`
 		FROM (VALUES ($1::bigint, $2::bigint)) AS t(id, token)
-		WHERE `+heldSQL+` AND j.lease_expires_at > now()`, id, token, lease.Milliseconds(), maxRuntime.Milliseconds())
+		WHERE `+heldSQL+` AND j.lease_expires_at > now()`, append([]any{id, token}, args...)...)
 	if err == nil && tag.RowsAffected() == 0 {
 		return ErrLeaseLost
 	}
