@@ -46,6 +46,12 @@ func start(t *testing.T, store *pgstore.Store, concurrency int, lease time.Durat
 // by h.
 func startQueues(t *testing.T, store *pgstore.Store, h workers.Handler, queues ...Queue) *Dispatcher {
 	t.Helper()
+	return run(t, newQueues(t, store, h, queues...))
+}
+
+// newQueues is startQueues without the start.
+func newQueues(t *testing.T, store *pgstore.Store, h workers.Handler, queues ...Queue) *Dispatcher {
+	t.Helper()
 	d, err := New(Config{
 		Queues:  queues,
 		Backoff: map[string]Backoff{"r": {Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}},
@@ -55,6 +61,12 @@ func startQueues(t *testing.T, store *pgstore.Store, h workers.Handler, queues .
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// run starts d and stops it when the test ends.
+func run(t *testing.T, d *Dispatcher) *Dispatcher {
+	t.Helper()
 	if err := d.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -577,5 +589,48 @@ func TestHandedOffJobThatWaitedRestartsItsClock(t *testing.T) {
 	}
 	if ranFor > 10*time.Second {
 		t.Fatalf("started_at %s ago; want the clock restarted when the handler started", ranFor)
+	}
+}
+
+// A lane keeps its pool through handoffs only for the handoff window;
+// then its next job queues behind the other keys'. Long lanes fill a
+// one-worker pool's leases (4) with handoff chains; the head of a key
+// queued behind them must run long before they drain, which without
+// the window it would only after four whole lanes.
+func TestLaneYieldsItsPoolAfterTheHandoffWindow(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	const lanes, perLane = 8, 100
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	var b pgstore.IngestBatch
+	for i := range lanes*perLane + 1 {
+		key := fmt.Sprintf("long-%d", i%lanes)
+		if i == lanes*perLane {
+			key = "late"
+		}
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: key, DedupeKey: fmt.Sprint(i),
+			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
+	}
+	if _, err := store.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	late := make(chan int64, 1)
+	d := newQueues(t, store, workers.HandlerFunc(func(_ context.Context, j *workers.Job) error {
+		if n := calls.Add(1); j.Key == "late" {
+			late <- n
+		}
+		return nil
+	}), Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond})
+	d.pools["q"].handoffWindow = 50 * time.Millisecond
+	run(t, d)
+	select {
+	case n := <-late:
+		if n > 4*perLane {
+			t.Fatalf("the late key ran as job %d; want it before the first four lanes drained (%d jobs)", n, 4*perLane)
+		}
+		t.Logf("the late key ran as job %d of %d", n, lanes*perLane+1)
+	case <-time.After(time.Minute):
+		t.Fatalf("the late key never ran (%d jobs ran)", calls.Load())
 	}
 }

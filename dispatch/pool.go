@@ -47,6 +47,8 @@ type pool struct {
 	// closed is set when the pool stops claiming: nothing starts after it,
 	// and a job handed off after it is released.
 	closed bool
+	// handoffWindow is laneHandoffWindow; tests shorten it.
+	handoffWindow time.Duration
 }
 
 type running struct {
@@ -68,7 +70,7 @@ type running struct {
 func newPool(d *Dispatcher, q Queue) *pool {
 	return &pool{d: d, q: q, log: d.log.With(zap.String("queue", q.Name)),
 		wakeC: make(chan struct{}, 1), freed: make(chan struct{}, 1), claimsDone: make(chan struct{}),
-		leases: map[int64]*running{}}
+		leases: map[int64]*running{}, handoffWindow: laneHandoffWindow}
 }
 
 func (p *pool) wake() {
@@ -413,7 +415,7 @@ const laneHandoffWindow = time.Second
 // queue's pool), within laneHandoffWindow, and not once the pool is
 // closing.
 func (p *pool) handoff(r *running, out pgstore.Outcome) *pgstore.Handoff {
-	if !out.Lane || out.State == "retrying" || r.job.Queue != p.q.Name || time.Since(r.chain) >= laneHandoffWindow {
+	if !out.Lane || out.State == "retrying" || r.job.Queue != p.q.Name || time.Since(r.chain) >= p.handoffWindow {
 		return nil
 	}
 	p.mu.Lock()
