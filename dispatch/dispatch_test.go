@@ -42,6 +42,17 @@ func start(t *testing.T, store *pgstore.Store, concurrency int, lease time.Durat
 		PollInterval: 50 * time.Millisecond})
 }
 
+// claim claims n jobs of queue q, leased for a minute, as a pool would.
+func claim(t *testing.T, store *pgstore.Store, n int) []*workers.Job {
+	t.Helper()
+	jobs, _, err := store.JobClaim(context.Background(),
+		pgstore.JobClaimParams{Queue: "q", Limit: n, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != n {
+		t.Fatalf("claim %d of %d, %v", len(jobs), n, err)
+	}
+	return jobs
+}
+
 // startQueues starts a dispatcher with the given pools, every job handled
 // by h.
 func startQueues(t *testing.T, store *pgstore.Store, h workers.Handler, queues ...Queue) *Dispatcher {
@@ -322,11 +333,8 @@ func TestPruneRespectsRetention(t *testing.T) {
 	store := testenv.MigratedStore(t)
 	enqueue(t, store, 4, 1)
 	ctx := context.Background()
-	jobs, _, err := store.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 3, Lease: time.Minute, MaxRuntime: time.Hour})
-	if err != nil || len(jobs) != 3 {
-		t.Fatalf("claim %d, %v", len(jobs), err)
-	}
-	_, err = store.JobComplete(ctx, []pgstore.Outcome{
+	jobs := claim(t, store, 3)
+	_, err := store.JobComplete(ctx, []pgstore.Outcome{
 		{ID: jobs[0].ID, Token: jobs[0].Token, State: "succeeded"},
 		{ID: jobs[1].ID, Token: jobs[1].Token, State: "succeeded"},
 		{ID: jobs[2].ID, Token: jobs[2].Token, State: "dead", Reason: "permanent", Error: "x"},
@@ -479,10 +487,7 @@ func TestHandedOffJobsAtCapacityAndAtStop(t *testing.T) {
 	enqueue(t, store, 2, 3)
 	ctx := context.Background()
 	// Stand-ins for two jobs handed off: claimed, as lanes_advance claims.
-	jobs, _, err := store.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 2, Lease: time.Minute, MaxRuntime: time.Hour})
-	if err != nil || len(jobs) != 2 {
-		t.Fatalf("claim %d, %v", len(jobs), err)
-	}
+	jobs := claim(t, store, 2)
 	d := &Dispatcher{store: store, jobCtx: ctx, log: zaptest.NewLogger(t)}
 	p := newPool(d, Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Hour})
 	p.busy = 1 // the one worker is running something else
@@ -562,10 +567,7 @@ func TestHandedOffJobThatWaitedRestartsItsClock(t *testing.T) {
 	<-started // the pool's one worker is busy
 	// The other job, claimed as a handoff claims it, as if handed off
 	// a minute ago.
-	jobs, _, err := store.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: time.Minute, MaxRuntime: time.Minute})
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("claim %d, %v", len(jobs), err)
-	}
+	jobs := claim(t, store, 1)
 	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET started_at = now() - interval '50 seconds' WHERE id = $1`, jobs[0].ID); err != nil {
 		t.Fatal(err)
 	}
