@@ -488,14 +488,9 @@ func evictMembers(t *testing.T, group string, dead *proc) {
 	for _, m := range reMemberID.FindAllStringSubmatch(dead.log.String(), -1) {
 		ids[m[1]] = true
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.Brokers(t)...))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	described, err := kadm.NewClient(cl).DescribeGroups(ctx, group)
+	described, err := testenv.Admin(t).DescribeGroups(ctx, group)
 	if err != nil {
 		t.Fatalf("describe group %s: %v", group, err)
 	}
