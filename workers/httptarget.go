@@ -33,6 +33,13 @@ const (
 	// beyond the second dial a new connection.
 	maxIdlePerHost = 256
 
+	// successDrain bounds how long a 2xx body is read after the status
+	// line, only so that the connection can be reused: a target that
+	// trickles its body must not hold a worker. errorBodyWait bounds the
+	// read of an error body, whose first 4 KiB become the job's error.
+	successDrain  = 100 * time.Millisecond
+	errorBodyWait = time.Second
+
 	defaultContentType  = "application/octet-stream"
 	recordHeaderPrefix  = "Switchyard-Header-"
 	httpTargetUserAgent = "switchyard"
@@ -111,10 +118,13 @@ func (c *HTTPTargetConfig) validate() error {
 // context passed to Handle is cancelled the request is aborted and the error
 // wraps context.Cause.
 type HTTPTarget struct {
-	url     string
-	timeout time.Duration
-	client  *http.Client
-	now     func() time.Time // for Retry-After HTTP-dates
+	url string
+	// shownURL is url with its password and query values redacted: what
+	// errors and logs may show of it.
+	shownURL string
+	timeout  time.Duration
+	client   *http.Client
+	now      func() time.Time // for Retry-After HTTP-dates
 }
 
 // NewHTTPTarget validates cfg and returns a target with its own client.
@@ -138,8 +148,9 @@ func NewHTTPTarget(cfg HTTPTargetConfig) (*HTTPTarget, error) {
 		}
 	}
 	return &HTTPTarget{
-		url:     cfg.URL,
-		timeout: cfg.Timeout,
+		url:      cfg.URL,
+		shownURL: RedactURL(cfg.URL),
+		timeout:  cfg.Timeout,
 		client: &http.Client{
 			Transport:     transport,
 			CheckRedirect: checkRedirect(cfg.FollowRedirects),
@@ -156,12 +167,34 @@ func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
 		// net/http turns a POST into a body-less GET on 301/302/303; the
 		// record would then reach nobody while the job counted as done.
 		// Only redirects that keep the method and body (307, 308) are
-		// followed.
-		if !follow || len(via) >= maxRedirects || req.Method != via[0].Method {
+		// followed, and only on the configured scheme and host: a target
+		// must not be able to send a job's payload and headers to a host
+		// nobody configured.
+		first := via[0].URL
+		if !follow || len(via) >= maxRedirects || req.Method != via[0].Method ||
+			req.URL.Scheme != first.Scheme || !strings.EqualFold(req.URL.Host, first.Host) {
 			return http.ErrUseLastResponse
 		}
 		return nil
 	}
+}
+
+// RedactURL is a URL as logs and errors may show it: its password and
+// every query value replaced by "xxxxx", since either may be a secret
+// (?token=…). An unparsable URL is not shown at all.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(invalid URL)"
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			q[k] = []string{"xxxxx"}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }
 
 // Handle runs one attempt; see HTTPTarget for the protocol and outcomes.
@@ -188,14 +221,28 @@ func (t *HTTPTarget) Handle(ctx context.Context, job *Job) error {
 		if errors.Is(attemptCtx.Err(), context.DeadlineExceeded) {
 			return fmt.Errorf("http target: timeout after %s", t.timeout)
 		}
+		// A *url.Error quotes the request's URL, query string and all
+		// (net/http hides only a password): show the redacted one.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return fmt.Errorf("http target: %s %s: %w", ue.Op, t.shownURL, ue.Err)
+		}
 		return fmt.Errorf("http target: %w", err)
 	}
-	body := consumeBody(resp.Body)
-
 	code := resp.StatusCode
-	switch {
-	case code >= 200 && code <= 299:
+	if code >= 200 && code <= 299 {
+		// Reading on would only let the connection be reused: cut it off
+		// (cancelling the attempt aborts the read) if it takes longer.
+		stop := time.AfterFunc(successDrain, cancel)
+		consumeBody(resp.Body)
+		stop.Stop()
 		return nil
+	}
+	stop := time.AfterFunc(errorBodyWait, cancel)
+	body := consumeBody(resp.Body)
+	stop.Stop()
+
+	switch {
 	case code == http.StatusRequestTimeout, code == http.StatusTooEarly,
 		code == http.StatusTooManyRequests, code >= 500 && code <= 599:
 		err := statusError(resp.Status, body)

@@ -480,3 +480,89 @@ func TestHTTPTargetCancelAbortsRequest(t *testing.T) {
 	}
 	waitFor(t, aborted, "the server to see the request cancelled")
 }
+
+// A 2xx whose body trickles frees the worker shortly after the status
+// line: the attempt returns while the target is still sending.
+func TestHTTPTargetSuccessDoesNotWaitForATricklingBody(t *testing.T) {
+	t.Parallel()
+	sending := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		defer close(sending)
+		w.WriteHeader(http.StatusOK)
+		for range 200 { // 20 s in all, well inside the attempt timeout
+			if _, err := io.WriteString(w, "x"); err != nil {
+				return // the client hung up: what we want
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond) // the target's slowness, not a sync
+		}
+	}))
+	t.Cleanup(srv.Close)
+	target := newTestTarget(t, HTTPTargetConfig{URL: srv.URL, Timeout: time.Minute})
+	if err := target.Handle(context.Background(), &Job{ID: 1, Attempt: 1}); err != nil {
+		t.Fatalf("err = %v, want success", err)
+	}
+	select {
+	case <-sending:
+		t.Fatal("the attempt waited for the whole body")
+	default:
+	}
+	select {
+	case <-sending: // the target saw the connection close
+	case <-time.After(waitTimeout):
+		t.Fatal("the connection was not closed")
+	}
+}
+
+// A followed redirect never leaves the configured host: a 307 to another
+// host comes back as a permanent failure, and that host gets nothing.
+func TestHTTPTargetRedirectStaysOnItsHost(t *testing.T) {
+	t.Parallel()
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		elsewhere.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(other.Close)
+	mux := http.NewServeMux()
+	mux.Handle("/away", http.RedirectHandler(other.URL+"/steal", http.StatusTemporaryRedirect))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	target := newTestTarget(t, HTTPTargetConfig{URL: srv.URL + "/away", FollowRedirects: true})
+	err := target.Handle(context.Background(), &Job{ID: 1, Attempt: 1, Payload: []byte("secret payload")})
+	if !IsPermanent(err) || !strings.Contains(err.Error(), "307") {
+		t.Fatalf("err = %v, want a permanent 307", err)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the other host got %d requests", n)
+	}
+}
+
+// A secret in the target URL's query string (or its password) never
+// reaches an error, which becomes the job's last_error and log lines.
+func TestHTTPTargetErrorsRedactTheURL(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: the attempt fails to connect
+	target := newTestTarget(t, HTTPTargetConfig{URL: "http://user:pa55word@" + addr + "/hook?token=s3cr3t&team=a"})
+	err = target.Handle(context.Background(), &Job{ID: 1, Attempt: 1})
+	if err == nil {
+		t.Fatal("want a connection error")
+	}
+	msg := err.Error()
+	for _, secret := range []string{"s3cr3t", "pa55word"} {
+		if strings.Contains(msg, secret) {
+			t.Errorf("error %q shows %s", msg, secret)
+		}
+	}
+	if !strings.Contains(msg, addr+"/hook?") || !strings.Contains(msg, "token=xxxxx") {
+		t.Errorf("error %q does not say which target failed", msg)
+	}
+	if got := RedactURL("https://h/p?a=1&b=2"); got != "https://h/p?a=xxxxx&b=xxxxx" {
+		t.Errorf("RedactURL = %q", got)
+	}
+}
