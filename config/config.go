@@ -107,6 +107,12 @@ type HTTP struct {
 	// Token is the admin bearer token. Only from SWITCHYARD_ADMIN_TOKEN or
 	// this field; never logged.
 	Token string `yaml:"token"`
+	// AllowedHosts are the host names (no port) by which clients reach
+	// the server, besides loopback names and IP addresses: a request whose
+	// Host header names anything else is refused (421), which defeats DNS
+	// rebinding. Behind a load balancer or a Kubernetes Service, list the
+	// names clients use. Defaults to none.
+	AllowedHosts []string `yaml:"allowed_hosts"`
 }
 
 // Queue is one worker pool (bulkhead).
@@ -156,6 +162,11 @@ type Route struct {
 	TTL Duration `yaml:"ttl"`
 	// MaxRecordBytes: larger records are parked as too_large. Defaults to 1 MiB.
 	MaxRecordBytes int `yaml:"max_record_bytes"`
+	// DLQMaxBytes is how much of a too_large record its DLQ entry keeps
+	// (its key, headers, then a prefix of its value); a re-drive reads the
+	// whole record from Kafka again while the topic retains it. 0 keeps
+	// only its position. Defaults to 64 KiB.
+	DLQMaxBytes int `yaml:"dlq_max_bytes"`
 	// GapTimeout is how long a strict-version lane waits for a missing
 	// version before GapPolicy applies. Defaults to 5m.
 	GapTimeout Duration `yaml:"gap_timeout"`

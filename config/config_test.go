@@ -84,7 +84,7 @@ func TestParseSpecExample(t *testing.T) {
 		{"routes[1]", cfg.Routes[1], Route{
 			Topic: "invoices", Kind: "invoice.render", Queue: "bulk",
 			OnDead: "continue", MaxAttempts: 8, Backoff: Backoff{Initial: Duration(s), Max: Duration(10 * m)},
-			MaxRecordBytes: 1 << 20, GapTimeout: Duration(5 * m), GapPolicy: "park",
+			MaxRecordBytes: 1 << 20, DLQMaxBytes: 64 << 10, GapTimeout: Duration(5 * m), GapPolicy: "park",
 			Target: Target{Go: true},
 		}},
 		{"schedules[0]", cfg.Schedules[0], Schedule{
@@ -412,6 +412,49 @@ func TestParseErrors(t *testing.T) {
 			yaml: base + goRoute,
 			env:  map[string]string{EnvKafkaBrokers: "k:9092,broker"},
 			want: []string{`kafka.brokers[1]: "broker": want host:port (set by SWITCHYARD_KAFKA_BROKERS)`},
+		},
+		{
+			// A zero spelled out is a choice, not "the default": where the
+			// field does not take it, saying so beats running with 4.
+			name: "explicit zeros where a default would hide them",
+			yaml: `
+kafka: {brokers: ["k:9092"], group: "", session_timeout: 0s}
+postgres: {url: "postgres://u@h/db", max_conns: 0}
+queues:
+  bulk: {concurrency: 0, lease: 0s, max_depth: 0}
+  interactive: {}
+routes:
+  - {topic: orders, kind: order.sync, queue: bulk, max_attempts: 0, dlq_max_bytes: 0, ttl: 0s, target: {go: true}}
+`,
+			want: []string{
+				`kafka.group: set to "", which this field does not take; leave it out for the default ("switchyard")`,
+				"kafka.session_timeout: set to 0s, which this field does not take; leave it out for the default (10s)",
+				"postgres.max_conns: set to 0",
+				"queues.bulk.concurrency: set to 0, which this field does not take; leave it out for the default (4)",
+				"queues.bulk.lease: set to 0s",
+				"routes[0].max_attempts: set to 0",
+				"7 problems",
+			},
+		},
+		{
+			name: "no token on an address others can reach",
+			yaml: base + goRoute + "http: {listen: \"0.0.0.0:8080\"}\n",
+			want: []string{"http.listen: 0.0.0.0:8080 is not a loopback address; set SWITCHYARD_ADMIN_TOKEN to listen on it"},
+		},
+		{
+			name: "allowed_hosts that are not host names",
+			yaml: base + goRoute + "http: {allowed_hosts: [ok.example.com, \"http://x.example.com\", \"y.example.com:8080\"]}\n",
+			want: []string{`http.allowed_hosts[1]: "http://x.example.com": want a host name`, `http.allowed_hosts[2]: "y.example.com:8080"`},
+		},
+		{
+			name: "bad sslmode",
+			yaml: strings.Replace(base, `postgres://u@h/db`, `postgres://u:pw@h/db?sslmode=verify`, 1) + goRoute,
+			want: []string{`postgres.url: sslmode "verify" is not one of disable, allow, prefer, require, verify-ca, verify-full`},
+		},
+		{
+			name: "missing sslrootcert",
+			yaml: strings.Replace(base, `postgres://u@h/db`, `host=h user=u password=pw sslmode=verify-full sslrootcert=/nonexistent/ca.pem`, 1) + goRoute,
+			want: []string{"postgres.url: sslrootcert /nonexistent/ca.pem: no such file or directory"},
 		},
 		{
 			name: "env brokers without any address",

@@ -29,6 +29,7 @@ const (
 	defaultBackoffInitial = time.Second
 	defaultBackoffMax     = 10 * time.Minute
 	defaultMaxRecordBytes = 1 << 20
+	defaultDLQMaxBytes    = 64 << 10
 	defaultGapTimeout     = 5 * time.Minute
 	defaultGapPolicy      = "park"
 	defaultVersionPolicy  = "newer"
@@ -77,6 +78,7 @@ func (c *Config) SetDefaults() {
 		setDefault(&r.Backoff.Initial, Duration(defaultBackoffInitial))
 		setDefault(&r.Backoff.Max, Duration(defaultBackoffMax))
 		setDefault(&r.MaxRecordBytes, defaultMaxRecordBytes)
+		setDefault(&r.DLQMaxBytes, defaultDLQMaxBytes)
 		setDefault(&r.GapTimeout, Duration(defaultGapTimeout))
 		setDefault(&r.GapPolicy, defaultGapPolicy)
 		if r.Version != nil {

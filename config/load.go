@@ -45,50 +45,64 @@ func Parse(data []byte, env func(string) string) (*Config, error) {
 
 func parse(source string, data []byte, env func(string) string) (*Config, error) {
 	cfg := new(Config)
-	if errs := decode(data, cfg); len(errs) > 0 {
+	doc, errs := decode(data, cfg)
+	if len(errs) > 0 {
 		return nil, &loadError{source: source, errs: errs}
 	}
 	fromEnv, err := applyEnv(cfg, env)
 	if err != nil {
 		return nil, &loadError{source: source, errs: []error{err}}
 	}
+	var zeros []setZero
+	if doc != nil {
+		zeros = explicitZeros(doc, cfg)
+	}
 	cfg.SetDefaults()
+	errs = defaultedZeros(zeros, cfg)
 	if err := cfg.Validate(); err != nil {
-		errs := unjoin(err)
+		errs = append(errs, unjoin(err)...)
+	}
+	if len(errs) > 0 {
 		blameEnv(errs, fromEnv)
 		return nil, &loadError{source: source, errs: errs}
 	}
 	return cfg, nil
 }
 
-// decode fills cfg from one YAML document. An empty document is an empty
-// config, so that a file of comments, or the environment alone, can
-// configure everything.
-func decode(data []byte, cfg *Config) []error {
+// decode fills cfg from one YAML document and returns the document (nil
+// for none). An empty document is an empty config, so that a file of
+// comments, or the environment alone, can configure everything.
+func decode(data []byte, cfg *Config) (*yaml.Node, []error) {
 	// YAML refuses a tab at the start of a line even on an otherwise blank
 	// one; a blank file should not fail on invisible characters.
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil
+		return nil, nil
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	switch err := dec.Decode(cfg); {
+	var doc yaml.Node
+	switch err := dec.Decode(&doc); {
 	case errors.Is(err, io.EOF):
-		return nil
+		return nil, nil
 	case err != nil:
-		return yamlErrors(data, err)
+		return nil, yamlErrors(data, err)
 	}
 	// A second document would otherwise be silently ignored, and with it
 	// whatever the operator meant by it.
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
-		return nil
 	case err != nil:
-		return yamlErrors(data, err)
+		return nil, yamlErrors(data, err)
 	default:
-		return []error{fmt.Errorf("line %d: a second YAML document; the config is one document", extra.Line)}
+		return nil, []error{fmt.Errorf("line %d: a second YAML document; the config is one document", extra.Line)}
 	}
+	// The node decodes as the file would, unknown keys refused.
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(cfg); err != nil {
+		return nil, yamlErrors(data, err)
+	}
+	return &doc, nil
 }
 
 // applyEnv overrides the file with the environment. It returns, for each

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -40,6 +41,9 @@ var (
 	reQueue  = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 	reTopic  = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 	reKind   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+	// reHostName is a DNS name: dot-separated labels of letters, digits and
+	// hyphens.
+	reHostName = regexp.MustCompile(`^(?i:[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.(?i:[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?))*\.?$`)
 )
 
 // Validate reports every problem in c, each a *FieldError, joined with
@@ -142,13 +146,10 @@ func checkHostPort(s string, listener bool) string {
 }
 
 func (c *Config) validatePostgres(p *problems) {
-	switch {
-	case c.Postgres.URL == "":
+	if c.Postgres.URL == "" {
 		p.add("postgres.url", "required: set it or %s", EnvDatabaseURL)
-	case !validPostgresURL(c.Postgres.URL):
-		// Never echo the value or the parser's error: both can hold the
-		// password.
-		p.add("postgres.url", "invalid URL: want postgres://user@host:port/db or key=value settings")
+	} else if err := CheckPostgresURL(c.Postgres.URL); err != nil {
+		*p = append(*p, err)
 	}
 	if c.Postgres.MaxConns < 1 {
 		p.add("postgres.max_conns", "must be at least 1")
@@ -161,24 +162,39 @@ func (c *Config) validatePostgres(p *problems) {
 	}
 }
 
-// validPostgresURL splits the two forms as pgx does. It is a shape check
-// only: pgx's own parser also reads password and certificate files, which
-// validation must not.
-func validPostgresURL(s string) bool {
-	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
-		_, err := url.Parse(s)
-		return err == nil
-	}
-	return strings.Contains(s, "=")
-}
-
 func (c *Config) validateHTTP(p *problems) {
+	for i, h := range c.HTTP.AllowedHosts {
+		if !reHostName.MatchString(h) {
+			p.add(fmt.Sprintf("http.allowed_hosts[%d]", i), "%q: want a host name such as switchyard.example.com, without scheme, port or path", h)
+		}
+	}
 	if c.HTTP.Listen == "off" {
 		return
 	}
 	if msg := checkHostPort(c.HTTP.Listen, true); msg != "" {
 		p.add("http.listen", "%q: %s, or \"off\"", c.HTTP.Listen, msg)
+		return
 	}
+	if c.HTTP.Token == "" && !loopback(c.HTTP.Listen) {
+		p.add("http.listen", "%s is not a loopback address; set %s to listen on it", c.HTTP.Listen, EnvAdminToken)
+	}
+}
+
+// loopback reports whether a listen address is reachable from this host
+// only. Without a token the admin API must be: it shows payloads and
+// changes state. Loopback is 127.0.0.0/8, ::1 and "localhost"; an empty
+// host (":8080") binds every interface and so is not loopback. Other
+// host names are refused too, since what they resolve to can change.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func (c *Config) validateQueues(p *problems) {
@@ -304,6 +320,7 @@ func (c *Config) validateRoutes(p *problems) {
 			p.add(f+".ttl", "must not be negative (0 means no deadline)")
 		}
 		p.between(f+".max_record_bytes", r.MaxRecordBytes, 1, maxMaxRecordBytes)
+		p.between(f+".dlq_max_bytes", r.DLQMaxBytes, 0, maxMaxRecordBytes)
 		if r.GapTimeout <= 0 {
 			p.add(f+".gap_timeout", "must be positive")
 		}

@@ -160,6 +160,9 @@ func dbOnlyConfig() (*config.Config, error) {
 	if cfg.Postgres.URL == "" {
 		return nil, usagef("postgres.url: not set: pass --config or set SWITCHYARD_DATABASE_URL")
 	}
+	if err := config.CheckPostgresURL(cfg.Postgres.URL); err != nil {
+		return nil, usagef("%v (set by SWITCHYARD_DATABASE_URL)", err)
+	}
 	return cfg, nil
 }
 
