@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -61,31 +63,64 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
 	log, err := newLogger(stderr)
 	if err != nil {
 		return err
 	}
+	// Before anything starts: a port in use would otherwise only show
+	// once the broker, Postgres and the banner were up.
+	if err := portFree(*httpAddr); err != nil {
+		return usagef("--http %s: %v; pick another address, e.g. --http 127.0.0.1:8081 (make dev ARGS='--http 127.0.0.1:8081')", *httpAddr, err)
+	}
+	// Ctrl-C at any moment of start-up cancels it; every step below that
+	// started something has its stop deferred already, so the function
+	// returns having stopped all of it and removed its folder.
+	startCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	err = startDev(startCtx, ctx, *kafkaPort, *httpAddr, stdout, log)
+	if err != nil && startCtx.Err() != nil && ctx.Err() == nil {
+		log.Info("interrupted during start-up; stopped what had started")
+		return nil
+	}
+	return err
+}
+
+// startDev starts everything dev runs, then serves until a signal. Start-up
+// steps run on startCtx (cancelled by the first Ctrl-C); serving handles
+// signals itself, on ctx.
+func startDev(startCtx, ctx context.Context, kafkaPort int, httpAddr string, stdout io.Writer, log *zap.Logger) error {
 	dir, err := os.MkdirTemp("", "switchyard-dev-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 
-	broker, err := kfake.NewCluster(kfake.Ports(*kafkaPort), kfake.SeedTopics(4, "orders", "reports"), kfake.AllowAutoTopicCreation())
-	if err != nil {
-		return fmt.Errorf("embedded broker on port %d: %w (try --kafka-port 0)", *kafkaPort, err)
-	}
-	defer broker.Close()
-	brokers := broker.ListenAddrs()[0]
-
-	dbURL := os.Getenv("DATABASE_URL")
-	if dbURL == "" {
-		pg, err := startThrowawayPostgres(ctx, filepath.Join(dir, "pg"), log)
+	// Like every verb, dev reads the SWITCHYARD_* variables: the brokers
+	// and database they name replace the embedded broker and the
+	// throwaway Postgres, and a token protects the API and dashboard.
+	brokers := os.Getenv(config.EnvKafkaBrokers)
+	if brokers == "" {
+		broker, err := kfake.NewCluster(kfake.Ports(kafkaPort), kfake.SeedTopics(4, "orders", "reports"), kfake.AllowAutoTopicCreation())
 		if err != nil {
+			return fmt.Errorf("embedded broker on port %d: %w (try --kafka-port 0)", kafkaPort, err)
+		}
+		defer broker.Close()
+		brokers = broker.ListenAddrs()[0]
+	}
+	dbURL := cmp.Or(os.Getenv(config.EnvDatabaseURL), os.Getenv("DATABASE_URL"))
+	if dbURL == "" {
+		pg := &throwawayPostgres{dir: filepath.Join(dir, "pg"), log: log}
+		defer pg.stop()
+		if err := pg.start(startCtx); err != nil {
 			return err
 		}
-		defer pg.stop()
 		dbURL = pg.url
+	}
+	if err := startCtx.Err(); err != nil {
+		return err
 	}
 
 	target, targetURL, err := startExampleTarget(log)
@@ -95,19 +130,19 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer target.Close()
 
 	cfgPath := filepath.Join(dir, "switchyard.yaml")
-	body := fmt.Sprintf(devConfig, brokers, dbURL, *httpAddr, targetURL+"/hooks/orders", targetURL+"/hooks/reports")
+	body := fmt.Sprintf(devConfig, brokers, dbURL, httpAddr, targetURL+"/hooks/orders", targetURL+"/hooks/reports")
 	if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
 		return err
 	}
-	cfg, err := config.Load(cfgPath, func(string) string { return "" })
+	cfg, err := config.Load(cfgPath, os.Getenv)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	store, err := pgstore.Open(startCtx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
 	if err != nil {
 		return err
 	}
-	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
-	if err != nil {
-		return err
-	}
-	_, err = store.Migrate(ctx)
+	_, err = store.Migrate(startCtx)
 	store.Close()
 	if err != nil {
 		return err
@@ -116,25 +151,44 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	env := fmt.Sprintf("SWITCHYARD_CONFIG=%s", cfgPath)
+	if err := startCtx.Err(); err != nil {
+		return err
+	}
+	auth := ""
+	if cfg.HTTP.Token != "" {
+		auth = ` -H "Authorization: Bearer $SWITCHYARD_ADMIN_TOKEN"`
+	}
 	fmt.Fprintf(stdout, `
 Switchyard dev is starting (data in %s, removed on exit).
-  embedded Kafka:  %s    Postgres: schema switchyard_dev    example target: %s
-  dashboard:       http://%s/
+  Kafka:     %s    Postgres: schema switchyard_dev    example target: %s
+  dashboard: http://%s/
 
 Try, in another terminal:
-  export %s
+  export SWITCHYARD_CONFIG=%s
   go run ./cmd/switchyard produce --topic orders '{"customer_id":"c-1","event_id":"e-1"}'
   go run ./cmd/switchyard jobs list
   go run ./cmd/switchyard jobs get 1
   go run ./cmd/switchyard produce --topic orders 'not json'      # poison: parked in the DLQ
   go run ./cmd/switchyard produce --topic orders '{"customer_id":"c-2","event_id":"e-2","reject":true}'  # target answers 400: dead
   go run ./cmd/switchyard dlq list
-  curl -s http://%s/v1/queues
+  curl -s%s http://%s/v1/queues
 
 Ctrl-C stops everything.
-`, dir, brokers, targetURL, *httpAddr, env, *httpAddr)
+`, dir, brokers, targetURL, httpAddr, cfgPath, auth, httpAddr)
 	return serve(ctx, eng, log, cfg.ShutdownGrace.D())
+}
+
+// portFree reports whether addr can be listened on now.
+func portFree(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Err != nil {
+			return op.Err
+		}
+		return err
+	}
+	return ln.Close()
 }
 
 // startExampleTarget serves a tiny HTTP target that logs what it receives
@@ -164,71 +218,110 @@ func startExampleTarget(log *zap.Logger) (*http.Server, string, error) {
 	return srv, "http://" + ln.Addr().String(), nil
 }
 
+// throwawayPostgres is a cluster of its own in dir, on a free loopback
+// port, made with initdb and pg_ctl from PATH (or Debian's server
+// directory). initdb refuses to run as root, so as root the cluster
+// belongs to the "postgres" user.
 type throwawayPostgres struct {
-	dir  string
-	url  string
-	stop func()
+	dir string
+	log *zap.Logger
+	url string
+	// cred and data are set once start has begun making the cluster:
+	// from then on stop has something to stop.
+	cred *syscall.Credential
+	data string
+	bin  string
 }
 
-// startThrowawayPostgres runs initdb and postgres from PATH into dir on a
-// free loopback port. initdb refuses to run as root, so as root the
-// cluster belongs to the "postgres" user.
-func startThrowawayPostgres(ctx context.Context, dir string, log *zap.Logger) (*throwawayPostgres, error) {
-	for _, bin := range []string{"initdb", "pg_ctl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return nil, fmt.Errorf("no DATABASE_URL set and %s is not on PATH: install PostgreSQL 15 or set DATABASE_URL", bin)
-		}
+func (pg *throwawayPostgres) start(ctx context.Context) error {
+	bin, err := postgresBinDir()
+	if err != nil {
+		return err
 	}
-	var cred *syscall.Credential
+	pg.bin = bin
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			return nil, errors.New("running as root and there is no postgres user to own the throwaway cluster; set DATABASE_URL instead")
+			return errors.New("running as root and there is no postgres user to own the throwaway cluster; set SWITCHYARD_DATABASE_URL instead")
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
-			return nil, err
+		pg.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chmod(filepath.Dir(pg.dir), 0o755); err != nil {
+			return err
 		}
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+	if err := os.MkdirAll(pg.dir, 0o700); err != nil {
+		return err
 	}
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, err
+	if pg.cred != nil {
+		if err := os.Chown(pg.dir, int(pg.cred.Uid), int(pg.cred.Gid)); err != nil {
+			return err
 		}
 	}
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	run := func(name string, args ...string) error {
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%s: %w\n%s", name, err, out)
+	pg.data = filepath.Join(pg.dir, "data")
+	pg.log.Info("starting a throwaway Postgres", zap.String("dir", pg.data), zap.Int("port", port))
+	if err := pg.run(ctx, "initdb", "-D", pg.data, "-U", "postgres", "--auth=trust", "-E", "UTF8"); err != nil {
+		return err
+	}
+	// TCP only: a Unix socket path is limited to ~107 bytes, which a
+	// deep TMPDIR exceeds, and nothing here needs one.
+	opts := fmt.Sprintf("-p %d -k '' -c listen_addresses=127.0.0.1", port)
+	if err := pg.run(ctx, "pg_ctl", "-D", pg.data, "-l", filepath.Join(pg.dir, "postgres.log"), "-o", opts, "-w", "start"); err != nil {
+		return err
+	}
+	pg.url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	return nil
+}
+
+// stop stops the cluster if start got as far as making one. It runs on
+// a context of its own: it is what happens after Ctrl-C.
+func (pg *throwawayPostgres) stop() {
+	if pg.data == "" {
+		return
+	}
+	if _, err := os.Stat(filepath.Join(pg.data, "postmaster.pid")); err != nil {
+		return // never started, or already stopped
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pg.run(ctx, "pg_ctl", "-D", pg.data, "-m", "fast", "-w", "stop"); err != nil {
+		pg.log.Warn("stopping the throwaway Postgres failed", zap.Error(err))
+	}
+}
+
+// run runs a Postgres program in a process group of its own: a Ctrl-C
+// in the terminal goes to dev alone, which then stops Postgres in order,
+// rather than to initdb or the server halfway through.
+func (pg *throwawayPostgres) run(ctx context.Context, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(pg.bin, name), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pg.cred, Setpgid: true}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w\n%s", name, err, out)
+	}
+	return nil
+}
+
+// postgresBinDir finds initdb and pg_ctl: on PATH, else in the newest of
+// Debian's /usr/lib/postgresql/*/bin, which keeps them off PATH.
+func postgresBinDir() (string, error) {
+	if p, err := exec.LookPath("pg_ctl"); err == nil {
+		if _, err := exec.LookPath("initdb"); err == nil {
+			return filepath.Dir(p), nil
 		}
-		return nil
 	}
-	data := filepath.Join(dir, "data")
-	log.Info("starting a throwaway Postgres", zap.String("dir", data), zap.Int("port", port))
-	if err := run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8"); err != nil {
-		return nil, err
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if _, err := os.Stat(filepath.Join(dirs[i], "initdb")); err == nil {
+			return dirs[i], nil
+		}
 	}
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1", port, dir)
-	if err := run("pg_ctl", "-D", data, "-l", filepath.Join(dir, "postgres.log"), "-o", opts, "-w", "start"); err != nil {
-		return nil, err
-	}
-	return &throwawayPostgres{dir: dir,
-		url: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
-		stop: func() {
-			if err := run("pg_ctl", "-D", data, "-m", "fast", "-w", "stop"); err != nil {
-				log.Warn("stopping the throwaway Postgres failed", zap.Error(err))
-			}
-		}}, nil
+	return "", errors.New("no SWITCHYARD_DATABASE_URL set and initdb/pg_ctl are not on PATH: install PostgreSQL 15 or set SWITCHYARD_DATABASE_URL")
 }
 
 func freePort() (int, error) {

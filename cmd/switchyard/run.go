@@ -81,7 +81,8 @@ func runRun(ctx context.Context, args []string, _, stderr io.Writer) error {
 
 // serve starts the engine and stops it on SIGTERM/SIGINT (I7): the first
 // signal shuts down in order within the grace period and exits 0; a
-// second one exits at once.
+// second one returns at once, leaving the engine's stop unfinished (the
+// caller's own clean-up still runs: dev stops its Postgres).
 func serve(ctx context.Context, eng *switchyard.Engine, log *zap.Logger, grace time.Duration) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -118,7 +119,6 @@ func serve(ctx context.Context, eng *switchyard.Engine, log *zap.Logger, grace t
 		return nil
 	case s := <-sigs:
 		log.Warn("second signal; exiting now", zap.String("signal", s.String()))
-		os.Exit(exitFailure)
-		return nil
+		return fmt.Errorf("stopped by a second %s before shutting down cleanly", s)
 	}
 }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// devEnv is the environment of a dev process whose temporary folder is
+// tmp: the test's own service variables are cleared, so that dev starts
+// its embedded broker and throwaway Postgres, unless extra sets them.
+func devEnv(tmp string, extra ...string) []string {
+	return append([]string{"TMPDIR=" + tmp, "SWITCHYARD_DATABASE_URL=", "SWITCHYARD_KAFKA_BROKERS=",
+		"DATABASE_URL=", "SWITCHYARD_ADMIN_TOKEN=", "SWITCHYARD_CONFIG="}, extra...)
+}
+
+// devTemp is a TMPDIR for dev that the postgres user (who owns the
+// throwaway cluster when the tests run as root) can walk through.
+func devTemp(t *testing.T) string {
+	t.Helper()
+	tmp := t.TempDir()
+	for _, dir := range []string{filepath.Dir(tmp), tmp} {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tmp
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// leftovers lists what a stopped dev left behind: entries of its
+// TMPDIR, and processes (a Postgres server) whose command line names it.
+func leftovers(t *testing.T, tmp string) []string {
+	t.Helper()
+	var left []string
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		left = append(left, "file "+e.Name())
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), tmp) {
+			left = append(left, "process "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return left
+}
+
+// Ctrl-C at any moment of dev's start-up (while Postgres is being made,
+// a little later, once it serves) stops everything it started and
+// removes its folder, and dev exits 0.
+func TestDevStopsWhatItStartedOnCtrlC(t *testing.T) {
+	t.Parallel()
+	for _, moment := range []string{"starting a throwaway Postgres", "after 1.5s", "Ctrl-C stops everything"} {
+		t.Run(moment, func(t *testing.T) {
+			tmp := devTemp(t)
+			p := startEnv(t, "dev", devEnv(tmp), "dev", "--kafka-port", "0", "--http", freeAddr(t))
+			switch moment {
+			case "after 1.5s":
+				time.Sleep(1500 * time.Millisecond) // a moment of start-up, not a synchronisation
+			case "Ctrl-C stops everything":
+				testenv.Eventually(t, 60*time.Second, "the banner", func() bool { return strings.Contains(p.out.String(), moment) })
+			default:
+				p.waitLog(60*time.Second, moment)
+			}
+			p.signal(syscall.SIGINT)
+			if code := p.wait(60 * time.Second); code != 0 {
+				t.Fatalf("dev exited %d after Ctrl-C", code)
+			}
+			if left := leftovers(t, tmp); len(left) > 0 {
+				t.Fatalf("dev left behind: %v", left)
+			}
+		})
+	}
+}
+
+// dev reads the SWITCHYARD_* variables like every other verb: the
+// database named replaces the throwaway one, and a token is required on
+// the API.
+func TestDevReadsTheEnvironment(t *testing.T) {
+	t.Parallel()
+	tmp := devTemp(t)
+	addr := freeAddr(t)
+	p := startEnv(t, "dev", devEnv(tmp, "SWITCHYARD_DATABASE_URL="+testenv.DatabaseURL(t), "SWITCHYARD_ADMIN_TOKEN=dev-secret"),
+		"dev", "--kafka-port", "0", "--http", addr)
+	testenv.Eventually(t, 60*time.Second, "the banner", func() bool { return strings.Contains(p.out.String(), "Ctrl-C stops everything") })
+	if strings.Contains(p.log.String(), "starting a throwaway Postgres") {
+		t.Error("dev started a throwaway Postgres although SWITCHYARD_DATABASE_URL was set")
+	}
+	if !strings.Contains(p.out.String(), "Authorization: Bearer $SWITCHYARD_ADMIN_TOKEN") {
+		t.Error("the banner's curl example does not send the token")
+	}
+	get := func(token string) int {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/queues", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		var res *http.Response
+		testenv.Eventually(t, 30*time.Second, "the admin API", func() bool {
+			var err error
+			res, err = http.DefaultClient.Do(req)
+			return err == nil
+		})
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if code := get(""); code != http.StatusUnauthorized {
+		t.Errorf("without the token: %d, want 401", code)
+	}
+	if code := get("dev-secret"); code != http.StatusOK {
+		t.Errorf("with the token: %d, want 200", code)
+	}
+	p.signal(syscall.SIGINT)
+	if code := p.wait(60 * time.Second); code != 0 {
+		t.Fatalf("dev exited %d", code)
+	}
+}
+
+// A busy --http port is found before anything starts, with a hint.
+func TestDevChecksItsPortFirst(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tmp := devTemp(t)
+	p := startEnv(t, "dev", devEnv(tmp), "dev", "--kafka-port", "0", "--http", ln.Addr().String())
+	if code := p.wait(30 * time.Second); code != exitUsage {
+		t.Fatalf("exit %d, want %d", code, exitUsage)
+	}
+	if msg := p.log.String(); !strings.Contains(msg, "--http "+ln.Addr().String()) || !strings.Contains(msg, "make dev ARGS=") {
+		t.Errorf("message %q does not name the flag and the way to change it", msg)
+	}
+	if left := leftovers(t, tmp); len(left) > 0 {
+		t.Fatalf("dev started things before checking its port: %v", left)
+	}
+}
