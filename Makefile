@@ -1,5 +1,8 @@
 # Switchyard developer tasks. `make` (or `make help`) lists the targets.
 #
+# `make test` also needs headless Chromium for the browser tests;
+# deploy/local/chromium.sh installs Debian's when it is missing.
+#
 # Targets that need Kafka and Postgres run through deploy/local/with-services.sh:
 # it uses SWITCHYARD_KAFKA_BROKERS / SWITCHYARD_DATABASE_URL when they are set,
 # reuses local services that are already running, and otherwise starts them
@@ -16,6 +19,7 @@ TEST_TIMEOUT  ?= 20m
 FAULT_TIMEOUT ?= 60m
 GOTESTFLAGS   ?=
 BENCH_ARGS    ?=
+ARGS          ?=
 SWITCHYARD_FAULT_CYCLES ?= 20
 
 LOCAL         := deploy/local
@@ -29,7 +33,7 @@ help: ## Show this help
 	@echo
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo
-	@echo "Variables: GO PKGS TEST_TIMEOUT FAULT_TIMEOUT GOTESTFLAGS BENCH_ARGS SWITCHYARD_FAULT_CYCLES"
+	@echo "Variables: GO PKGS TEST_TIMEOUT FAULT_TIMEOUT GOTESTFLAGS BENCH_ARGS ARGS SWITCHYARD_FAULT_CYCLES"
 
 build: ## Build bin/switchyard
 	$(GO) build -o bin/switchyard ./cmd/switchyard
@@ -37,7 +41,8 @@ build: ## Build bin/switchyard
 vet: ## Run go vet
 	$(GO) vet $(PKGS)
 
-test: vet ## go vet + all tests (-race) against real Kafka and Postgres
+test: vet ## go vet + all tests (-race) against real Kafka, Postgres and headless Chromium
+	bash $(LOCAL)/chromium.sh ensure
 	$(WITH_SERVICES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $(PKGS)
 
 test-faults: vet ## Fault-injection tests (-run Fault, SWITCHYARD_FAULT_CYCLES=20)
@@ -55,8 +60,8 @@ lint: ## gofmt check + go vet
 	fi
 	$(GO) vet $(PKGS)
 
-dev: ## Run switchyard in dev mode (go run ./cmd/switchyard dev)
-	$(GO) run ./cmd/switchyard dev
+dev: ## Run switchyard in dev mode; flags go in ARGS, e.g. make dev ARGS='--http 127.0.0.1:8081'
+	$(GO) run ./cmd/switchyard dev $(ARGS)
 
 bench: ## Run the benchmark (go run ./cmd/switchyard bench) with services
 	$(WITH_SERVICES) $(GO) run ./cmd/switchyard bench $(BENCH_ARGS)

@@ -197,11 +197,6 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.checkHandlers(); err != nil {
 		return err
 	}
-	if e.cfg.HTTP.Listen != "off" {
-		if err := admin.CheckListen(e.cfg.HTTP.Listen, e.cfg.HTTP.Token); err != nil {
-			return err
-		}
-	}
 	store, err := pgstore.Open(ctx, pgstore.Config{URL: e.cfg.Postgres.URL, Schema: e.cfg.Postgres.Schema,
 		MaxConns: e.cfg.Postgres.MaxConns})
 	if err != nil {
@@ -265,14 +260,19 @@ func (e *Engine) checkHandlers() error {
 }
 
 func (e *Engine) startHTTP() error {
+	kopts, err := ingest.ClientOpts(e.cfg.Kafka, e.opts.OAuthToken)
+	if err != nil {
+		return err
+	}
 	srv := admin.New(admin.Config{
-		Token:   e.cfg.HTTP.Token,
-		Queues:  e.cfg.QueueNames(),
-		Metrics: promhttp.HandlerFor(e.opts.Registry, promhttp.HandlerOpts{}),
-		Ready:   e.kafkaReady,
-		DLQ:     dlq.New(e.store, e.compiled),
-		Enqueue: ingest.NewEnqueuer(e.store, e.compiled, e.maxDepths()),
-	}, e.store, e.log.Named("admin"))
+		Token:        e.cfg.HTTP.Token,
+		AllowedHosts: e.cfg.HTTP.AllowedHosts,
+		Queues:       e.cfg.QueueNames(),
+		Metrics:      promhttp.HandlerFor(e.opts.Registry, promhttp.HandlerOpts{}),
+		Ready:        e.kafkaReady,
+		DLQ:          dlq.New(e.store, e.compiled, ingest.NewRereader(append(kopts, e.opts.KafkaOpts...))),
+		Enqueue:      ingest.NewEnqueuer(e.store, e.compiled, e.maxDepths()),
+	}, e.store, e.log)
 	ln, err := net.Listen("tcp", e.cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http.listen: %w", err)
@@ -290,7 +290,8 @@ func (e *Engine) startHTTP() error {
 	return nil
 }
 
-// kafkaReady is the Kafka part of /readyz; a work-only process has no
+// kafkaReady is the Kafka part of /readyz: a broker answers and ingest
+// is not stuck on a batch it cannot store. A work-only process has no
 // consumer and does not need Kafka.
 func (e *Engine) kafkaReady(ctx context.Context) error {
 	if e.opts.Role == RoleWork {
@@ -298,6 +299,9 @@ func (e *Engine) kafkaReady(ctx context.Context) error {
 	}
 	if e.consumer == nil {
 		return errors.New("kafka consumer not started yet")
+	}
+	if err := e.consumer.Ready(); err != nil {
+		return err
 	}
 	return e.consumer.Ping(ctx)
 }

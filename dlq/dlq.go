@@ -15,20 +15,35 @@ import (
 // Reasons an entry is parked (SPEC §6).
 var Reasons = []string{"decode", "missing_field", "too_large", "permanent", "max_attempts", "gap"}
 
-// ErrStillPoison is returned when a parked record still cannot become a
-// job under the current routes.
-var ErrStillPoison = errors.New("record still cannot become a job")
+var (
+	// ErrStillPoison is returned when a parked record still cannot become
+	// a job under the current routes.
+	ErrStillPoison = errors.New("record still cannot become a job")
+	// ErrCannotRedrive is returned when an entry keeps only part of its
+	// record and Kafka no longer has the whole record.
+	ErrCannotRedrive = errors.New("cannot re-drive")
+	// ErrKafkaUnavailable is returned when the record could not be read
+	// again from Kafka for now; a retry may succeed.
+	ErrKafkaUnavailable = errors.New("kafka unavailable")
+)
+
+// Rereader reads a record back from Kafka (ingest.Rereader).
+type Rereader interface {
+	Reread(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, error)
+}
 
 // Service re-drives and discards DLQ entries.
 type Service struct {
-	store  *pgstore.Store
-	routes map[string]*ingest.Route // by topic
+	store    *pgstore.Store
+	routes   map[string]*ingest.Route // by topic
+	rereader Rereader
 }
 
 // New returns a Service; routes are the current config's, used to decode
-// parked records again.
-func New(store *pgstore.Store, routes []*ingest.Route) *Service {
-	s := &Service{store: store, routes: map[string]*ingest.Route{}}
+// parked records again, and rereader reads truncated ones back from
+// Kafka (nil: such entries cannot be re-driven).
+func New(store *pgstore.Store, routes []*ingest.Route, rereader Rereader) *Service {
+	s := &Service{store: store, routes: map[string]*ingest.Route{}, rereader: rereader}
 	for _, r := range routes {
 		s.routes[r.Topic] = r
 	}
@@ -38,7 +53,9 @@ func New(store *pgstore.Store, routes []*ingest.Route) *Service {
 // Redrive puts an entry back to work and returns the job id. A dead job
 // gets fresh attempts (in its lane's order, for ordered routes). A parked
 // record is decoded again with the current route — useful after fixing a
-// route's field names — and becomes a job if it now can.
+// route's field names or raising max_record_bytes — and becomes a job if
+// it now can; one that keeps only part of itself is read again from
+// Kafka first.
 func (s *Service) Redrive(ctx context.Context, id int64) (int64, error) {
 	jobID, err := s.store.DLQRedrive(ctx, id)
 	if !errors.Is(err, pgstore.ErrRecordEntry) {
@@ -52,22 +69,43 @@ func (s *Service) Redrive(ctx context.Context, id int64) (int64, error) {
 	if !ok || e.Source == nil {
 		return 0, fmt.Errorf("%w: no route for topic %q in the current config", ErrStillPoison, e.Route)
 	}
-	rec := &kgo.Record{Topic: e.Source.Topic, Partition: e.Source.Partition, Offset: e.Source.Offset, Value: e.Payload}
-	for _, h := range e.Headers {
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	rec, err := s.record(ctx, e)
+	if err != nil {
+		return 0, err
 	}
 	job, poison := route.Decode(rec, time.Now())
 	if poison != nil {
 		return 0, fmt.Errorf("%w: %s: %s", ErrStillPoison, poison.Reason, poison.Error)
 	}
-	if _, err := s.store.DLQRedriveRecord(ctx, id, *job); err != nil {
-		return 0, err
+	jobID, err = s.store.DLQRedriveRecord(ctx, id, *job)
+	if errors.Is(err, pgstore.ErrRefused) {
+		return 0, fmt.Errorf("%w: %v", ErrStillPoison, err)
 	}
-	row, err := s.store.JobList(ctx, pgstore.JobFilter{Limit: 1, After: 0, Key: job.Key, Route: job.Route, DedupeKey: job.DedupeKey})
-	if err != nil || len(row) == 0 {
-		return 0, err
+	return jobID, err
+}
+
+// record is the parked record of an entry: as the entry keeps it, or
+// read again from Kafka when the entry keeps only part of it.
+func (s *Service) record(ctx context.Context, e pgstore.DLQEntry) (*kgo.Record, error) {
+	src := e.Source
+	if !e.Truncated {
+		rec := &kgo.Record{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset, Key: e.RecordKey, Value: e.Payload}
+		for _, h := range e.Headers {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		return rec, nil
 	}
-	return row[0].ID, nil
+	if s.rereader == nil {
+		return nil, fmt.Errorf("%w entry %d: it keeps only part of its record, and without Kafka brokers configured (kafka.brokers or SWITCHYARD_KAFKA_BROKERS) it cannot be read again", ErrCannotRedrive, e.ID)
+	}
+	rec, err := s.rereader.Reread(ctx, src.Topic, src.Partition, src.Offset)
+	switch {
+	case errors.Is(err, ingest.ErrRecordGone):
+		return nil, fmt.Errorf("%w entry %d: it keeps only part of its record, and %v", ErrCannotRedrive, e.ID, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: entry %d keeps only part of its record, and reading it again failed: %v", ErrKafkaUnavailable, e.ID, err)
+	}
+	return rec, nil
 }
 
 // Discard removes an entry for good; a lane it was blocking moves on.

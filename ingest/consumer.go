@@ -49,6 +49,10 @@ type Config struct {
 	// Opts are extra franz-go options for embedders (TLS, SASL, tuning).
 	// They are applied after Switchyard's own.
 	Opts []kgo.Opt
+	// StuckAfter is how long a polled batch may go unstored (its
+	// transaction failing or hanging) before Ready reports the consumer
+	// stuck. Defaults to 30s.
+	StuckAfter time.Duration
 }
 
 var errSimulatedCrash = errors.New("simulated crash after the Postgres commit")
@@ -78,6 +82,9 @@ type Consumer struct {
 	commits sync.WaitGroup // async Kafka commits in flight
 
 	mu sync.Mutex
+	// pendingSince is when the batch in hand was first tried; zero while
+	// there is none. See Ready.
+	pendingSince time.Time
 	// expected is the stored next offset of each owned partition as this
 	// member last saw it, -1 when no row exists yet: the fence of I1.
 	expected map[tp]int64
@@ -103,6 +110,9 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 	}
 	if cfg.MaxPollRecords == 0 {
 		cfg.MaxPollRecords = 10000
+	}
+	if cfg.StuckAfter == 0 {
+		cfg.StuckAfter = 30 * time.Second
 	}
 	c := &Consumer{cfg: cfg, store: store, log: log.Named("ingest"), metrics: m,
 		routes: map[string]*Route{}, expected: map[tp]int64{}, stored: map[tp]time.Time{}}
@@ -237,6 +247,11 @@ func (c *Consumer) forget(_ context.Context, _ *kgo.Client, lost map[string][]in
 }
 
 func (c *Consumer) loop(ctx context.Context) error {
+	// failures counts polls in a row whose batch could not be handled (a
+	// re-seek that cannot read the stored offsets, say): each waits
+	// longer before the next, so a lasting fault is retried, and logged,
+	// at a bounded rate rather than at full speed.
+	failures := 0
 	for {
 		fetches := c.cl.PollRecords(ctx, c.cfg.MaxPollRecords)
 		if ctx.Err() != nil {
@@ -258,11 +273,43 @@ func (c *Consumer) loop(ctx context.Context) error {
 			c.cl.AllowRebalance()
 			return nil
 		}
-		if err != nil && ctx.Err() == nil {
-			c.log.Error("batch not stored; it will be consumed again", zap.Error(err))
-		}
 		c.cl.AllowRebalance()
+		if err == nil || ctx.Err() != nil {
+			failures = 0
+			continue
+		}
+		failures++
+		wait := retryBackoff(failures)
+		c.log.Error("batch not stored; it will be consumed again", zap.Error(err),
+			zap.Int("failures_in_a_row", failures), zap.Duration("backoff", wait))
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
 	}
+}
+
+// retryBackoff is the wait before the n-th retry in a row (n ≥ 1):
+// doubling from 100ms up to 5s.
+func retryBackoff(n int) time.Duration {
+	return min(100*time.Millisecond<<min(n-1, 6), 5*time.Second)
+}
+
+// Ready reports an error while the batch in hand has gone unstored for
+// longer than Config.StuckAfter: ingest is stuck (the database refuses
+// or hangs), lag grows, and /readyz should say so. The error carries no
+// detail that could hold a secret; the log has the cause.
+func (c *Consumer) Ready() error {
+	c.mu.Lock()
+	since := c.pendingSince
+	c.mu.Unlock()
+	if since.IsZero() {
+		return nil
+	}
+	if d := time.Since(since); d > c.cfg.StuckAfter {
+		return fmt.Errorf("ingest has not stored a polled batch for %s (see the log)", d.Truncate(time.Second))
+	}
+	return nil
 }
 
 // process stores one poll. Transient database errors are retried with the
@@ -279,8 +326,9 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 	if len(batch.Offsets) == 0 {
 		return nil
 	}
-	backoff := 100 * time.Millisecond
-	for {
+	c.setPending(time.Now())
+	defer c.setPending(time.Time{})
+	for attempt := 1; ; attempt++ {
 		// The transaction runs on a context that Stop does not cancel:
 		// a batch in hand finishes (or fails) on its own, bounded.
 		txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
@@ -303,14 +351,25 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 			}
 			return c.reseek(ctx, parts)
 		}
-		c.log.Warn("storing batch failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+		if c.metrics != nil {
+			for topic := range counts {
+				c.metrics.IngestErrors.WithLabelValues(topic).Inc()
+			}
+		}
+		backoff := retryBackoff(attempt)
+		c.log.Warn("storing batch failed; retrying", zap.Error(err), zap.Int("attempt", attempt), zap.Duration("backoff", backoff))
 		select {
 		case <-ctx.Done():
 			return err
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+func (c *Consumer) setPending(t time.Time) {
+	c.mu.Lock()
+	c.pendingSince = t
+	c.mu.Unlock()
 }
 
 type partCount struct{ jobs, poison int }
@@ -400,10 +459,10 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 	})
 	if c.metrics != nil {
 		for topic, cnt := range counts {
-			inserted := res.InsertedByTopic[topic]
+			inserted, refused := res.InsertedByTopic[topic], res.RefusedByTopic[topic]
 			c.metrics.IngestRecords.WithLabelValues(topic, "job").Add(float64(inserted))
-			c.metrics.IngestRecords.WithLabelValues(topic, "duplicate").Add(float64(int64(cnt.jobs) - inserted))
-			c.metrics.IngestRecords.WithLabelValues(topic, "poison").Add(float64(cnt.poison))
+			c.metrics.IngestRecords.WithLabelValues(topic, "duplicate").Add(float64(int64(cnt.jobs) - inserted - refused))
+			c.metrics.IngestRecords.WithLabelValues(topic, "poison").Add(float64(int64(cnt.poison) + refused))
 		}
 	}
 }

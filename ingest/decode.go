@@ -31,6 +31,8 @@ type Route struct {
 	MaxAttempts    int
 	TTL            time.Duration
 	MaxRecordBytes int
+	// DLQMaxBytes is how much of a too_large record its DLQ entry keeps.
+	DLQMaxBytes int
 	// Lane is the lane policy of an ordered route, nil otherwise.
 	Lane *pgstore.LanePolicy
 
@@ -49,7 +51,7 @@ func (s source) isZero() bool { return s.path == nil && s.header == "" }
 // CompileRoute parses a validated config route.
 func CompileRoute(r config.Route) (*Route, error) {
 	out := &Route{Topic: r.Topic, Kind: r.Kind, Queue: r.Queue, Ordered: r.Ordered,
-		MaxAttempts: r.MaxAttempts, TTL: r.TTL.D(), MaxRecordBytes: r.MaxRecordBytes}
+		MaxAttempts: r.MaxAttempts, TTL: r.TTL.D(), MaxRecordBytes: r.MaxRecordBytes, DLQMaxBytes: r.DLQMaxBytes}
 	if r.Ordered {
 		out.Lane = &pgstore.LanePolicy{Policy: "none", OnDead: r.OnDead, GapTimeout: r.GapTimeout.D(), GapPolicy: r.GapPolicy}
 		if r.Version != nil {
@@ -85,76 +87,120 @@ func compileSource(f config.FieldRef) (source, error) {
 	return source{}, nil
 }
 
-func (r *Route) needsJSON() bool {
-	return r.key.path != nil || r.dedupe.path != nil || r.version.path != nil
+// problem is why a record cannot become a job: a DLQ reason, the part
+// of the record at fault, and what is wrong with it.
+type problem struct {
+	reason string
+	part   part
+	msg    string
+}
+
+// part names what a problem is about, so that the API can name the
+// request field that carried it.
+type part int
+
+const (
+	partValue part = iota
+	partKey
+	partDedupe
+	partVersion
+)
+
+func (p part) String() string {
+	return [...]string{"value", "key", "dedupe", "version"}[p]
+}
+
+func problemf(reason string, p part, format string, args ...any) *problem {
+	return &problem{reason: reason, part: p, msg: fmt.Sprintf(format, args...)}
+}
+
+// given holds values that a caller supplies instead of reading them from
+// the record: the API's Switchyard-Key, Switchyard-Version and
+// Idempotency-Key. Nil pointers leave the route's own source in charge.
+type given struct {
+	key     *string
+	version *int64
+	dedupe  *string
 }
 
 // Decode turns one record into a job row, or into a poison entry that says
 // why it cannot be one. It never fails otherwise: every record ends as
 // exactly one of the two, so the partition always moves on (I6).
 func (r *Route) Decode(rec *kgo.Record, now time.Time) (*pgstore.NewJob, *pgstore.Poison) {
-	hk, hv := headers(rec)
-	poison := func(reason, format string, args ...any) (*pgstore.NewJob, *pgstore.Poison) {
-		return nil, &pgstore.Poison{Reason: reason, Route: r.Topic, Queue: r.Queue,
-			Error: fmt.Sprintf(format, args...), Payload: nonNilBytes(rec.Value), HeaderKeys: hk, HeaderVals: hv,
-			Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	j, p := r.decode(rec, now, given{})
+	if p != nil {
+		return nil, r.park(rec, p)
 	}
+	return j, nil
+}
+
+func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJob, *problem) {
 	if size := recordSize(rec); size > r.MaxRecordBytes {
-		return poison(ReasonTooLarge, "record is %d bytes, over max_record_bytes %d", size, r.MaxRecordBytes)
+		return nil, problemf(ReasonTooLarge, partValue, "record is %d bytes, over max_record_bytes %d", size, r.MaxRecordBytes)
 	}
 	var doc any
-	if r.needsJSON() {
+	if (in.key == nil && r.key.path != nil) || (in.dedupe == nil && r.dedupe.path != nil) ||
+		(in.version == nil && r.version.path != nil) {
 		d := json.NewDecoder(bytes.NewReader(rec.Value))
 		d.UseNumber()
 		if err := d.Decode(&doc); err != nil {
-			return poison(ReasonDecode, "value is not JSON: %v", err)
+			return nil, problemf(ReasonDecode, partValue, "value is not JSON: %v", err)
 		}
 		if d.More() {
-			return poison(ReasonDecode, "value is not JSON: trailing data after the first value")
+			return nil, problemf(ReasonDecode, partValue, "value is not JSON: trailing data after the first value")
 		}
 	}
-
+	hk, hv := headers(rec)
 	j := &pgstore.NewJob{Route: r.Topic, Kind: r.Kind, Queue: r.Queue, Payload: nonNilBytes(rec.Value),
-		HeaderKeys: hk, HeaderVals: hv, MaxAttempts: r.MaxAttempts, Lane: r.Lane,
+		HeaderKeys: hk, HeaderVals: hv, MaxAttempts: r.MaxAttempts, Lane: r.Lane, RecordKey: rec.Key,
 		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
 
-	if r.key.isZero() {
+	switch {
+	case in.key != nil:
+		j.Key = *in.key
+	case r.key.isZero():
 		if rec.Key == nil && r.Ordered {
-			return poison(ReasonMissingField, "record has no key and the route is ordered")
+			return nil, problemf(ReasonMissingField, partKey, "record has no key and the route is ordered")
 		}
 		j.Key = string(rec.Key)
-	} else {
-		v, reason, err := r.key.text(rec, doc)
-		if err != nil {
-			return poison(reason, "key: %v", err)
+	default:
+		v, p := r.key.text(rec, doc, partKey)
+		if p != nil {
+			return nil, p
 		}
 		j.Key = v
 	}
-	if !validText(j.Key) {
-		return poison(ReasonDecode, "key is not valid UTF-8 text")
+	if p := checkKey("key", j.Key, partKey); p != nil {
+		return nil, p
 	}
 
-	if r.dedupe.isZero() {
+	switch {
+	case in.dedupe != nil:
+		j.DedupeKey = *in.dedupe
+	case r.dedupe.isZero():
 		j.DedupeKey = fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset)
-	} else {
-		v, reason, err := r.dedupe.text(rec, doc)
-		if err != nil {
-			return poison(reason, "dedupe: %v", err)
+	default:
+		v, p := r.dedupe.text(rec, doc, partDedupe)
+		if p != nil {
+			return nil, p
 		}
-		if !validText(v) {
-			return poison(ReasonDecode, "dedupe key is not valid UTF-8 text")
+		if p := checkKey("dedupe key", v, partDedupe); p != nil {
+			return nil, p
 		}
 		j.DedupeKey = v
 	}
 
-	if !r.version.isZero() {
-		v, reason, err := r.version.text(rec, doc)
-		if err != nil {
-			return poison(reason, "version: %v", err)
+	switch {
+	case in.version != nil:
+		j.Version = in.version
+	case !r.version.isZero():
+		v, p := r.version.text(rec, doc, partVersion)
+		if p != nil {
+			return nil, p
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return poison(ReasonDecode, "version: %q is not an integer", v)
+			return nil, problemf(ReasonDecode, partVersion, "version: %q is not an integer", v)
 		}
 		j.Version = &n
 	}
@@ -165,34 +211,86 @@ func (r *Route) Decode(rec *kgo.Record, now time.Time) (*pgstore.NewJob, *pgstor
 	return j, nil
 }
 
+// checkKey is what a key or dedupe key must be to be stored and compared
+// exactly: text Postgres can hold (valid UTF-8, no NUL: invalid bytes are
+// never rewritten, or two distinct keys could become one), and short
+// enough for its index entries (pgstore.MaxKeyBytes).
+func checkKey(what, v string, p part) *problem {
+	if !validText(v) {
+		return problemf(ReasonDecode, p, "%s is not valid UTF-8 text", what)
+	}
+	if len(v) > pgstore.MaxKeyBytes {
+		return problemf(ReasonTooLarge, p, "%s is %d bytes, over the %d-byte limit of keys", what, len(v), pgstore.MaxKeyBytes)
+	}
+	return nil
+}
+
+// park makes the DLQ entry of a record with a problem. A too_large
+// record keeps at most DLQMaxBytes of itself — its key, then whole
+// headers, then a prefix of its value, while they fit — and its
+// position, from which a re-drive reads it again.
+func (r *Route) park(rec *kgo.Record, p *problem) *pgstore.Poison {
+	hk, hv := headers(rec)
+	ps := &pgstore.Poison{Reason: p.reason, Route: r.Topic, Queue: r.Queue, Error: p.msg,
+		Payload: nonNilBytes(rec.Value), HeaderKeys: hk, HeaderVals: hv, RecordKey: rec.Key,
+		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	size := recordSize(rec)
+	if p.reason != ReasonTooLarge || size <= r.DLQMaxBytes {
+		return ps
+	}
+	ps.Truncated, ps.RecordBytes = true, size
+	budget := r.DLQMaxBytes
+	if len(rec.Key) > budget {
+		ps.RecordKey = nil
+	} else {
+		budget -= len(rec.Key)
+	}
+	ps.HeaderKeys, ps.HeaderVals = []string{}, [][]byte{}
+	for i := range hk {
+		if n := len(hk[i]) + len(hv[i]); n <= budget {
+			ps.HeaderKeys, ps.HeaderVals = append(ps.HeaderKeys, hk[i]), append(ps.HeaderVals, hv[i])
+			budget -= n
+		}
+	}
+	ps.Payload = ps.Payload[:min(len(ps.Payload), budget)]
+	return ps
+}
+
 // text extracts a scalar as text. Strings are taken as they are; numbers
 // in their JSON spelling, so 42 and 42.0 are different keys, as they are
 // different bytes on the wire.
-func (s source) text(rec *kgo.Record, doc any) (string, string, error) {
+func (s source) text(rec *kgo.Record, doc any, p part) (string, *problem) {
 	if s.header != "" {
 		for _, h := range rec.Headers {
 			if h.Key == s.header {
-				return string(h.Value), "", nil
+				return string(h.Value), nil
 			}
 		}
-		return "", ReasonMissingField, fmt.Errorf("%s is missing", s.name)
+		return "", problemf(ReasonMissingField, p, "%s: %s is missing", p, s.name)
 	}
 	v, ok := lookup(doc, s.path)
 	if !ok || v == nil {
-		return "", ReasonMissingField, fmt.Errorf("%s is missing", s.name)
+		return "", problemf(ReasonMissingField, p, "%s: %s is missing", p, s.name)
 	}
 	switch v := v.(type) {
 	case string:
 		if v == "" {
-			return "", ReasonMissingField, fmt.Errorf("%s is empty", s.name)
+			return "", problemf(ReasonMissingField, p, "%s: %s is empty", p, s.name)
 		}
-		return v, "", nil
+		// encoding/json turns bytes that are not UTF-8, and escaped lone
+		// surrogates, into U+FFFD: "\xff" and "\xfe" would both read as
+		// "\uFFFD" and be one key. Only then is the string's own
+		// spelling in the record worth a second look.
+		if strings.ContainsRune(v, utf8.RuneError) && !exactString(rec.Value, s.path) {
+			return "", problemf(ReasonDecode, p, "%s: %s is not valid UTF-8 text", p, s.name)
+		}
+		return v, nil
 	case json.Number:
-		return v.String(), "", nil
+		return v.String(), nil
 	case bool:
-		return strconv.FormatBool(v), "", nil
+		return strconv.FormatBool(v), nil
 	default:
-		return "", ReasonDecode, fmt.Errorf("%s is a %s, want a string or number", s.name, jsonKind(v))
+		return "", problemf(ReasonDecode, p, "%s: %s is a %s, want a string or number", p, s.name, jsonKind(v))
 	}
 }
 
@@ -209,6 +307,63 @@ func lookup(doc any, path []string) (any, bool) {
 		}
 	}
 	return cur, true
+}
+
+// exactString reports whether the JSON string at path in value decodes
+// without replacement: its bytes are UTF-8 and its \u escapes name no
+// lone surrogate. Duplicate object keys resolve as in lookup (the last).
+func exactString(value []byte, path []string) bool {
+	raw := json.RawMessage(value)
+	for _, seg := range path {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(raw, &m) != nil {
+			return false
+		}
+		var ok bool
+		if raw, ok = m[seg]; !ok {
+			return false
+		}
+	}
+	s := bytes.TrimSpace(raw)
+	if len(s) < 2 || s[0] != '"' || !utf8.Valid(s) {
+		return false
+	}
+	for i := 1; i < len(s)-1; i++ {
+		if s[i] != '\\' {
+			continue
+		}
+		i++
+		if s[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(s[i+1:])
+		if !ok {
+			return false
+		}
+		i += 4
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return false // a low surrogate with no high one before it
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+6 >= len(s) || s[i+1] != '\\' || s[i+2] != 'u' {
+				return false
+			}
+			lo, ok := hex4(s[i+3:])
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return false
+			}
+			i += 6
+		}
+	}
+	return true
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 16)
+	return rune(n), err == nil
 }
 
 func jsonKind(v any) string {
@@ -238,7 +393,8 @@ func validText(s string) bool {
 
 // headers splits record headers into parallel arrays. Header names that
 // Postgres text cannot hold are made storable rather than failing the
-// batch; values are bytes and kept exactly.
+// batch (a name is shown and forwarded, never compared for identity);
+// values are bytes and kept exactly.
 func headers(rec *kgo.Record) ([]string, [][]byte) {
 	if len(rec.Headers) == 0 {
 		return []string{}, [][]byte{}

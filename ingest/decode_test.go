@@ -16,6 +16,9 @@ func compile(t testing.TB, r config.Route) *Route {
 	if r.MaxRecordBytes == 0 {
 		r.MaxRecordBytes = 64
 	}
+	if r.DLQMaxBytes == 0 {
+		r.DLQMaxBytes = 64 << 10
+	}
 	c, err := CompileRoute(r)
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +76,33 @@ func TestDecode(t *testing.T) {
 		{name: "too large", rec: kgo.Record{Value: []byte(strings.Repeat("x", 65))}, reason: ReasonTooLarge, errHas: "65 bytes"},
 		{name: "key with NUL", rec: kgo.Record{Key: []byte("a\x00b"), Value: []byte("x")}, reason: ReasonDecode, errHas: "UTF-8"},
 		{name: "key not UTF-8", rec: kgo.Record{Key: []byte{0xff}, Value: []byte("x")}, reason: ReasonDecode},
+		// Keys are index entries: past pgstore.MaxKeyBytes Postgres would
+		// refuse the whole batch, so such a record is parked instead.
+		{name: "record key too long", route: config.Route{MaxRecordBytes: 20000},
+			rec:    kgo.Record{Key: []byte(strings.Repeat("k", 9000)), Value: []byte("x")},
+			reason: ReasonTooLarge, errHas: "key is 9000 bytes, over the 1024-byte limit"},
+		{name: "key at the limit", route: config.Route{MaxRecordBytes: 20000},
+			rec: kgo.Record{Key: []byte(strings.Repeat("k", 1024)), Value: []byte("x")},
+			key: strings.Repeat("k", 1024), dedupe: "t/2/7"},
+		{name: "field key too long", route: config.Route{MaxRecordBytes: 20000, Key: field("id")},
+			rec:    kgo.Record{Value: []byte(`{"id":"` + strings.Repeat("k", 3000) + `"}`)},
+			reason: ReasonTooLarge, errHas: "key is 3000 bytes"},
+		{name: "dedupe too long", route: config.Route{MaxRecordBytes: 20000, Dedupe: header("id")},
+			rec:    kgo.Record{Value: []byte("x"), Headers: []kgo.RecordHeader{{Key: "id", Value: []byte(strings.Repeat("d", 2000))}}},
+			reason: ReasonTooLarge, errHas: "dedupe key is 2000 bytes"},
+		// encoding/json would read both as U+FFFD and merge two keys.
+		{name: "field key with a byte that is not UTF-8", route: config.Route{Key: field("id")},
+			rec: kgo.Record{Value: []byte("{\"id\":\"a\xffb\"}")}, reason: ReasonDecode, errHas: "key: field id is not valid UTF-8"},
+		{name: "field dedupe with a lone surrogate", route: config.Route{Dedupe: field("id")},
+			rec: kgo.Record{Value: []byte(`{"id":"a\ud800b"}`)}, reason: ReasonDecode, errHas: "dedupe: field id is not valid UTF-8"},
+		{name: "field key with a low surrogate alone", route: config.Route{Key: field("id")},
+			rec: kgo.Record{Value: []byte(`{"id":"\udc00"}`)}, reason: ReasonDecode, errHas: "not valid UTF-8"},
+		{name: "field key with a surrogate pair", route: config.Route{Key: field("id")},
+			rec: kgo.Record{Value: []byte(`{"id":"\ud83d\ude00"}`)}, key: "\U0001F600", dedupe: "t/2/7"},
+		{name: "field key that is U+FFFD itself", route: config.Route{Key: field("id")},
+			rec: kgo.Record{Value: []byte(`{"id":"\ufffd \uFFFD �"}`)}, key: "� � �", dedupe: "t/2/7"},
+		{name: "nested field key not UTF-8, last duplicate wins", route: config.Route{Key: field("a.id")},
+			rec: kgo.Record{Value: []byte("{\"a\":{\"id\":\"ok\",\"id\":\"\xfe\"}}")}, reason: ReasonDecode},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -102,6 +132,32 @@ func TestDecode(t *testing.T) {
 				t.Fatalf("version %v, want %d", job.Version, tc.version)
 			}
 		})
+	}
+}
+
+// A too_large record keeps a bounded part of itself in the DLQ: its key,
+// then whole headers, then a prefix of its value, within dlq_max_bytes.
+func TestTooLargeKeepsABoundedPart(t *testing.T) {
+	t.Parallel()
+	r := compile(t, config.Route{Topic: "t", MaxRecordBytes: 100, DLQMaxBytes: 30})
+	rec := &kgo.Record{Topic: "t", Partition: 1, Offset: 9, Key: []byte("kkkk"), Value: []byte(strings.Repeat("v", 200)),
+		Headers: []kgo.RecordHeader{{Key: "big", Value: []byte(strings.Repeat("h", 40))}, {Key: "a", Value: []byte("bc")}}}
+	_, p := r.Decode(rec, time.Now())
+	if p == nil || p.Reason != ReasonTooLarge {
+		t.Fatalf("poison %+v, want too_large", p)
+	}
+	if !p.Truncated || p.RecordBytes != 4+200+3+40+1+2 {
+		t.Fatalf("truncated %v record_bytes %d", p.Truncated, p.RecordBytes)
+	}
+	if string(p.RecordKey) != "kkkk" || len(p.HeaderKeys) != 1 || p.HeaderKeys[0] != "a" || len(p.Payload) != 30-4-3 {
+		t.Fatalf("kept key %q headers %v payload %d bytes", p.RecordKey, p.HeaderKeys, len(p.Payload))
+	}
+	if p.Partition != 1 || p.Offset != 9 {
+		t.Fatalf("position %d/%d", p.Partition, p.Offset)
+	}
+	small := &kgo.Record{Topic: "t", Value: []byte(strings.Repeat("v", 101))}
+	if _, p := compile(t, config.Route{Topic: "t", MaxRecordBytes: 100, DLQMaxBytes: 200}).Decode(small, time.Now()); p.Truncated || len(p.Payload) != 101 {
+		t.Fatalf("a record within dlq_max_bytes is kept whole: %+v", p)
 	}
 }
 

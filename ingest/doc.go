@@ -29,6 +29,63 @@
 // Kafka commits in flight, so no commit is ever sent for a partition this
 // member no longer owns.
 //
+// # Any record moves its partition on (I6)
+//
+// Decode turns every record into exactly one of a job or a poison entry,
+// whatever its bytes. Keys and dedupe values are compared for identity,
+// so they are taken exactly or not at all: a key that is not valid UTF-8
+// or holds a NUL is parked, never rewritten — encoding/json would read
+// "\xff" and "\xfe" (or an escaped lone surrogate) as the same U+FFFD,
+// and two customers' lanes would become one; Decode checks the field's
+// own spelling whenever the decoded text holds U+FFFD.
+//
+// Keys and dedupe values are also index entries (the dedupe index, the
+// lanes' primary key, the key index), and Postgres refuses a btree entry
+// over about 2.7 kB — one such record failed every ingest transaction of
+// the process, for good. Two designs were weighed: index a hash of the
+// key and compare the full key on the heap, or cap the key. A hash index
+// cannot enforce uniqueness of the full value (a unique index on the hash
+// would merge colliding keys, the very loss I2 forbids), it would need
+// the lanes' primary key and the lane functions rewritten around it, and
+// every lookup would pay for a recheck. Keys are identifiers — customer
+// ids, event ids, URLs — and 1 KiB (pgstore.MaxKeyBytes) holds any of
+// them with room to spare. So a longer key or dedupe value is parked as
+// too_large with the reason, in the same transaction, and the partition
+// moves on. The API answers 400 for the same values (InputError names the
+// header).
+//
+// A too_large record keeps at most Route.DLQMaxBytes of itself in its
+// DLQ entry (key, whole headers, then a prefix of the value) and its
+// position: parking 20 records of 8 MB used to keep 160 MB, and listing
+// them took the process to almost 1 GB. Re-driving such an entry reads
+// the record again from Kafka (Rereader) while the topic retains it.
+//
+// As a net for what nobody foresaw, pgstore.IngestCommit bisects a batch
+// that Postgres refuses for its data (SQLSTATE classes 22, 23, 54) under
+// savepoints until the refused records stand alone, parks those with
+// Postgres's message, and commits the rest: k bad records among n cost
+// O(k log n) statements, a good batch nothing. FuzzIngest drives random
+// keys, values and headers through Decode and the real commit and checks
+// that the stored offset always reaches past every record.
+//
+// # A stuck ingest is visible
+//
+// A batch that cannot be stored (the database down, or refusing it for a
+// reason no record causes) is retried with backoff, 100 ms doubling to
+// 5 s, and each attempt is logged and counted in
+// switchyard_ingest_errors_total; records are never skipped. Once the
+// batch in hand has gone unstored for Config.StuckAfter (30 s), Ready
+// fails, and with it /readyz.
+//
+// # Dedupe namespaces
+//
+// The dedupe index is (route, origin, dedupe key): records of a route
+// (origin kafka), the enqueue API (api, keyed by Idempotency-Key) and
+// schedules (schedule, keyed by slot) can never match each other's jobs,
+// whatever their values read. Before, API keys were stored as "api/<key>"
+// beside records' keys, and a record whose dedupe field read "api/k" was
+// silently counted as a duplicate of an API job.
+//
 // This package never runs jobs and never writes SQL itself; it decodes
 // records (Route.Decode, which always yields exactly one of a job or a
 // poison entry) and hands batches to pgstore.

@@ -8,7 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
@@ -16,7 +17,8 @@ import (
 // Enqueuer makes jobs from the admin API (POST /v1/queues/{queue}/jobs),
 // the one way in besides a topic. A job takes its settings (target,
 // attempts, backoff, ttl, size limit) from the route of its kind in its
-// queue, so it runs exactly like that route's records would.
+// queue, and its body is decoded as that route decodes a record, so it
+// runs exactly like that route's records would.
 type Enqueuer struct {
 	store    *pgstore.Store
 	routes   []*Route
@@ -33,15 +35,25 @@ func NewEnqueuer(store *pgstore.Store, routes []*Route, maxDepth map[string]int)
 type EnqueueRequest struct {
 	Queue, Kind string
 	// IdempotencyKey dedupes retries of the same request: one job per key
-	// and route, within retention (I2).
+	// and route, within retention, in the API's own dedupe namespace (I2).
 	IdempotencyKey string
 	ContentType    string
 	Payload        []byte
-	// Key and Version place a job of an ordered route in its lane (the
-	// Switchyard-Key and Switchyard-Version headers); Key may also be set
-	// for an unordered route's job, for lookups.
+	// Key and Version (the Switchyard-Key and Switchyard-Version headers)
+	// place a job of an ordered route in its lane; Key may also be set
+	// for an unordered route's job, for lookups. When empty, the route's
+	// own key and version sources read them from the body.
 	Key     string
 	Version string
+}
+
+// EnqueueResult is what Enqueue did.
+type EnqueueResult struct {
+	ID    int64
+	State string
+	// Created is false when an earlier request with the same idempotency
+	// key made the job.
+	Created bool
 }
 
 // Errors of Enqueue that are the caller's to fix (a 4xx): they say which
@@ -49,6 +61,9 @@ type EnqueueRequest struct {
 var (
 	ErrUnknownQueue = errors.New("no such queue")
 	ErrQueueFull    = errors.New("queue is over its max_depth")
+	// ErrKeyReused means the idempotency key already made a job with a
+	// different body: a new request, not a retry.
+	ErrKeyReused = errors.New("idempotency key already used for a different body")
 )
 
 // InputError is a bad request field.
@@ -58,99 +73,102 @@ type InputError struct {
 
 func (e *InputError) Error() string { return e.Field + ": " + e.Msg }
 
-// maxIdempotencyKey bounds the header, which becomes part of the dedupe
-// key's index entry.
-const maxIdempotencyKey = 200
-
 // Enqueue makes the job, or finds the one an earlier request with the
-// same idempotency key made. created says which.
-func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (id int64, state string, created bool, err error) {
+// same idempotency key made.
+func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (EnqueueResult, error) {
 	limit, known := e.maxDepth[req.Queue]
 	if !known {
-		return 0, "", false, ErrUnknownQueue
+		return EnqueueResult{}, ErrUnknownQueue
 	}
-	if req.IdempotencyKey == "" || len(req.IdempotencyKey) > maxIdempotencyKey || !utf8.ValidString(req.IdempotencyKey) ||
-		strings.ContainsRune(req.IdempotencyKey, 0) {
-		return 0, "", false, &InputError{"Idempotency-Key", fmt.Sprintf("header required: 1 to %d bytes of text", maxIdempotencyKey)}
+	if req.IdempotencyKey == "" {
+		return EnqueueResult{}, &InputError{"Idempotency-Key", "header required: it makes a retried request find its job instead of making another"}
 	}
 	r, err := e.route(req.Queue, req.Kind)
 	if err != nil {
-		return 0, "", false, err
+		return EnqueueResult{}, err
 	}
-	if len(req.Payload) > r.MaxRecordBytes {
-		return 0, "", false, &InputError{"body", fmt.Sprintf("%d bytes, over the route's max_record_bytes %d", len(req.Payload), r.MaxRecordBytes)}
-	}
-	j := pgstore.NewJob{Route: r.Topic, Kind: r.Kind, Queue: r.Queue, Payload: req.Payload, Key: req.Key,
-		DedupeKey: "api/" + req.IdempotencyKey, MaxAttempts: r.MaxAttempts, Lane: r.Lane}
-	if err := laneFields(r, &j, req); err != nil {
-		return 0, "", false, err
+	j, err := r.decodeRequest(req, time.Now())
+	if err != nil {
+		return EnqueueResult{}, err
 	}
 	if limit > 0 {
 		full, err := e.store.QueueFull(ctx, req.Queue, limit)
 		if err != nil {
-			return 0, "", false, err
+			return EnqueueResult{}, err
 		}
 		if full {
 			// A retry of a request that was accepted gets its answer again.
-			found, err := e.store.JobList(ctx, pgstore.JobFilter{Route: j.Route, DedupeKey: j.DedupeKey, Limit: 1})
+			found, err := e.store.JobFind(ctx, j.Route, j.Origin, j.DedupeKey)
+			if errors.Is(err, pgstore.ErrNotFound) {
+				return EnqueueResult{}, ErrQueueFull
+			}
 			if err != nil {
-				return 0, "", false, err
+				return EnqueueResult{}, err
 			}
-			if len(found) == 1 {
-				return found[0].ID, found[0].State, false, nil
-			}
-			return 0, "", false, ErrQueueFull
+			return EnqueueResult{ID: found.ID, State: found.State}, nil
 		}
 	}
-	if req.ContentType != "" {
-		j.HeaderKeys, j.HeaderVals = []string{"content-type"}, [][]byte{[]byte(req.ContentType)}
-	}
-	if r.TTL > 0 {
-		d := time.Now().Add(r.TTL)
-		j.Deadline = &d
-	}
-	if j.Lane == nil {
-		return e.store.JobEnqueue(ctx, j, time.Time{})
-	}
-	// A lane's job goes in through ingest's path, which promotes lanes;
-	// it takes its place by version, then before records of that version.
-	res, err := e.store.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{j}})
+	enq, err := e.store.JobEnqueue(ctx, *j, time.Time{})
 	if err != nil {
-		return 0, "", false, err
+		return EnqueueResult{}, err
 	}
-	found, err := e.store.JobList(ctx, pgstore.JobFilter{Route: j.Route, DedupeKey: j.DedupeKey, Limit: 1})
-	if err != nil {
-		return 0, "", false, err
+	if !enq.SamePayload {
+		return EnqueueResult{ID: enq.ID, State: enq.State}, ErrKeyReused
 	}
-	if len(found) != 1 {
-		return 0, "", false, fmt.Errorf("enqueued job %s/%s not found", j.Route, j.DedupeKey)
-	}
-	return found[0].ID, found[0].State, res.Inserted == 1, nil
+	return EnqueueResult{ID: enq.ID, State: enq.State, Created: enq.Created}, nil
 }
 
-// laneFields checks and sets the key and version a job of an ordered route
-// needs, from the request's headers.
-func laneFields(r *Route, j *pgstore.NewJob, req EnqueueRequest) error {
-	if req.Key != "" && (!utf8.ValidString(req.Key) || strings.ContainsRune(req.Key, 0)) {
-		return &InputError{"Switchyard-Key", "not valid text"}
+// decodeRequest decodes a request as the route decodes a record whose
+// value is the body and whose key is Switchyard-Key: a body the route
+// would park is a 400 with the reason. The content type becomes the
+// job's one header. Switchyard-Key and Switchyard-Version, when given, win over
+// the route's key and version sources; the dedupe key is always the
+// Idempotency-Key, in the API's namespace.
+func (r *Route) decodeRequest(req EnqueueRequest, now time.Time) (*pgstore.NewJob, error) {
+	rec := &kgo.Record{Value: req.Payload}
+	in := given{dedupe: &req.IdempotencyKey}
+	if req.Key != "" {
+		in.key = &req.Key
+		rec.Key = []byte(req.Key)
 	}
 	if req.Version != "" {
 		v, err := strconv.ParseInt(req.Version, 10, 64)
 		if err != nil {
-			return &InputError{"Switchyard-Version", fmt.Sprintf("%q is not an integer", req.Version)}
+			return nil, &InputError{"Switchyard-Version", fmt.Sprintf("%q is not an integer", req.Version)}
 		}
-		j.Version = &v
+		in.version = &v
 	}
-	if r.Lane == nil {
-		return nil
+	if p := checkKey("Idempotency-Key", req.IdempotencyKey, partDedupe); p != nil {
+		return nil, &InputError{"Idempotency-Key", p.msg}
 	}
-	if req.Key == "" {
-		return &InputError{"Switchyard-Key", fmt.Sprintf("header required: route %s is ordered, its jobs run in per-key lanes", r.Topic)}
+	j, p := r.decode(rec, now, in)
+	if p != nil {
+		return nil, r.requestError(p, in)
 	}
-	if r.Lane.Policy != "none" && j.Version == nil {
-		return &InputError{"Switchyard-Version", fmt.Sprintf("header required: route %s orders its lanes by version (%s)", r.Topic, r.Lane.Policy)}
+	if r.Lane != nil && r.Lane.Policy != "none" && j.Version == nil {
+		return nil, &InputError{"Switchyard-Version", fmt.Sprintf("header required: route %s orders its lanes by version (%s)", r.Topic, r.Lane.Policy)}
 	}
-	return nil
+	j.Origin, j.RecordKey = pgstore.OriginAPI, nil
+	if req.ContentType != "" {
+		j.HeaderKeys, j.HeaderVals = []string{"content-type"}, [][]byte{[]byte(req.ContentType)}
+	}
+	return j, nil
+}
+
+// requestError names the request field behind a decoding problem.
+func (r *Route) requestError(p *problem, in given) error {
+	switch {
+	case p.part == partKey && (in.key != nil || r.key.isZero()):
+		if p.reason == ReasonMissingField {
+			return &InputError{"Switchyard-Key", fmt.Sprintf("header required: route %s is ordered, its jobs run in per-key lanes", r.Topic)}
+		}
+		return &InputError{"Switchyard-Key", p.msg}
+	case p.part == partVersion && p.reason == ReasonMissingField:
+		return &InputError{"Switchyard-Version", fmt.Sprintf("header required, or the route's version %s in the body: %s", r.version.name, p.msg)}
+	case p.part == partKey && p.reason == ReasonMissingField:
+		return &InputError{"Switchyard-Key", fmt.Sprintf("header required, or the route's key %s in the body: %s", r.key.name, p.msg)}
+	}
+	return &InputError{"body", fmt.Sprintf("%s (route %s would park such a record as %s)", p.msg, r.Topic, p.reason)}
 }
 
 // route finds the route of kind in queue.

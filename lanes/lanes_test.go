@@ -277,7 +277,7 @@ func TestDeadHeadContinueAndBlock(t *testing.T) {
 			if n := countState(t, store, "waiting"); n != 2 {
 				t.Fatalf("waiting = %d, want 2: a blocked lane ran past its dead head", n)
 			}
-			svc := dlq.New(store, nil)
+			svc := dlq.New(store, nil, nil)
 			var entries []pgstore.DLQEntry
 			entries, err := store.DLQList(context.Background(), pgstore.DLQFilter{Limit: 10})
 			if err != nil || len(entries) != 2 {

@@ -228,7 +228,17 @@ func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr
 		}
 		routes = append(routes, cr)
 	}
-	svc := dlq.New(store, routes)
+	// Entries that keep only part of their record are read again from
+	// Kafka; without brokers (a database-only invocation) they cannot be.
+	var rereader dlq.Rereader
+	if len(cfg.Kafka.Brokers) > 0 {
+		kopts, err := ingest.ClientOpts(cfg.Kafka, nil)
+		if err != nil {
+			return err
+		}
+		rereader = ingest.NewRereader(kopts)
+	}
+	svc := dlq.New(store, routes, rereader)
 	if sub == "discard" {
 		if err := svc.Discard(ctx, id); err != nil {
 			return notFoundAs(err, "DLQ entry", id)

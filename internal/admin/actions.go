@@ -14,7 +14,7 @@ import (
 
 // Enqueuer makes jobs from API requests (ingest.Enqueuer).
 type Enqueuer interface {
-	Enqueue(ctx context.Context, req ingest.EnqueueRequest) (id int64, state string, created bool, err error)
+	Enqueue(ctx context.Context, req ingest.EnqueueRequest) (ingest.EnqueueResult, error)
 }
 
 // enqueueRetryAfter is what a client over a queue's max_depth is told to
@@ -38,7 +38,7 @@ func (s *Server) jobEnqueue(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("body", "reading the body: %v", err)
 	}
 	queue := r.PathValue("queue")
-	id, state, created, err := s.cfg.Enqueue.Enqueue(r.Context(), ingest.EnqueueRequest{
+	res, err := s.cfg.Enqueue.Enqueue(r.Context(), ingest.EnqueueRequest{
 		Queue: queue, Kind: r.URL.Query().Get("kind"), IdempotencyKey: r.Header.Get("Idempotency-Key"),
 		ContentType: r.Header.Get("Content-Type"), Payload: body,
 		Key: r.Header.Get("Switchyard-Key"), Version: r.Header.Get("Switchyard-Version")})
@@ -49,13 +49,17 @@ func (s *Server) jobEnqueue(w http.ResponseWriter, r *http.Request) error {
 	case errors.Is(err, ingest.ErrQueueFull):
 		w.Header().Set("Retry-After", enqueueRetryAfter)
 		return &httpError{status: http.StatusTooManyRequests, msg: fmt.Sprintf("queue %s is over its max_depth; retry later", queue), field: "queue"}
+	case errors.Is(err, ingest.ErrKeyReused):
+		w.Header().Set("Location", fmt.Sprintf("/v1/jobs/%d", res.ID))
+		return &httpError{status: http.StatusConflict, field: "Idempotency-Key",
+			msg: fmt.Sprintf("this Idempotency-Key already made job %d with a different body; use a new key for a new request", res.ID)}
 	case errors.As(err, &in):
 		return badRequest(in.Field, "%s", in.Error())
 	case err != nil:
 		return err
 	}
-	w.Header().Set("Location", fmt.Sprintf("/v1/jobs/%d", id))
-	s.writeJSON(w, http.StatusAccepted, map[string]any{"id": id, "state": state, "created": created})
+	w.Header().Set("Location", fmt.Sprintf("/v1/jobs/%d", res.ID))
+	s.writeJSON(w, http.StatusAccepted, map[string]any{"id": res.ID, "state": res.State, "created": res.Created})
 	return nil
 }
 
@@ -123,8 +127,10 @@ func actionError(err error, what string, id int64) error {
 		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("%s %d not found", what, id), field: "id"}
 	case errors.Is(err, pgstore.ErrConflict):
 		return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("%s %d is not in a state that allows this", what, id)}
-	case errors.Is(err, dlq.ErrStillPoison):
+	case errors.Is(err, dlq.ErrStillPoison), errors.Is(err, dlq.ErrCannotRedrive):
 		return &httpError{status: http.StatusConflict, msg: err.Error()}
+	case errors.Is(err, dlq.ErrKafkaUnavailable):
+		return &httpError{status: http.StatusServiceUnavailable, msg: err.Error(), retryAfter: unavailableRetryAfter}
 	}
 	return err
 }

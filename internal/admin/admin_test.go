@@ -457,18 +457,17 @@ func TestDLQ(t *testing.T) {
 		t.Fatalf("decode entries: %s", r.body)
 	}
 	d := p.Items[0]
-	if !bytes.Equal(d.Payload, raw) || d.JobID != nil || d.Queue != "interactive" || d.LastError != "invalid character" {
+	if d.JobID != nil || d.Queue != "interactive" || d.LastError != "invalid character" {
 		t.Errorf("entry %+v", d)
 	}
-	if !bytes.Contains(r.body, []byte(`"payload_base64":"`+base64.StdEncoding.EncodeToString(raw)+`"`)) {
-		t.Errorf("payload not base64 in %s", r.body)
+	// A list leaves the record's bytes out: a page costs bounded memory.
+	for _, field := range []string{"payload_base64", "headers", "errors"} {
+		if bytes.Contains(r.body, []byte(`"`+field+`"`)) {
+			t.Errorf("list answer carries %s: %s", field, r.body)
+		}
 	}
 	if !bytes.Contains(r.body, []byte(`"job_id":null`)) {
 		t.Errorf("poison entry's job_id is not null: %s", r.body)
-	}
-	wantHeaders := []pgstore.HeaderRow{{Key: "trace", Value: []byte{0xc3, 0x28}}}
-	if !reflect.DeepEqual(d.Headers, wantHeaders) {
-		t.Errorf("headers %+v, want %+v", d.Headers, wantHeaders)
 	}
 	if d.Source == nil || *d.Source != (pgstore.SourceRow{Topic: "orders", Partition: 0, Offset: 10}) {
 		t.Errorf("source %+v", d.Source)
@@ -476,7 +475,19 @@ func TestDLQ(t *testing.T) {
 
 	t.Run("get", func(t *testing.T) {
 		t.Parallel()
-		got := decode[pgstore.DLQEntry](t, e.get(t, fmt.Sprintf("/v1/dlq/%d", d.ID)).must(t, http.StatusOK))
+		r := e.get(t, fmt.Sprintf("/v1/dlq/%d", d.ID)).must(t, http.StatusOK)
+		got := decode[pgstore.DLQEntry](t, r)
+		if !bytes.Contains(r.body, []byte(`"payload_base64":"`+base64.StdEncoding.EncodeToString(raw)+`"`)) {
+			t.Errorf("payload not base64 in %s", r.body)
+		}
+		wantHeaders := []pgstore.HeaderRow{{Key: "trace", Value: []byte{0xc3, 0x28}}}
+		if !reflect.DeepEqual(got.Headers, wantHeaders) {
+			t.Errorf("headers %+v, want %+v", got.Headers, wantHeaders)
+		}
+		if len(got.Errors) == 0 {
+			t.Errorf("no error history in %s", r.body)
+		}
+		got.Payload, got.Headers, got.Errors, got.RecordKey = nil, nil, nil, nil
 		if !reflect.DeepEqual(got, d) {
 			t.Errorf("got %+v, want %+v", got, d)
 		}
@@ -767,52 +778,12 @@ func TestBodyLimit(t *testing.T) {
 	wantError(t, r, http.StatusNotImplemented, "")
 }
 
-func TestCheckListen(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		addr, token string
-		ok          bool
-	}{
-		{"127.0.0.1:8080", "", true},
-		{"127.1.2.3:8080", "", true},
-		{"[::1]:8080", "", true},
-		{"[::ffff:127.0.0.1]:8080", "", true},
-		{"localhost:8080", "", true},
-		{"LocalHost:8080", "", true},
-		{":8080", "", false},
-		{"0.0.0.0:8080", "", false},
-		{"[::]:8080", "", false},
-		{"10.0.0.5:8080", "", false},
-		{"128.0.0.1:8080", "", false},
-		{"example.com:8080", "", false},
-		{"localhost.example.com:8080", "", false},
-		{"127.0.0.1", "", false}, // no port
-		{":8080", "tok", true},
-		{"0.0.0.0:8080", "tok", true},
-	} {
-		t.Run(c.addr+"/"+c.token, func(t *testing.T) {
-			t.Parallel()
-			err := CheckListen(c.addr, c.token)
-			if (err == nil) != c.ok {
-				t.Fatalf("CheckListen(%q, %q) = %v, want ok=%v", c.addr, c.token, err, c.ok)
-			}
-		})
-	}
-	t.Run("message", func(t *testing.T) {
-		t.Parallel()
-		want := "http.listen: :8080 is not a loopback address; set SWITCHYARD_ADMIN_TOKEN to listen on it"
-		if err := CheckListen(":8080", ""); err == nil || err.Error() != want {
-			t.Errorf("got %v, want %q", err, want)
-		}
-	})
-}
-
 func TestNewHTTPServer(t *testing.T) {
 	t.Parallel()
 	h := http.NotFoundHandler()
 	s := NewHTTPServer("127.0.0.1:0", h)
 	if s.Addr != "127.0.0.1:0" || s.ReadHeaderTimeout != 5*time.Second || s.ReadTimeout != 30*time.Second ||
-		s.WriteTimeout != 60*time.Second || s.IdleTimeout != 120*time.Second || s.MaxHeaderBytes != 64<<10 {
+		s.WriteTimeout != 60*time.Second || s.IdleTimeout != 120*time.Second || s.MaxHeaderBytes != 16*maxHeaderBytes {
 		t.Errorf("server %+v", s)
 	}
 }

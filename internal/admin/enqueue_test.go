@@ -26,6 +26,7 @@ func enqueueEnv(t *testing.T) *env {
 		{Topic: "t3", Kind: "s", Queue: "small"},
 		{Topic: "t4", Kind: "versioned", Queue: "q", Ordered: true,
 			Version: &config.Version{FieldRef: config.FieldRef{Field: "v"}, Policy: "newer"}},
+		{Topic: "t5", Kind: "keyed", Queue: "q", Ordered: true, Key: config.FieldRef{Field: "customer.id"}},
 	}}
 	c.SetDefaults()
 	var routes []*ingest.Route
@@ -145,6 +146,73 @@ func TestEnqueue(t *testing.T) {
 	e.enqueue(t, "/v1/queues/small/jobs?kind=s", "s1", "", "{}").must(t, http.StatusAccepted)
 	if n := count(t, e, `SELECT count(*) FROM jobs`); n != 6 {
 		t.Fatalf("%d jobs, want 6 (one per accepted idempotency key)", n)
+	}
+}
+
+// The API decodes a body as its route decodes a record: a route keyed by
+// a body field takes the key from the body, and a body the route would
+// park is a 400 that says why. Headers, when given, win.
+func TestEnqueueDecodesLikeIngest(t *testing.T) {
+	t.Parallel()
+	e := enqueueEnv(t)
+	type answer struct {
+		ID int64 `json:"id"`
+	}
+	keyOf := func(id int64) string {
+		job := decode[map[string]any](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", id)).must(t, http.StatusOK))
+		return fmt.Sprint(job["key"])
+	}
+	a := decode[answer](t, e.enqueue(t, "/v1/queues/q/jobs?kind=keyed", "k1", "application/json", `{"customer":{"id":"c-7"}}`).
+		must(t, http.StatusAccepted))
+	if k := keyOf(a.ID); k != "c-7" {
+		t.Errorf("key %q, want c-7 from the body", k)
+	}
+	a = decode[answer](t, e.enqueue(t, "/v1/queues/q/jobs?kind=keyed", "k2", "", `{"customer":{"id":"c-7"}}`,
+		"Switchyard-Key", "c-8").must(t, http.StatusAccepted))
+	if k := keyOf(a.ID); k != "c-8" {
+		t.Errorf("key %q, want c-8 from Switchyard-Key", k)
+	}
+	for _, c := range []struct {
+		name, kind, body, field, has string
+		headers                      []string
+	}{
+		{"body not JSON", "keyed", "not json", "body", "value is not JSON", nil},
+		{"key field not text", "keyed", `{"customer":{"id":{"a":1}}}`, "body", "is a object", nil},
+		{"key field missing", "keyed", `{}`, "Switchyard-Key", "field customer.id", nil},
+		{"key field not UTF-8", "keyed", "{\"customer\":{\"id\":\"\xff\"}}", "body", "not valid UTF-8", nil},
+		{"version field missing", "versioned", `{}`, "Switchyard-Version", "field v", []string{"Switchyard-Key", "c"}},
+		{"key header too long", "ordered", `{}`, "Switchyard-Key", "over the 1024-byte limit", []string{"Switchyard-Key", strings.Repeat("k", 3000)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := wantError(t, e.enqueue(t, "/v1/queues/q/jobs?kind="+c.kind, "x-"+c.name, "", c.body, c.headers...),
+				http.StatusBadRequest, c.field)
+			if !strings.Contains(got.Error, c.has) {
+				t.Errorf("error %q, want it to say %q", got.Error, c.has)
+			}
+		})
+	}
+	got := wantError(t, e.enqueue(t, "/v1/queues/q/jobs?kind=k", strings.Repeat("i", 3000), "", `{}`),
+		http.StatusBadRequest, "Idempotency-Key")
+	if !strings.Contains(got.Error, "over the 1024-byte limit") {
+		t.Errorf("error %q", got.Error)
+	}
+}
+
+// The same Idempotency-Key with a different body is a new request under a
+// used key: 409, pointing at the job the key made; the same body is a
+// retry and gets its answer.
+func TestEnqueueKeyReusedForAnotherBody(t *testing.T) {
+	t.Parallel()
+	e := enqueueEnv(t)
+	first := e.enqueue(t, "/v1/queues/q/jobs?kind=k", "order-1", "", `{"n":1}`).must(t, http.StatusAccepted)
+	e.enqueue(t, "/v1/queues/q/jobs?kind=k", "order-1", "", `{"n":1}`).must(t, http.StatusAccepted)
+	r := e.enqueue(t, "/v1/queues/q/jobs?kind=k", "order-1", "", `{"n":2}`)
+	wantError(t, r, http.StatusConflict, "Idempotency-Key")
+	if r.header.Get("Location") != first.header.Get("Location") {
+		t.Errorf("Location %q, want the first job's %q", r.header.Get("Location"), first.header.Get("Location"))
+	}
+	if n := count(t, e, `SELECT count(*) FROM jobs`); n != 1 {
+		t.Fatalf("%d jobs, want 1", n)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -58,7 +59,7 @@ func (s *Server) jobGet(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) jobList(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseList(r, "state", "queue", "key")
+	q, err := parseList(r)
 	if err != nil {
 		return err
 	}
@@ -66,7 +67,7 @@ func (s *Server) jobList(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	jobs, err := s.store.JobList(r.Context(), pgstore.JobFilter{
-		State: q.filters["state"], Queue: q.filters["queue"], Key: q.filters["key"],
+		State: q.filters["state"], Queue: q.filters["queue"], Key: q.filters["key"], Route: q.filters["route"],
 		After: q.after, Limit: q.limit + 1,
 	})
 	if err != nil {
@@ -93,7 +94,7 @@ func (s *Server) dlqGet(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseList(r, "queue", "reason", "route")
+	q, err := parseList(r)
 	if err != nil {
 		return err
 	}
@@ -164,13 +165,43 @@ type readyBody struct {
 	Checks map[string]string `json:"checks"`
 }
 
+// readyTTL is how long a /readyz result is reused. Probes from every
+// kubelet, load balancer and curious script then cost at most one round
+// of checks a second, however many arrive: a flood of them can neither
+// take the database's connections from the work nor make the process
+// look unready because its checks queued behind each other.
+const readyTTL = time.Second
+
+// readiness is the last /readyz result, and the lock that makes one
+// request compute it while the others wait for it.
+type readiness struct {
+	mu     sync.Mutex
+	at     time.Time
+	status int
+	body   readyBody
+}
+
 // readyz reports whether this process can do its work: Postgres answers,
 // the schema is at this binary's migration, and Config.Ready passes.
 // It has no authentication (probes carry no token), so the Postgres
 // failure is reported as a word and logged in full: pgx's errors name the
 // database user, host and database.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
-	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	s.ready.mu.Lock()
+	if time.Since(s.ready.at) >= readyTTL {
+		s.ready.status, s.ready.body = s.checkReady(r.Context())
+		s.ready.at = time.Now()
+	}
+	status, body := s.ready.status, s.ready.body
+	s.ready.mu.Unlock()
+	s.writeJSON(w, status, body)
+	return nil
+}
+
+// checkReady runs the readiness checks, on a context that a client
+// hanging up does not cancel: the result serves every waiting probe.
+func (s *Server) checkReady(ctx context.Context) (int, readyBody) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyTimeout)
 	defer cancel()
 	checks := map[string]string{"postgres": "ok", "migrations": "ok"}
 	if err := s.store.Ping(ctx); err != nil {
@@ -191,10 +222,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, result := range checks {
 		if result != "ok" {
-			s.writeJSON(w, http.StatusServiceUnavailable, readyBody{Error: "not ready", Checks: checks})
-			return nil
+			return http.StatusServiceUnavailable, readyBody{Error: "not ready", Checks: checks}
 		}
 	}
-	s.writeJSON(w, http.StatusOK, readyBody{Status: "ok", Checks: checks})
-	return nil
+	return http.StatusOK, readyBody{Status: "ok", Checks: checks}
 }

@@ -7,7 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -19,11 +24,16 @@ import (
 // job payloads are capped well below it by max_record_bytes' default.
 const maxBodyBytes = 1 << 20
 
+// maxHeaderBytes bounds a request's headers. The http.Server's own limit
+// (NewHTTPServer) is set far above it, so that the guard, not net/http,
+// answers an oversized request: with the JSON error shape.
+const maxHeaderBytes = 64 << 10
+
 // Config configures the admin server.
 type Config struct {
 	// Token, when non-empty, is required as "Authorization: Bearer <token>"
-	// on every /v1 request. Empty means no authentication, which
-	// CheckListen only allows on a loopback address. Defaults to "".
+	// on every /v1 request. Empty means no authentication, which the
+	// config allows only on a loopback address. Defaults to "".
 	Token string
 	// Queues are the configured queue names. GET /v1/queues lists each of
 	// them even when it has no rows yet, plus any queue found in the
@@ -42,21 +52,34 @@ type Config struct {
 	// Enqueue serves POST /v1/queues/{queue}/jobs (ingest.Enqueuer); nil
 	// answers 501.
 	Enqueue Enqueuer
+	// AllowedHosts are the host names (without port) that requests may
+	// name in their Host header besides loopback names and IP addresses:
+	// the names this server is reached by (http.allowed_hosts). Any other
+	// name is answered 421, which is what defeats DNS rebinding: a page
+	// whose own name was pointed at this server sends its name. Defaults
+	// to none.
+	AllowedHosts []string
 }
 
 // Server is the admin HTTP API. It is stateless apart from its
-// configuration; every answer comes from the store.
+// configuration and the last /readyz result; every answer comes from the
+// store.
 type Server struct {
 	cfg     Config
 	store   *pgstore.Store
 	log     *zap.Logger
 	handler http.Handler
+	ready   readiness
 }
 
 // New builds the server. cfg is copied, so the caller may reuse it; log
 // must not be nil (pass zap.NewNop() to discard).
 func New(cfg Config, store *pgstore.Store, log *zap.Logger) *Server {
 	cfg.Queues = append([]string(nil), cfg.Queues...)
+	cfg.AllowedHosts = slices.Clone(cfg.AllowedHosts)
+	for i, h := range cfg.AllowedHosts {
+		cfg.AllowedHosts[i] = normalHost(h)
+	}
 	s := &Server{cfg: cfg, store: store, log: log.Named("admin")}
 	s.handler = s.guard(s.routes())
 	return s
@@ -69,32 +92,38 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // into the SPEC's JSON error shape.
 type apiFunc func(w http.ResponseWriter, r *http.Request) error
 
-// route is one method and ServeMux path pattern.
+// route is one method and ServeMux path pattern, with the query
+// parameters it accepts: any other is refused, so that a typo
+// (?stat=dead) is an error instead of an answer that looks right.
 type route struct {
 	method, path string
+	params       []string
 	h            apiFunc
 }
 
+// listParams are what every list endpoint takes besides its filters.
+var listParams = []string{"limit", "after"}
+
 func (s *Server) routes() http.Handler {
 	routes := []route{
-		{"GET", "/{$}", s.dashboard},
-		{"GET", "/healthz", s.healthz},
-		{"GET", "/readyz", s.readyz},
-		{"GET", "/v1/jobs", s.jobList},
-		{"GET", "/v1/jobs/{id}", s.jobGet},
-		{"POST", "/v1/jobs/{id}/cancel", s.jobCancel},
-		{"GET", "/v1/dlq", s.dlqList},
-		{"GET", "/v1/dlq/{id}", s.dlqGet},
-		{"POST", "/v1/dlq/{id}/redrive", s.dlqRedrive},
-		{"POST", "/v1/dlq/{id}/discard", s.dlqDiscard},
-		{"GET", "/v1/queues", s.queueList},
-		{"GET", "/v1/openapi.json", s.openapi},
-		{"POST", "/v1/queues/{queue}/jobs", s.jobEnqueue},
+		{"GET", "/{$}", nil, s.dashboard},
+		{"GET", "/healthz", nil, s.healthz},
+		{"GET", "/readyz", nil, s.readyz},
+		{"GET", "/v1/jobs", append([]string{"state", "queue", "key", "route"}, listParams...), s.jobList},
+		{"GET", "/v1/jobs/{id}", nil, s.jobGet},
+		{"POST", "/v1/jobs/{id}/cancel", nil, s.jobCancel},
+		{"GET", "/v1/dlq", append([]string{"queue", "reason", "route"}, listParams...), s.dlqList},
+		{"GET", "/v1/dlq/{id}", nil, s.dlqGet},
+		{"POST", "/v1/dlq/{id}/redrive", nil, s.dlqRedrive},
+		{"POST", "/v1/dlq/{id}/discard", nil, s.dlqDiscard},
+		{"GET", "/v1/queues", nil, s.queueList},
+		{"GET", "/v1/openapi.json", nil, s.openapi},
+		{"POST", "/v1/queues/{queue}/jobs", []string{"kind"}, s.jobEnqueue},
 	}
 	mux := http.NewServeMux()
 	allowed := map[string][]string{}
 	for _, rt := range routes {
-		mux.Handle(rt.method+" "+rt.path, s.api(rt.h))
+		mux.Handle(rt.method+" "+rt.path, s.api(checkParams(rt.params, rt.h)))
 		allowed[rt.path] = append(allowed[rt.path], rt.method)
 		if rt.method == "GET" {
 			// ServeMux answers HEAD with the GET handler.
@@ -121,13 +150,53 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// guard applies what holds for every request before routing: security
-// headers, authentication of /v1 (before routing, so that an
-// unauthenticated client cannot even probe which paths exist) and the
-// body limit.
+// checkParams refuses query parameters the endpoint does not take, and
+// any given twice.
+func checkParams(params []string, h apiFunc) apiFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		vals, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			return badRequest("", "malformed query string")
+		}
+		// Sorted, so that the same parameter is reported first every time.
+		for _, name := range slices.Sorted(maps.Keys(vals)) {
+			if !slices.Contains(params, name) {
+				accepted := "none"
+				if len(params) > 0 {
+					accepted = strings.Join(params, ", ")
+				}
+				return badRequest(name, "unknown query parameter %q; accepted: %s", name, accepted)
+			}
+			if len(vals[name]) > 1 {
+				return badRequest(name, "%s may be given only once", name)
+			}
+		}
+		return h(w, r)
+	}
+}
+
+// guard applies what holds for every request before routing: the Host
+// allow-list, the cross-origin refusal, security headers, authentication
+// of /v1 (before routing, so that an unauthenticated client cannot even
+// probe which paths exist) and the size limits.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if !s.hostAllowed(r.Host) {
+			s.writeError(w, r, &httpError{status: http.StatusMisdirectedRequest, field: "Host",
+				msg: "this server does not answer to that host name; add it to http.allowed_hosts if it is one of its own"})
+			return
+		}
+		if stateChanging(r.Method) && crossOrigin(r) {
+			s.writeError(w, r, &httpError{status: http.StatusForbidden, field: "Origin",
+				msg: "cross-origin request refused: actions are taken only from this server's own pages or from clients that are not browsers"})
+			return
+		}
+		if headerBytes(r.Header) > maxHeaderBytes {
+			s.writeError(w, r, &httpError{status: http.StatusRequestHeaderFieldsTooLarge,
+				msg: fmt.Sprintf("request headers over %d bytes", maxHeaderBytes)})
+			return
+		}
 		if r.URL.Path == "/v1" || strings.HasPrefix(r.URL.Path, "/v1/") {
 			w.Header().Set("Cache-Control", "no-store")
 			if !s.authorized(r) {
@@ -146,6 +215,72 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// hostAllowed reports whether a Host header names this server: an IP
+// address (DNS rebinding needs a name, so a literal address is never
+// one), a loopback name, or one of Config.AllowedHosts.
+func (s *Server) hostAllowed(hostport string) bool {
+	host := normalHost(hostport)
+	if host == "" {
+		return true // HTTP/1.0 without Host: no browser sends that
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	return slices.Contains(s.cfg.AllowedHosts, host)
+}
+
+// normalHost is a Host header's name: without port, brackets, trailing
+// dot, in lower case.
+func normalHost(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return strings.TrimSuffix(strings.ToLower(host), ".")
+}
+
+func stateChanging(method string) bool {
+	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
+}
+
+// crossOrigin reports whether a browser sent the request for a page of
+// another origin. Browsers say so in Sec-Fetch-Site (a page on another
+// port of localhost is "same-site", and refused too) and, older ones,
+// only in Origin, which must then name this very host. A request with
+// neither comes from a program (curl, the CLI, a target's checkpoint),
+// which a page cannot make a browser send.
+func crossOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		return true
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" { // "null": a sandboxed or file page
+		return true
+	}
+	return !strings.EqualFold(u.Host, r.Host)
+}
+
+// headerBytes is about what a request's headers took on the wire.
+func headerBytes(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4 // ": " and CRLF
+		}
+	}
+	return n
 }
 
 // authorized compares SHA-256 digests rather than the raw strings so that
@@ -169,6 +304,8 @@ type httpError struct {
 	status int
 	msg    string
 	field  string
+	// retryAfter, when set, is sent as Retry-After (seconds).
+	retryAfter string
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -195,21 +332,37 @@ type errorBody struct {
 	Field string `json:"field,omitempty"`
 }
 
-// writeError answers an *httpError as is. Anything else is unexpected
-// (database down, a bug): its text may hold SQL or connection details, so
-// it goes to the log and the client gets a generic 500.
+// unavailableRetryAfter is what a client is told to wait while Postgres
+// cannot be reached.
+const unavailableRetryAfter = "5"
+
+// writeError answers an *httpError as is. Anything else is unexpected: a
+// database that cannot be reached is a 503 with Retry-After (the client
+// did nothing wrong and may try again), anything else a bug. The text of
+// either may hold SQL or connection details, so it goes to the log and
+// the client gets a generic message.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var he *httpError
 	if !errors.As(err, &he) {
-		if r.Context().Err() != nil {
+		switch {
+		case r.Context().Err() != nil:
 			// The client went away mid-query; nobody reads the answer.
 			s.log.Debug("request abandoned", zap.String("method", r.Method),
 				zap.String("path", r.URL.Path), zap.Error(err))
 			return
+		case pgstore.Unavailable(err):
+			s.log.Warn("request failed: postgres unavailable", zap.String("method", r.Method),
+				zap.String("path", r.URL.Path), zap.Error(err))
+			he = &httpError{status: http.StatusServiceUnavailable, msg: "the database is unavailable; retry later",
+				retryAfter: unavailableRetryAfter}
+		default:
+			s.log.Error("request failed", zap.String("method", r.Method),
+				zap.String("path", r.URL.Path), zap.Error(err))
+			he = &httpError{status: http.StatusInternalServerError, msg: "internal error; see the server log"}
 		}
-		s.log.Error("request failed", zap.String("method", r.Method),
-			zap.String("path", r.URL.Path), zap.Error(err))
-		he = &httpError{status: http.StatusInternalServerError, msg: "internal error; see the server log"}
+	}
+	if he.retryAfter != "" {
+		w.Header().Set("Retry-After", he.retryAfter)
 	}
 	s.writeJSON(w, he.status, errorBody{Error: he.msg, Field: he.field})
 }

@@ -15,6 +15,7 @@ type Metrics struct {
 	DLQEntries      *prometheus.GaugeVec
 	LanesBlocked    *prometheus.GaugeVec
 	IngestRecords   *prometheus.CounterVec
+	IngestErrors    *prometheus.CounterVec
 	KafkaLagRecords *prometheus.GaugeVec
 	KafkaLagSeconds *prometheus.GaugeVec
 }
@@ -51,6 +52,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "switchyard_ingest_records_total",
 			Help: "Records consumed by outcome: job, duplicate, poison.",
 		}, []string{"topic", "outcome"}),
+		IngestErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_ingest_errors_total",
+			Help: "Failed attempts to store a batch (rows and offsets), per topic in the batch; the batch is retried.",
+		}, []string{"topic"}),
 		KafkaLagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_kafka_lag_records",
 			Help: "Records between the position stored in Postgres and the partition's end (last stable offset), per owned partition.",
@@ -61,6 +66,6 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"topic"}),
 	}
 	reg.MustRegister(m.QueueOldestAge, m.QueueJobs, m.JobDuration, m.JobAttempts, m.DLQEntries,
-		m.LanesBlocked, m.IngestRecords, m.KafkaLagRecords, m.KafkaLagSeconds)
+		m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.KafkaLagRecords, m.KafkaLagSeconds)
 	return m
 }

@@ -67,11 +67,9 @@ type JobFilter struct {
 	State string
 	Queue string
 	Key   string
-	// Route and DedupeKey find the one job of a dedupe key (I2).
-	Route     string
-	DedupeKey string
-	After     int64
-	Limit     int
+	Route string
+	After int64
+	Limit int
 }
 
 // JobList lists jobs by filter. The filter is bound as parameters; a
@@ -80,9 +78,9 @@ func (s *Store) JobList(ctx context.Context, f JobFilter) ([]JobRow, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
 		WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR queue = $2)
 		  AND ($3::text IS NULL OR key = $3) AND id > $4
-		  AND ($6::text IS NULL OR route = $6) AND ($7::text IS NULL OR dedupe_key = $7)
+		  AND ($6::text IS NULL OR route = $6)
 		ORDER BY id LIMIT $5`, nullable(f.State), nullable(f.Queue), nullable(f.Key), f.After, f.Limit,
-		nullable(f.Route), nullable(f.DedupeKey))
+		nullable(f.Route))
 	if err != nil {
 		return nil, err
 	}
@@ -99,10 +97,19 @@ type DLQEntry struct {
 	Source    *SourceRow      `json:"source"`
 	Attempts  int             `json:"attempts"`
 	LastError string          `json:"last_error"`
-	Errors    json.RawMessage `json:"errors"`
+	Errors    json.RawMessage `json:"errors,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`
-	Payload   []byte          `json:"payload_base64"`
-	Headers   []HeaderRow     `json:"headers"`
+	// Truncated says the entry keeps only a prefix of its record, which
+	// was RecordBytes long (dlq.max_payload_bytes); a re-drive reads the
+	// whole record from Kafka again.
+	Truncated   bool `json:"truncated"`
+	RecordBytes *int `json:"record_bytes,omitempty"`
+	// The record's bytes: only in DLQGet's answer, never in a list, so
+	// that a page of entries costs a bounded amount of memory whatever
+	// the records held.
+	Payload   []byte      `json:"payload_base64,omitempty"`
+	Headers   []HeaderRow `json:"headers,omitempty"`
+	RecordKey []byte      `json:"record_key_base64,omitempty"`
 }
 
 // HeaderRow is one record header; the value is base64 in JSON because
@@ -112,25 +119,42 @@ type HeaderRow struct {
 	Value []byte `json:"value_base64"`
 }
 
-const dlqColumns = `id, reason, route, queue, job_id, src_topic, src_partition, src_offset,
-	attempts, last_error, errors, created_at, payload, header_keys, header_values`
+// dlqSummary is what a list shows of an entry; dlqColumns adds its bytes
+// and history.
+const (
+	dlqSummary = `id, reason, route, queue, job_id, src_topic, src_partition, src_offset,
+	attempts, last_error, created_at, truncated, record_bytes`
+	dlqColumns = dlqSummary + `, errors, payload, header_keys, header_values, record_key`
+)
 
-func scanDLQ(r pgx.CollectableRow) (DLQEntry, error) {
+// scanDLQ scans dlqColumns, or only dlqSummary when !full.
+func scanDLQ(full bool) pgx.RowToFunc[DLQEntry] {
+	return func(r pgx.CollectableRow) (DLQEntry, error) { return scanDLQRow(r, full) }
+}
+
+func scanDLQRow(r pgx.CollectableRow, full bool) (DLQEntry, error) {
 	var e DLQEntry
 	var topic *string
 	var part *int32
 	var off *int64
 	var hk []string
 	var hv [][]byte
-	err := r.Scan(&e.ID, &e.Reason, &e.Route, &e.Queue, &e.JobID, &topic, &part, &off,
-		&e.Attempts, &e.LastError, &e.Errors, &e.CreatedAt, &e.Payload, &hk, &hv)
+	dest := []any{&e.ID, &e.Reason, &e.Route, &e.Queue, &e.JobID, &topic, &part, &off,
+		&e.Attempts, &e.LastError, &e.CreatedAt, &e.Truncated, &e.RecordBytes}
+	if full {
+		dest = append(dest, &e.Errors, &e.Payload, &hk, &hv, &e.RecordKey)
+	}
+	err := r.Scan(dest...)
 	if topic != nil && part != nil && off != nil {
 		e.Source = &SourceRow{Topic: *topic, Partition: *part, Offset: *off}
 	}
-	e.Headers = []HeaderRow{}
-	for i := range hk {
-		if i < len(hv) {
-			e.Headers = append(e.Headers, HeaderRow{Key: hk[i], Value: hv[i]})
+	if full {
+		e.Payload = nonNilByte(e.Payload)
+		e.Headers = []HeaderRow{}
+		for i := range hk {
+			if i < len(hv) {
+				e.Headers = append(e.Headers, HeaderRow{Key: hk[i], Value: hv[i]})
+			}
 		}
 	}
 	return e, err
@@ -145,16 +169,17 @@ type DLQFilter struct {
 	Limit  int
 }
 
-// DLQList lists DLQ entries by id.
+// DLQList lists DLQ entries by id, without their bytes and error history
+// (see DLQEntry).
 func (s *Store) DLQList(ctx context.Context, f DLQFilter) ([]DLQEntry, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+dlqColumns+` FROM dlq_entries
+	rows, err := s.pool.Query(ctx, `SELECT `+dlqSummary+` FROM dlq_entries
 		WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR reason = $2)
 		  AND ($3::text IS NULL OR route = $3) AND id > $4
 		ORDER BY id LIMIT $5`, nullable(f.Queue), nullable(f.Reason), nullable(f.Route), f.After, f.Limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, scanDLQ)
+	return pgx.CollectRows(rows, scanDLQ(false))
 }
 
 // DLQGet returns one entry or ErrNotFound.
@@ -163,7 +188,7 @@ func (s *Store) DLQGet(ctx context.Context, id int64) (DLQEntry, error) {
 	if err != nil {
 		return DLQEntry{}, err
 	}
-	e, err := pgx.CollectExactlyOneRow(rows, scanDLQ)
+	e, err := pgx.CollectExactlyOneRow(rows, scanDLQ(true))
 	return e, notFound(err)
 }
 

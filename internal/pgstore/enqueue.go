@@ -8,41 +8,88 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// JobEnqueue inserts one runnable job (from the admin API or a schedule),
-// runnable from runAt (the zero time: now), or finds the job its dedupe key
-// already made (I2). It returns the job's id and state and whether this
-// call created it; a created job wakes its queue.
-func (s *Store) JobEnqueue(ctx context.Context, j NewJob, runAt time.Time) (id int64, state string, created bool, err error) {
+// Enqueued is what JobEnqueue did.
+type Enqueued struct {
+	ID    int64
+	State string
+	// Created says this call made the job; false means an earlier call
+	// with the same dedupe key did (I2).
+	Created bool
+	// SamePayload, for a job that existed already, says whether its
+	// payload is the one this call brought: a key reused for a different
+	// request is the caller's mistake, not a retry.
+	SamePayload bool
+}
+
+// JobEnqueue inserts one job that did not come from Kafka (the admin API
+// or a schedule), runnable from runAt (the zero time: now), or finds the
+// job its dedupe key already made in its origin's namespace (I2). A job
+// of an ordered route (j.Lane set) joins its key's lane in the same
+// transaction, promoted if the lane is idle: it takes its place by
+// version, after the lane's Kafka records of the same version (it has no
+// offset). A created job that is runnable wakes its queue.
+func (s *Store) JobEnqueue(ctx context.Context, j NewJob, runAt time.Time) (Enqueued, error) {
 	var at *time.Time
 	if !runAt.IsZero() {
 		at = &runAt
 	}
-	if j.Payload == nil {
-		j.Payload = []byte{} // NOT NULL
+	state := "queued"
+	if j.Lane != nil {
+		state = "waiting"
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	var e Enqueued
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		e = Enqueued{}
 		err := tx.QueryRow(ctx, `
-			INSERT INTO jobs (route, kind, queue, state, key, dedupe_key, payload, header_keys, header_values,
-				max_attempts, deadline, scheduled_at)
-			VALUES ($1, $2, $3, 'queued', $4, $5, $6, $7, $8, $9, $10, coalesce($11, now()))
-			ON CONFLICT (route, dedupe_key) DO NOTHING
-			RETURNING id, state`,
-			j.Route, j.Kind, j.Queue, j.Key, j.DedupeKey, j.Payload, nonNil(j.HeaderKeys),
-			nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline, at).Scan(&id, &state)
+			INSERT INTO jobs (origin, route, kind, queue, state, key, version, dedupe_key, payload,
+				header_keys, header_values, max_attempts, deadline, scheduled_at, lane)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, coalesce($14, now()), $15)
+			ON CONFLICT (route, origin, dedupe_key) DO NOTHING
+			RETURNING id`,
+			j.origin(), j.Route, j.Kind, j.Queue, state, j.Key, j.Version, j.DedupeKey, nonNilByte(j.Payload),
+			nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline, at, j.Lane != nil).Scan(&e.ID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The conflict waited for the row's transaction to end, so a
 			// new statement sees it.
-			return tx.QueryRow(ctx, `SELECT id, state FROM jobs WHERE route = $1 AND dedupe_key = $2`,
-				j.Route, j.DedupeKey).Scan(&id, &state)
+			return tx.QueryRow(ctx, `SELECT id, state, payload = $4 FROM jobs
+				WHERE route = $1 AND origin = $2 AND dedupe_key = $3`,
+				j.Route, j.origin(), j.DedupeKey, nonNilByte(j.Payload)).Scan(&e.ID, &e.State, &e.SamePayload)
 		}
 		if err != nil {
 			return err
 		}
-		created = true
+		e.Created, e.SamePayload, e.State = true, true, state
+		if j.Lane != nil {
+			jobs := []NewJob{j}
+			if err := upsertLanes(ctx, tx, jobs); err != nil {
+				return err
+			}
+			if err := promoteLanes(ctx, tx, jobs); err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, e.ID).Scan(&e.State); err != nil {
+				return err
+			}
+		}
+		if e.State != "queued" {
+			return nil
+		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.Channel(), j.Queue)
 		return err
 	})
-	return id, state, created, err
+	return e, err
+}
+
+// JobFind returns the job of a dedupe key in an origin's namespace, or
+// ErrNotFound.
+func (s *Store) JobFind(ctx context.Context, route, origin, dedupeKey string) (JobRow, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE route = $1 AND origin = $2 AND dedupe_key = $3`, route, origin, dedupeKey)
+	if err != nil {
+		return JobRow{}, err
+	}
+	j, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	return j, notFound(err)
 }
 
 // QueueFull reports whether a queue holds at least limit runnable jobs,
@@ -54,11 +101,12 @@ func (s *Store) QueueFull(ctx context.Context, queue string, limit int) (bool, e
 	return n >= limit, err
 }
 
-// RouteLastDedupeKey is the greatest dedupe key among a route's retained
-// jobs ("" when it has none): a schedule's last enqueued slot.
+// RouteLastDedupeKey is the greatest dedupe key among a schedule route's
+// retained jobs ("" when it has none): the schedule's last enqueued slot.
 func (s *Store) RouteLastDedupeKey(ctx context.Context, route string) (string, error) {
 	var k *string
-	err := s.pool.QueryRow(ctx, `SELECT max(dedupe_key COLLATE "C") FROM jobs WHERE route = $1`, route).Scan(&k)
+	err := s.pool.QueryRow(ctx, `SELECT max(dedupe_key COLLATE "C") FROM jobs
+		WHERE route = $1 AND origin = 'schedule'`, route).Scan(&k)
 	if k == nil {
 		return "", err
 	}

@@ -4,14 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// Origins of jobs. Each is a dedupe namespace of its own (I2): the
+// dedupe index is (route, origin, dedupe key), so a value of one origin
+// can never match a job of another.
+const (
+	OriginKafka    = "kafka"
+	OriginAPI      = "api"
+	OriginSchedule = "schedule"
+)
+
+// MaxKeyBytes bounds a job's key and its dedupe key. Both are btree
+// index entries (the lanes' primary key, the dedupe and key indexes), and
+// Postgres refuses an entry over about 2.7 kB with an error that fails
+// the whole statement, and with it every record of a batch. Ingest parks
+// a record whose key or dedupe value is longer (too_large); the API
+// answers 400. 1 KiB leaves room for the route name beside the key.
+const MaxKeyBytes = 1024
+
 // NewJob is one job row to insert from a record.
 type NewJob struct {
+	// Origin is where the job came from: OriginKafka (the zero value),
+	// OriginAPI or OriginSchedule.
+	Origin      string
 	Route       string
 	Kind        string
 	Queue       string
@@ -29,6 +51,28 @@ type NewJob struct {
 	// Lane is set for jobs of ordered routes: they wait in their key's
 	// lane instead of being runnable at once.
 	Lane *LanePolicy
+	// RecordKey is the Kafka record's key, kept only in case the job is
+	// refused and parked (see Poison.RecordKey); it is not a job column.
+	RecordKey []byte
+}
+
+// recordRoute identifies a job within an ingest batch: one per record and
+// route.
+type recordRoute struct {
+	topic, route string
+	partition    int32
+	offset       int64
+}
+
+func (j *NewJob) recordRoute() recordRoute {
+	return recordRoute{j.Topic, j.Route, j.Partition, j.Offset}
+}
+
+func (j *NewJob) origin() string {
+	if j.Origin == "" {
+		return OriginKafka
+	}
+	return j.Origin
 }
 
 // LanePolicy is an ordered route's lane settings, stored on the lane row.
@@ -48,9 +92,17 @@ type Poison struct {
 	Payload    []byte
 	HeaderKeys []string
 	HeaderVals [][]byte
-	Topic      string
-	Partition  int32
-	Offset     int64
+	// RecordKey is the record's key (nil when it had none), so that a
+	// re-drive decodes the record as it was read.
+	RecordKey []byte
+	// Truncated says Payload, the headers and RecordKey hold only part of
+	// the record, which was RecordBytes long: a re-drive reads it again
+	// from Kafka.
+	Truncated   bool
+	RecordBytes int
+	Topic       string
+	Partition   int32
+	Offset      int64
 }
 
 // OffsetAdvance moves one partition's stored position. Expected is the
@@ -78,12 +130,33 @@ type IngestResult struct {
 	// InsertedByTopic splits Inserted by source topic, for metrics.
 	InsertedByTopic map[string]int64
 	Parked          int64 // DLQ entries for poison records
+	// RefusedByTopic counts, by source topic, the jobs that Postgres
+	// refused for their data and that were parked instead (see
+	// insertJobs): poison that only the database could see.
+	RefusedByTopic map[string]int64
 	// Queues that received runnable jobs, for wake-ups.
 	Queues []string
 }
 
+// add merges the counts of another statement of the same batch.
+func (r *IngestResult) add(o IngestResult) {
+	r.Inserted += o.Inserted
+	r.Duplicates += o.Duplicates
+	for t, n := range o.InsertedByTopic {
+		if r.InsertedByTopic == nil {
+			r.InsertedByTopic = map[string]int64{}
+		}
+		r.InsertedByTopic[t] += n
+	}
+	for _, q := range o.Queues {
+		if !slices.Contains(r.Queues, q) {
+			r.Queues = append(r.Queues, q)
+		}
+	}
+}
+
 const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS ingest_stage (
-	route text, kind text, queue text, key text, version bigint, dedupe_key text,
+	origin text, route text, kind text, queue text, key text, version bigint, dedupe_key text,
 	payload bytea, header_keys text[], header_values bytea[], max_attempts integer,
 	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint, lane boolean
 ) ON COMMIT DELETE ROWS`
@@ -94,7 +167,9 @@ const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS ingest_stage (
 // measured (see DESIGN-NOTES). The offset of each partition advances only
 // if it still holds the value this consumer last saw; otherwise another
 // member processed the range, everything rolls back and ErrOffsetFenced is
-// returned. Idle pools are woken with NOTIFY, delivered at commit.
+// returned. A job that Postgres refuses for its data is parked in its
+// record's place, and the rest commit (I6, see insertJobs). Idle pools are
+// woken with NOTIFY, delivered at commit.
 func (s *Store) IngestCommit(ctx context.Context, b IngestBatch) (IngestResult, error) {
 	var res IngestResult
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -103,13 +178,29 @@ func (s *Store) IngestCommit(ctx context.Context, b IngestBatch) (IngestResult, 
 		if err := advanceOffsets(ctx, tx, b.Group, b.Offsets); err != nil {
 			return err
 		}
+		poison := b.Poison
 		if len(b.Jobs) > 0 {
-			if err := insertJobs(ctx, tx, b.Jobs, &res); err != nil {
+			refused, err := insertJobs(ctx, tx, b.Jobs, &res)
+			if err != nil {
+				return err
+			}
+			stored := b.Jobs
+			if len(refused) > 0 {
+				res.RefusedByTopic = map[string]int64{}
+				out := map[recordRoute]bool{}
+				for _, r := range refused {
+					res.RefusedByTopic[r.job.Topic]++
+					poison = append(poison, r.job.refusedPoison(r.err))
+					out[r.job.recordRoute()] = true
+				}
+				stored = slices.DeleteFunc(slices.Clone(b.Jobs), func(j NewJob) bool { return out[j.recordRoute()] })
+			}
+			if err := promoteLanes(ctx, tx, stored); err != nil {
 				return err
 			}
 		}
-		if len(b.Poison) > 0 {
-			n, err := insertPoison(ctx, tx, b.Poison)
+		if len(poison) > 0 {
+			n, err := insertPoison(ctx, tx, poison)
 			if err != nil {
 				return err
 			}
@@ -131,42 +222,121 @@ func (s *Store) IngestCommit(ctx context.Context, b IngestBatch) (IngestResult, 
 func (s *Store) Channel() string { return s.schema + "_jobs" }
 
 // insertJobs inserts a batch of job rows, skipping dedupe-key conflicts
-// (I2). Conflicts are rare outside redelivery and replay, so it first
-// COPYs straight into jobs under a savepoint — as fast as a plain COPY —
-// and only when the unique index objects does it roll back to the
-// savepoint and take the staged path: COPY into a temp table, then one
-// INSERT … ON CONFLICT DO NOTHING.
-func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult) error {
-	if _, err := tx.Exec(ctx, `SAVEPOINT ingest_copy`); err != nil {
-		return err
-	}
-	n, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, copyColumns, jobRows(jobs, true))
-	switch {
-	case err == nil:
-		if _, err := tx.Exec(ctx, `RELEASE SAVEPOINT ingest_copy`); err != nil {
-			return err
-		}
-		res.Inserted = n
-		res.InsertedByTopic = map[string]int64{}
-		seen := map[string]bool{}
-		for _, j := range jobs {
-			res.InsertedByTopic[j.Topic]++
-			if !seen[j.Queue] {
-				seen[j.Queue] = true
-				res.Queues = append(res.Queues, j.Queue)
+// (I2), and creates the lanes of its ordered jobs. Conflicts are rare
+// outside redelivery and replay, so it first COPYs straight into jobs —
+// as fast as a plain COPY — and only when the unique index objects does
+// it roll back and take the staged path: COPY into a temp table, then
+// one INSERT … ON CONFLICT DO NOTHING.
+//
+// Rows that Postgres refuses for their data (a value no check in decode
+// foresaw) come back as refused instead of failing the batch: the
+// insert is bisected under savepoints until each refused row stands
+// alone, so that no record can stop its partition (I6). Lanes are not
+// promoted here, so that the order of promotion never depends on how a
+// batch was split: the caller promotes once, after every row is in.
+func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult) ([]refused[NewJob], error) {
+	return bisect(ctx, tx, jobs, func(jobs []NewJob) error {
+		var part IngestResult
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, copyColumns, jobRows(jobs, true))
+		switch {
+		case err == nil:
+			part.Inserted = n
+			part.InsertedByTopic = map[string]int64{}
+			for _, j := range jobs {
+				part.InsertedByTopic[j.Topic]++
+				if !slices.Contains(part.Queues, j.Queue) {
+					part.Queues = append(part.Queues, j.Queue)
+				}
 			}
+		case isUniqueViolation(err):
+			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT `+bisectSavepoint); err != nil {
+				return err
+			}
+			if err := insertStaged(ctx, tx, jobs, &part); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("copy jobs: %w", err)
 		}
-	case isUniqueViolation(err):
-		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT ingest_copy`); err != nil {
+		if err := upsertLanes(ctx, tx, jobs); err != nil {
 			return err
 		}
-		if err := insertStaged(ctx, tx, jobs, res); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("copy jobs: %w", err)
+		res.add(part)
+		return nil
+	})
+}
+
+// bisectSavepoint is the savepoint that bisect holds around each insert;
+// an insert may roll back to it to try again another way.
+const bisectSavepoint = "ingest_rows"
+
+// refused is an item Postgres would not store, with its reason.
+type refused[T any] struct {
+	job T
+	err *pgconn.PgError
+}
+
+// bisect runs insert over items under a savepoint. When Postgres refuses
+// them for their data (refusedData), it rolls back and splits them, until
+// each refused item stands alone, and returns those: k bad items among n
+// cost O(k log n) statements, and a good batch nothing but the savepoint.
+// Any other error is returned as is: the transaction is then aborted.
+func bisect[T any](ctx context.Context, tx pgx.Tx, items []T, insert func([]T) error) ([]refused[T], error) {
+	if _, err := tx.Exec(ctx, `SAVEPOINT `+bisectSavepoint); err != nil {
+		return nil, err
 	}
-	return promoteLanes(ctx, tx, jobs)
+	err := insert(items)
+	if err == nil {
+		_, err = tx.Exec(ctx, `RELEASE SAVEPOINT `+bisectSavepoint)
+		return nil, err
+	}
+	pe, ok := refusedData(err)
+	if !ok {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT `+bisectSavepoint+`; RELEASE SAVEPOINT `+bisectSavepoint); err != nil {
+		return nil, err
+	}
+	if len(items) == 1 {
+		return []refused[T]{{items[0], pe}}, nil
+	}
+	mid := len(items) / 2
+	first, err := bisect(ctx, tx, items[:mid], insert)
+	if err != nil {
+		return nil, err
+	}
+	second, err := bisect(ctx, tx, items[mid:], insert)
+	return append(first, second...), err
+}
+
+// refusedData reports whether Postgres refused a statement for the data
+// it was given rather than for its own state: a data exception (class
+// 22, e.g. bytes that text cannot hold), a program limit (54, e.g. an
+// index entry too large) or an integrity constraint (23; the dedupe
+// conflict never gets here, ON CONFLICT absorbs it).
+func refusedData(err error) (*pgconn.PgError, bool) {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) != 5 {
+		return nil, false
+	}
+	switch pe.Code[:2] {
+	case "22", "23", "54":
+		return pe, true
+	}
+	return nil, false
+}
+
+// refusedPoison is the DLQ entry of a job Postgres refused, with
+// Postgres's own words as the error.
+func (j NewJob) refusedPoison(pe *pgconn.PgError) Poison {
+	reason := "decode"
+	if strings.HasPrefix(pe.Code, "54") {
+		reason = "too_large"
+	}
+	return Poison{Reason: reason, Route: j.Route, Queue: j.Queue,
+		Error:   fmt.Sprintf("Postgres refused the job: %s (SQLSTATE %s)", pe.Message, pe.Code),
+		Payload: j.Payload, HeaderKeys: j.HeaderKeys, HeaderVals: j.HeaderVals, RecordKey: j.RecordKey,
+		Topic: j.Topic, Partition: j.Partition, Offset: j.Offset}
 }
 
 func isUniqueViolation(err error) bool {
@@ -174,7 +344,7 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
-var copyColumns = []string{"route", "kind", "queue", "key", "version", "dedupe_key",
+var copyColumns = []string{"origin", "route", "kind", "queue", "key", "version", "dedupe_key",
 	"payload", "header_keys", "header_values", "max_attempts", "deadline",
 	"src_topic", "src_partition", "src_offset", "lane", "state"}
 
@@ -188,7 +358,7 @@ func jobRows(jobs []NewJob, withState bool) pgx.CopyFromSource {
 		if payload == nil {
 			payload = []byte{}
 		}
-		row := []any{j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey,
+		row := []any{j.origin(), j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey,
 			payload, nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline,
 			j.Topic, j.Partition, j.Offset, j.Lane != nil}
 		if withState {
@@ -212,15 +382,15 @@ func insertStaged(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResu
 	}
 	rows, err := tx.Query(ctx, `
 		WITH ins AS (
-			INSERT INTO jobs (route, kind, queue, state, key, version, dedupe_key, payload,
+			INSERT INTO jobs (origin, route, kind, queue, state, key, version, dedupe_key, payload,
 				header_keys, header_values, max_attempts, deadline, src_topic, src_partition, src_offset, lane)
-			SELECT route, kind, queue, CASE WHEN lane THEN 'waiting' ELSE 'queued' END, key, version,
+			SELECT origin, route, kind, queue, CASE WHEN lane THEN 'waiting' ELSE 'queued' END, key, version,
 				dedupe_key, payload, header_keys, header_values, max_attempts, deadline,
 				src_topic, src_partition, src_offset, lane
 			-- No ORDER BY: rows are staged in offset order per partition
 			-- already, and sorting wide rows cost ~30% of ingest.
 			FROM ingest_stage
-			ON CONFLICT (route, dedupe_key) DO NOTHING
+			ON CONFLICT (route, origin, dedupe_key) DO NOTHING
 			RETURNING queue, src_topic
 		)
 		SELECT queue, src_topic, count(*) FROM ins GROUP BY queue, src_topic`)
@@ -230,12 +400,10 @@ func insertStaged(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResu
 	var queue, topic string
 	var n int64
 	res.InsertedByTopic = map[string]int64{}
-	seen := map[string]bool{}
 	_, err = pgx.ForEachRow(rows, []any{&queue, &topic, &n}, func() error {
 		res.Inserted += n
 		res.InsertedByTopic[topic] += n
-		if !seen[queue] {
-			seen[queue] = true
+		if !slices.Contains(res.Queues, queue) {
 			res.Queues = append(res.Queues, queue)
 		}
 		return nil
@@ -247,27 +415,40 @@ func insertStaged(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResu
 	return nil
 }
 
-// promoteLanes creates the lanes of the batch's ordered jobs and promotes
-// a head in every idle one. Lane rows are locked in (route, key) order, so
-// two batches touching the same lanes cannot deadlock; ON CONFLICT DO
-// UPDATE locks the row even when its WHERE leaves it unchanged, and writes
-// only when the route's lane settings changed.
-func promoteLanes(ctx context.Context, tx pgx.Tx, jobs []NewJob) error {
+// batchLanes are the distinct lanes of a batch's ordered jobs, with their
+// route's settings, in parallel arrays for unnest.
+type batchLanes struct {
+	route, key, policy, onDead, gapPolicy []string
+	gapMS                                 []int64
+}
+
+func lanesOf(jobs []NewJob) batchLanes {
 	type laneKey struct{ route, key string }
 	seen := map[laneKey]bool{}
-	var route, key, policy, onDead, gapPolicy []string
-	var gapMS []int64
+	var l batchLanes
 	for _, j := range jobs {
 		k := laneKey{j.Route, j.Key}
 		if j.Lane == nil || seen[k] {
 			continue
 		}
 		seen[k] = true
-		route, key = append(route, j.Route), append(key, j.Key)
-		policy, onDead = append(policy, j.Lane.Policy), append(onDead, j.Lane.OnDead)
-		gapMS, gapPolicy = append(gapMS, j.Lane.GapTimeout.Milliseconds()), append(gapPolicy, j.Lane.GapPolicy)
+		l.route, l.key = append(l.route, j.Route), append(l.key, j.Key)
+		l.policy, l.onDead = append(l.policy, j.Lane.Policy), append(l.onDead, j.Lane.OnDead)
+		l.gapMS, l.gapPolicy = append(l.gapMS, j.Lane.GapTimeout.Milliseconds()), append(l.gapPolicy, j.Lane.GapPolicy)
 	}
-	if len(route) == 0 {
+	return l
+}
+
+// upsertLanes creates the lanes of the batch's ordered jobs, or updates
+// their settings when the route's changed. Lane rows are locked in
+// (route, key) order, so two batches touching the same lanes cannot
+// deadlock; ON CONFLICT DO UPDATE locks the row even when its WHERE leaves
+// it unchanged, and writes only when the settings changed. (A batch that
+// insertJobs had to split locks its lanes segment by segment: a deadlock
+// there is an error like any other, and the whole batch is retried.)
+func upsertLanes(ctx context.Context, tx pgx.Tx, jobs []NewJob) error {
+	l := lanesOf(jobs)
+	if len(l.route) == 0 {
 		return nil
 	}
 	_, err := tx.Exec(ctx, `
@@ -280,44 +461,94 @@ func promoteLanes(ctx context.Context, tx pgx.Tx, jobs []NewJob) error {
 			gap_timeout = excluded.gap_timeout, gap_policy = excluded.gap_policy
 		WHERE (l.policy, l.on_dead, l.gap_timeout, l.gap_policy)
 			IS DISTINCT FROM (excluded.policy, excluded.on_dead, excluded.gap_timeout, excluded.gap_policy)`,
-		route, key, policy, onDead, gapMS, gapPolicy)
+		l.route, l.key, l.policy, l.onDead, l.gapMS, l.gapPolicy)
 	if err != nil {
 		return fmt.Errorf("lanes: %w", err)
 	}
-	_, err = tx.Exec(ctx, `
+	return nil
+}
+
+// promoteLanes promotes a head in every idle lane of the batch's ordered
+// jobs (upsertLanes made them). A refused job has no lane row of its own,
+// and promotion only ever looks at rows that exist.
+func promoteLanes(ctx context.Context, tx pgx.Tx, jobs []NewJob) error {
+	l := lanesOf(jobs)
+	if len(l.route) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
 		SELECT lane_promote(l.route, l.key)
 		FROM lanes l JOIN unnest($1::text[], $2::text[]) AS u(route, key) USING (route, key)
 		WHERE l.head_job_id IS NULL AND NOT l.blocked
-		ORDER BY l.route, l.key`, route, key)
+		ORDER BY l.route, l.key`, l.route, l.key)
 	if err != nil {
 		return fmt.Errorf("promote lanes: %w", err)
 	}
 	return nil
 }
 
+// insertPoison parks poison records, once each however often they are
+// redelivered. An entry that Postgres refuses for its data (as a refused
+// job's entry could be, for the same bytes) is parked again without the
+// record's bytes, under an error that says so: the position and the
+// reason are what an operator needs, and the record is still in Kafka.
 func insertPoison(ctx context.Context, tx pgx.Tx, ps []Poison) (int64, error) {
-	batch := &pgx.Batch{}
-	for _, p := range ps {
-		batch.Queue(`
-			INSERT INTO dlq_entries (reason, route, queue, src_topic, src_partition, src_offset,
-				last_error, errors, payload, header_keys, header_values)
-			VALUES ($1, $2, $3, $4, $5, $6, $7,
-				jsonb_build_array(jsonb_build_object('error', $7::text, 'at', now())), $8, $9, $10)
-			ON CONFLICT DO NOTHING`,
-			p.Reason, p.Route, p.Queue, p.Topic, p.Partition, p.Offset, p.Error, p.Payload,
-			nonNil(p.HeaderKeys), nonNilBytes(p.HeaderVals))
-	}
-	br := tx.SendBatch(ctx, batch)
 	var n int64
-	for range ps {
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return 0, err
+	insert := func(ps []Poison) error {
+		batch := &pgx.Batch{}
+		for _, p := range ps {
+			batch.Queue(`
+				INSERT INTO dlq_entries (reason, route, queue, src_topic, src_partition, src_offset,
+					last_error, errors, payload, header_keys, header_values, record_key, truncated, record_bytes)
+				VALUES ($1, $2, $3, $4, $5, $6, $7,
+					jsonb_build_array(jsonb_build_object('error', $7::text, 'at', now())), $8, $9, $10, $11, $12, $13)
+				ON CONFLICT DO NOTHING`,
+				p.Reason, p.Route, p.Queue, p.Topic, p.Partition, p.Offset, p.Error, nonNilByte(p.Payload),
+				nonNil(p.HeaderKeys), nonNilBytes(p.HeaderVals), p.RecordKey, p.Truncated, nullableInt(p.RecordBytes))
 		}
-		n += tag.RowsAffected()
+		br := tx.SendBatch(ctx, batch)
+		var parked int64
+		for range ps {
+			tag, err := br.Exec()
+			if err != nil {
+				br.Close()
+				return err
+			}
+			parked += tag.RowsAffected()
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		n += parked
+		return nil
 	}
-	return n, br.Close()
+	refused, err := bisect(ctx, tx, ps, insert)
+	if err != nil || len(refused) == 0 {
+		return n, err
+	}
+	bare := make([]Poison, len(refused))
+	for i, r := range refused {
+		p := r.job
+		bare[i] = Poison{Reason: p.Reason, Route: p.Route, Queue: p.Queue, Topic: p.Topic, Partition: p.Partition,
+			Offset: p.Offset, Truncated: true, RecordBytes: len(p.RecordKey) + len(p.Payload),
+			Error: fmt.Sprintf("%s; parked without the record's bytes, which Postgres refused: %s (SQLSTATE %s)",
+				truncate(p.Error, 2048), r.err.Message, r.err.Code)}
+	}
+	return n, insert(bare)
+}
+
+func nonNilByte(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func nullableInt(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
 }
 
 // advanceOffsets is the fence of I1: each partition's stored position

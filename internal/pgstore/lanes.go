@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -20,6 +21,9 @@ var (
 	// ErrRecordEntry means a DLQ entry is a record that never became a
 	// job: it needs decoding again, not a state change.
 	ErrRecordEntry = errors.New("the entry is a record that never became a job")
+	// ErrRefused means Postgres refused a job for its data (a value that
+	// decoding did not foresee); the record stays parked.
+	ErrRefused = errors.New("refused by Postgres for its data")
 )
 
 // LaneSweepGaps retries promotion of strict lanes whose gap has waited
@@ -168,8 +172,10 @@ func (s *Store) DLQDiscard(ctx context.Context, entryID int64) error {
 
 // DLQRedriveRecord turns a parked record into a job (decoded again by the
 // caller, e.g. after a route fix) and removes its entry, in one
-// transaction. An existing job with the same dedupe key wins (I2).
-func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob) (inserted bool, err error) {
+// transaction, and returns the job's id. An existing job with the same
+// dedupe key wins (I2). A job Postgres refuses for its data leaves the
+// entry as it was and returns an error wrapping ErrRefused.
+func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob) (jobID int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := lockEntry(ctx, tx, entryID); !errors.Is(err, ErrRecordEntry) {
 			if err == nil {
@@ -177,11 +183,22 @@ func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob)
 			}
 			return err
 		}
+		jobs := []NewJob{job}
 		var res IngestResult
-		if err := insertJobs(ctx, tx, []NewJob{job}, &res); err != nil {
+		refused, err := insertJobs(ctx, tx, jobs, &res)
+		if err != nil {
 			return err
 		}
-		inserted = res.Inserted == 1
+		if len(refused) > 0 {
+			return fmt.Errorf("%w: %s (SQLSTATE %s)", ErrRefused, refused[0].err.Message, refused[0].err.Code)
+		}
+		if err := promoteLanes(ctx, tx, jobs); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT id FROM jobs WHERE route = $1 AND origin = $2 AND dedupe_key = $3`,
+			job.Route, job.origin(), job.DedupeKey).Scan(&jobID); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM dlq_entries WHERE id = $1`, entryID); err != nil {
 			return err
 		}
@@ -191,7 +208,7 @@ func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob)
 		}
 		return nil
 	})
-	return inserted, err
+	return jobID, err
 }
 
 // lockEntry locks a DLQ entry and returns its job id, or ErrRecordEntry.
@@ -222,7 +239,7 @@ func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string)
 					lease_expires_at = NULL,
 					state = CASE WHEN NOT j.lane OR EXISTS (SELECT 1 FROM lanes l
 						WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id) THEN 'queued' ELSE 'waiting' END
-				WHERE j.route = $1 AND j.dedupe_key = ANY($2::text[])
+				WHERE j.route = $1 AND j.origin = 'kafka' AND j.dedupe_key = ANY($2::text[])
 				  AND j.state IN ('succeeded', 'dead', 'cancelled', 'skipped', 'expired')
 				RETURNING j.id, j.queue, j.state, j.key
 			), d AS (

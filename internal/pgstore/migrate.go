@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,6 +61,11 @@ func LatestVersion() int {
 // wait on the lock and then find nothing to do. It returns the names of
 // the migrations it applied.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
+	return s.migrateTo(ctx, math.MaxInt)
+}
+
+// migrateTo is Migrate up to and including migration last.
+func (s *Store) migrateTo(ctx context.Context, last int) ([]string, error) {
 	ms, err := migrations()
 	if err != nil {
 		return nil, err
@@ -95,7 +101,7 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 			done[v] = true
 		}
 		for _, m := range ms {
-			if done[m.version] {
+			if done[m.version] || m.version > last {
 				continue
 			}
 			if _, err := tx.Exec(ctx, m.sql); err != nil {

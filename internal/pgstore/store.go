@@ -12,7 +12,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"regexp"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,6 +37,10 @@ var (
 )
 
 var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// defaultConnectTimeout bounds a connection attempt when the URL sets no
+// connect_timeout.
+const defaultConnectTimeout = 5 * time.Second
 
 // ValidSchema reports whether name is an allowed schema identifier.
 func ValidSchema(name string) bool { return schemaPattern.MatchString(name) }
@@ -71,8 +80,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
-		// pgx's parse error can echo the URL, password included.
+		// pgx's parse error can echo the URL, password included;
+		// config.CheckPostgresURL says what is wrong without it.
 		return nil, errors.New("postgres.url: invalid connection string")
+	}
+	if pc.ConnConfig.ConnectTimeout == 0 {
+		// Without one, a connection to an unreachable host waits for the
+		// kernel's TCP timeout (minutes) and every request with it.
+		pc.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
 	pc.MaxConns = cfg.MaxConns
 	rp := pc.ConnConfig.RuntimeParams
@@ -89,6 +104,23 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres: %w", redact(err))
 	}
 	return &Store{pool: pool, schema: cfg.Schema}, nil
+}
+
+// Unavailable reports whether err means the database cannot be reached
+// or cannot take work now (a failed connection, a server shutting down or
+// out of connections, a statement cut off by statement_timeout), as
+// opposed to a mistake in the request: the caller may retry later.
+func Unavailable(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || pgconn.SafeToRetry(err) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || slices.Contains([]string{"53300", "57014", "57P01", "57P02", "57P03"}, pe.Code)
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // Close closes the pool.

@@ -178,10 +178,10 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, slot time.Time) error {
 	if j := e.Jitter.D(); j > 0 {
 		runAt = runAt.Add(rand.N(j))
 	}
-	_, _, created, err := s.store.JobEnqueue(ctx, pgstore.NewJob{Route: Route(e.Name), Kind: e.Kind, Queue: e.Queue,
-		DedupeKey: slotKey(slot), Payload: payload, MaxAttempts: e.MaxAttempts,
+	enq, err := s.store.JobEnqueue(ctx, pgstore.NewJob{Route: Route(e.Name), Kind: e.Kind, Queue: e.Queue,
+		Origin: pgstore.OriginSchedule, DedupeKey: slotKey(slot), Payload: payload, MaxAttempts: e.MaxAttempts,
 		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}}, runAt)
-	if err == nil && created {
+	if err == nil && enq.Created {
 		s.log.Info("scheduled job enqueued", zap.String("schedule", e.Name), zap.Time("slot", slot))
 	}
 	return err

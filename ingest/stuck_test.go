@@ -1,0 +1,65 @@
+package ingest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/switchyard-dev/switchyard/internal/metrics"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// A consumer that cannot store its batch says so: Ready fails once the
+// batch has waited longer than StuckAfter (so /readyz turns not ready),
+// every failed attempt counts in switchyard_ingest_errors_total, and the
+// attempts, and their log lines, come at a backed-off rate. When the
+// database takes the batch again, all of it is stored and Ready passes.
+func TestStuckIngestIsVisible(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 1)
+	ctx := context.Background()
+	// Storing fails as long as the jobs table is not where it belongs.
+	if _, err := store.Pool().Exec(ctx, `ALTER TABLE jobs RENAME TO jobs_away`); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Produce(t, topic, records(0, 0, 20)...)
+	core, logs := observer.New(zap.WarnLevel)
+	m := metrics.New(prometheus.NewRegistry())
+	c, err := New(Config{Brokers: testenv.Brokers(t), Group: testenv.Name("g"), Routes: []*Route{route(t, topic, "event")},
+		StuckAfter: time.Second}, store, zap.New(core), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	testenv.Eventually(t, 30*time.Second, "ingest reported stuck", func() bool { return c.Ready() != nil })
+	stuckAt := time.Now()
+	if msg := c.Ready().Error(); !strings.Contains(msg, "has not stored a polled batch") {
+		t.Errorf("Ready: %q", msg)
+	}
+	if n := testutil.ToFloat64(m.IngestErrors.WithLabelValues(topic)); n < 1 {
+		t.Errorf("switchyard_ingest_errors_total{topic} = %v, want at least 1", n)
+	}
+	// Over the first second and more, a retry at full speed would have
+	// made hundreds of attempts; the backoff makes a handful.
+	attempts := logs.FilterMessage("storing batch failed; retrying").Len()
+	if attempts > 12 {
+		t.Errorf("%d attempts logged within %s of being stuck: not backed off", attempts, time.Since(stuckAt)+time.Second)
+	}
+	if _, err := store.Pool().Exec(ctx, `ALTER TABLE jobs_away RENAME TO jobs`); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the batch stored", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs`) == 20
+	})
+	testenv.Eventually(t, 10*time.Second, "ingest ready again", func() bool { return c.Ready() == nil })
+}
