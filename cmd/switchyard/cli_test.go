@@ -66,6 +66,12 @@ routes:
   - {topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
 `)
 	topLevelTypo := writeFile(t, head+"shutdown_grase: 5s\n"+validQueuesAndRoute)
+	explicitZero := writeFile(t, head+`queues:
+  q: {concurrency: 0}
+routes:
+  - {topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
+`)
+	openListen := writeFile(t, head+"http: {listen: \"0.0.0.0:8080\"}\n"+validQueuesAndRoute)
 
 	cases := []struct {
 		name string
@@ -88,6 +94,10 @@ routes:
 			[]string{"routes[0].queue", `unknown queue "nope"`}},
 		{"bad duration", []string{"run", "--config", badDuration}, exitUsage,
 			[]string{"queues.q.lease", `"5 parsecs"`}},
+		{"explicit zero", []string{"run", "--config", explicitZero}, exitUsage,
+			[]string{"queues.q.concurrency: set to 0", "default (4)"}},
+		{"open listen without a token", []string{"run", "--config", openListen}, exitUsage,
+			[]string{"http.listen: 0.0.0.0:8080 is not a loopback address", "SWITCHYARD_ADMIN_TOKEN"}},
 		{"missing config file", []string{"run", "--config", filepath.Join(t.TempDir(), "nope.yaml")}, exitUsage,
 			[]string{"nope.yaml", "no such file"}},
 		{"jobs get abc", []string{"jobs", "get", "--config", good, "abc"}, exitUsage, []string{`"abc"`, "job id"}},
@@ -139,6 +149,34 @@ routes:
 				t.Errorf("switchyard %q panicked:\n%s", c.args, stderr)
 			}
 		})
+	}
+}
+
+// A bad sslmode is a config error (exit 2) that names the setting and
+// not the password, from a file and, for a database-only verb without
+// one, from the environment, which it then blames. Own processes: the
+// test's own SWITCHYARD_DATABASE_URL would win over the file's.
+func TestCLIBadSSLMode(t *testing.T) {
+	t.Parallel()
+	bad := "postgres://u:pw@127.0.0.1/db?sslmode=on"
+	file := writeFile(t, "kafka: {brokers: [\"127.0.0.1:19092\"]}\npostgres: {url: \""+bad+"\"}\n"+validQueuesAndRoute)
+	for _, c := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"file", []string{"SWITCHYARD_DATABASE_URL="}, []string{"migrate", "--config", file}, file},
+		{"environment", []string{"SWITCHYARD_CONFIG=", "SWITCHYARD_DATABASE_URL=" + bad}, []string{"migrate"}, "SWITCHYARD_DATABASE_URL"},
+	} {
+		p := startEnv(t, "migrate", c.env, c.args...)
+		if code := p.wait(30 * time.Second); code != exitUsage {
+			t.Fatalf("%s: exit %d, want %d", c.name, code, exitUsage)
+		}
+		if msg := p.log.String(); !strings.Contains(msg, `sslmode "on" is not one of`) || !strings.Contains(msg, c.want) ||
+			strings.Contains(msg, "pw@") {
+			t.Fatalf("%s: message %q", c.name, msg)
+		}
 	}
 }
 
