@@ -2,8 +2,6 @@ package ingest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -17,11 +15,18 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
 
-// noise is n characters that compress badly, as real long ids do.
-func noise(n int) string {
-	b := make([]byte, (n+1)/2)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)[:n]
+// defaulted compiles a route of kind k on queue q with every setting
+// it leaves out at its config default.
+func defaulted(t testing.TB, r config.Route) *Route {
+	t.Helper()
+	r.Kind, r.Queue = "k", "q"
+	cfg := config.Config{Routes: []config.Route{r}}
+	cfg.SetDefaults()
+	cr, err := CompileRoute(cfg.Routes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cr
 }
 
 // I6 against the real broker: records whose key or dedupe value is
@@ -33,22 +38,13 @@ func TestAnyRecordMovesItsPartitionOn(t *testing.T) {
 	t.Parallel()
 	store := testenv.MigratedStore(t)
 	byKey, byField, plain := testenv.Topic(t, 1), testenv.Topic(t, 1), testenv.Topic(t, 2)
-	compileRoute := func(r config.Route) *Route {
-		r.Kind, r.Queue, r.MaxAttempts, r.MaxRecordBytes, r.DLQMaxBytes = "k", "q", 3, 1<<20, 64<<10
-		r.OnDead, r.GapPolicy, r.GapTimeout = "continue", "park", config.Duration(time.Minute)
-		cr, err := CompileRoute(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cr
-	}
 	routes := []*Route{
-		compileRoute(config.Route{Topic: byKey, Ordered: true}),
-		compileRoute(config.Route{Topic: byField, Ordered: true, Key: config.FieldRef{Field: "customer"},
+		defaulted(t, config.Route{Topic: byKey, Ordered: true}),
+		defaulted(t, config.Route{Topic: byField, Ordered: true, Key: config.FieldRef{Field: "customer"},
 			Dedupe: config.FieldRef{Field: "event"}}),
-		compileRoute(config.Route{Topic: plain}),
+		defaulted(t, config.Route{Topic: plain}),
 	}
-	long := noise(9000)
+	long := testenv.Noise(9000)
 	// Interleaved with good records, so that a halted partition shows.
 	testenv.Produce(t, byKey,
 		&kgo.Record{Key: []byte("a"), Value: []byte("1")},
@@ -114,26 +110,19 @@ func TestAnyRecordMovesItsPartitionOn(t *testing.T) {
 // FuzzIngest ./ingest/` explores.
 func FuzzIngest(f *testing.F) {
 	f.Add([]byte("k"), []byte(`{"customer":"c1","event":"e1","v":3}`), "h", []byte("v"))
-	f.Add([]byte(noise(9000)), []byte(`{"customer":"c","event":"e"}`), "event", []byte("x"))
+	f.Add([]byte(testenv.Noise(9000)), []byte(`{"customer":"c","event":"e"}`), "event", []byte("x"))
 	f.Add([]byte{0xff, 0x00}, []byte("{\"customer\":\"\xff\",\"event\":\"\\ud800\"}"), "event", []byte("e\x00"))
-	f.Add([]byte(nil), []byte(`{"customer":"`+noise(3000)+`","event":"e","v":"1"}`), "\x00\xff", []byte{0xc3})
+	f.Add([]byte(nil), []byte(`{"customer":"`+testenv.Noise(3000)+`","event":"e","v":"1"}`), "\x00\xff", []byte{0xc3})
 	f.Add([]byte("k"), []byte(`{"customer":{"id":1e400},"event":[1],"v":9223372036854775808}`), "content-type", []byte(nil))
 	store := testenv.MigratedStore(f)
-	compileRoute := func(r config.Route) *Route {
-		r.Kind, r.Queue, r.MaxAttempts, r.MaxRecordBytes, r.DLQMaxBytes = "k", "q", 3, 16<<10, 1<<10
-		r.OnDead, r.GapPolicy, r.GapTimeout = "continue", "park", config.Duration(time.Minute)
-		cr, err := CompileRoute(r)
-		if err != nil {
-			f.Fatal(err)
-		}
-		return cr
-	}
+	// Small limits, so that the fuzzer reaches them.
+	small := func(r config.Route) config.Route { r.MaxRecordBytes, r.DLQMaxBytes = 16<<10, 1<<10; return r }
 	routes := []*Route{
-		compileRoute(config.Route{Topic: "fields", Ordered: true, Key: config.FieldRef{Field: "customer"},
+		defaulted(f, small(config.Route{Topic: "fields", Ordered: true, Key: config.FieldRef{Field: "customer"},
 			Dedupe:  config.FieldRef{Header: "event"},
-			Version: &config.Version{FieldRef: config.FieldRef{Field: "v"}, Policy: "newer"}}),
-		compileRoute(config.Route{Topic: "keys", Ordered: true, Dedupe: config.FieldRef{Field: "event"}}),
-		compileRoute(config.Route{Topic: "plain"}),
+			Version: &config.Version{FieldRef: config.FieldRef{Field: "v"}, Policy: "newer"}})),
+		defaulted(f, small(config.Route{Topic: "keys", Ordered: true, Dedupe: config.FieldRef{Field: "event"}})),
+		defaulted(f, small(config.Route{Topic: "plain"})),
 	}
 	f.Fuzz(func(t *testing.T, key, value []byte, hk string, hv []byte) {
 		// Positions come from the database, so that a re-run of an input

@@ -2,8 +2,6 @@ package pgstore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -25,13 +23,13 @@ func TestIngestParksWhatPostgresRefuses(t *testing.T) {
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
 	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
-	keys := []string{"a", noise(9000), "b", "c\xff", "d", "e", "f", "g"}
+	keys := []string{"a", testenv.Noise(9000), "b", "c\xff", "d", "e", "f", "g"}
 	var b pgstore.IngestBatch
 	b.Group = "g"
 	for i, k := range keys {
 		dedupe := fmt.Sprint(i)
 		if k == "e" {
-			dedupe = noise(9000)
+			dedupe = testenv.Noise(9000)
 		}
 		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: k, DedupeKey: dedupe,
 			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane, RecordKey: []byte(k)})
@@ -75,14 +73,6 @@ func TestIngestParksWhatPostgresRefuses(t *testing.T) {
 		Scan(&queued, &waiting); err != nil || queued != 5 || waiting != 0 {
 		t.Fatalf("queued %d waiting %d (%v), want 5 heads of 5 lanes", queued, waiting, err)
 	}
-}
-
-// noise is n characters that compress badly: a long key Postgres cannot
-// shrink under its index-entry limit, as real ids (hashes, URLs) are.
-func noise(n int) string {
-	b := make([]byte, (n+1)/2)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)[:n]
 }
 
 // A poison entry that Postgres itself refuses (a header name with a NUL,

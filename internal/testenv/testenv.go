@@ -55,6 +55,15 @@ func Name(prefix string) string {
 	return prefix + "_" + hex.EncodeToString(b)
 }
 
+// Noise returns n characters that compress badly, as real long ids
+// (hashes, URLs) do: a long key that Postgres cannot shrink under its
+// index-entry limit.
+func Noise(n int) string {
+	b := make([]byte, (n+1)/2)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)[:n]
+}
+
 // Schema creates a migrated schema of its own for the test and returns
 // its name; it is dropped when the test ends.
 func Schema(t testing.TB) string {
