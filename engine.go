@@ -203,11 +203,11 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.store = store
-	if v, err := store.SchemaVersion(ctx); err != nil {
+	if problem, err := store.SchemaCheck(ctx); err != nil {
 		return fmt.Errorf("postgres: read schema version: %w", err)
-	} else if v != pgstore.LatestVersion() {
-		return fmt.Errorf("postgres: schema %q is at migration %d, this binary needs %d: run `switchyard migrate` first",
-			e.cfg.Postgres.Schema, v, pgstore.LatestVersion())
+	} else if problem != "" {
+		return fmt.Errorf("postgres: schema %q is not this binary's (%s): run `switchyard migrate` first",
+			e.cfg.Postgres.Schema, problem)
 	}
 	if e.opts.Role != RoleIngest {
 		if err := e.startDispatch(ctx); err != nil {

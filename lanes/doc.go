@@ -3,9 +3,10 @@
 // of a key start in (version, then offset) order (I3). Different keys run
 // in parallel up to the queue's concurrency, whatever the partition count.
 //
-// The mechanism lives in Postgres (migration 0002_lanes.sql), because
-// that is where every process already serialises; this package holds no
-// runtime code and must never grow a second, in-memory notion of a lane.
+// The mechanism lives in Postgres (the lanes table of migration 0002, the
+// functions of internal/pgstore/functions.sql), because that is where
+// every process already serialises; this package holds no runtime code and
+// must never grow a second, in-memory notion of a lane.
 //
 // # Tables
 //
@@ -30,27 +31,35 @@
 // Promotion happens exactly where a lane changes:
 //   - in the ingest transaction, for every lane that received jobs and has
 //     no head;
-//   - in the transaction that ends a head — completion, rescue of an
-//     expired lease, cancel, expiry, ordering.Apply — by the AFTER UPDATE
-//     trigger jobs_lane_advance, so no code path can forget it. The trigger
-//     clears the head (recording the version as applied when it
-//     succeeded; strict lanes also consume the version of a dead head),
-//     or marks the lane blocked when the head died under on_dead: block.
-//     The completer, which ends heads by the batch, switches the trigger
-//     off for its transaction and calls lanes_advance once instead: the
-//     same rules, set-based, in the same round trip as the outcomes (it
-//     reads the heads' states only once it holds their lanes, so a job
-//     whose outcome was stale changes nothing). There the pool that ran
-//     a head may take the lane's next job at once (a handoff, migration
-//     0007): promotion sets it 'running' under a fresh token and lease,
-//     as a claim would, and the job goes back to that pool with the
-//     outcome's result. It skips the 'queued' row version and the claim;
-//     dispatch bounds how long a lane keeps a pool this way;
+//   - in the transaction that ends a head, by lanes_advance: the one
+//     definition of what a head's end does to its lane (a table of every
+//     case heads it). It clears the head (recording the version as
+//     applied when it succeeded; strict lanes also consume the version of
+//     a dead head), or marks the lane blocked when the head died under
+//     on_dead: block, and promotes the next job of a freed lane. The
+//     completer, which ends heads by the batch, calls it once per batch
+//     in the same round trip as the outcomes (it reads the heads' states
+//     only once it holds their lanes, so a job whose outcome was stale
+//     changes nothing). Every other path — rescue of an expired lease,
+//     cancel, expiry, ordering.Apply, re-drive — reaches it through the
+//     AFTER UPDATE trigger jobs_lane_advance, so no code path can forget
+//     it, and DLQ discard calls it directly. The trigger keeps one
+//     switch, switchyard.lanes_batched, set only by the completer for its
+//     own transaction: without it the trigger would run lanes_advance a
+//     second time, row by row, for every head the batch ends. The two
+//     paths are one function, and TestLanePathsAgree (internal/pgstore)
+//     holds them equal for every way a head ends under every policy. In
+//     the completer's batch the pool that ran a head may take the lane's
+//     next job at once (a handoff, migration 0007): promotion claims it
+//     through jobs_lease, as JobClaim does, and the job goes back to that
+//     pool with the outcome's result. It skips the 'queued' row version
+//     and the claim; dispatch bounds how long a lane keeps a pool this way;
 //   - by the gap sweeper (dispatch's rescuer) for strict lanes whose gap
 //     timed out;
-//   - on DLQ re-drive (a blocked head runs again in place; another dead
-//     job rejoins its lane's order as waiting) and discard (a blocked lane
-//     moves on).
+//   - on DLQ re-drive (a blocked head runs again in place: lanes_advance
+//     unblocks a lane whose head is no longer dead; another dead job
+//     rejoins its lane's order as waiting) and discard (a blocked lane's
+//     head leaves it, its version not applied, and the lane moves on).
 //
 // # Why it is correct under concurrency
 //

@@ -14,13 +14,13 @@ import (
 // them, which is why they are here and not in pgstore. They run on the
 // bench store, whose search_path is the bench schema.
 
-// reset empties every table of the bench schema except the migration
-// record, whatever tables later migrations add (lanes, ...).
+// reset empties every table of the bench schema except the records of
+// what migrate applied, whatever tables later migrations add (lanes, ...).
 func (e *env) reset(ctx context.Context) error {
 	var tables string
 	err := e.store.Pool().QueryRow(ctx, `
 		SELECT coalesce(string_agg(quote_ident(tablename), ', '), '') FROM pg_tables
-		WHERE schemaname = current_schema() AND tablename <> 'schema_migrations'`).Scan(&tables)
+		WHERE schemaname = current_schema() AND tablename NOT IN ('schema_migrations', 'schema_functions')`).Scan(&tables)
 	if err != nil || tables == "" {
 		return err
 	}

@@ -15,3 +15,10 @@ var (
 func (s *Store) MigrateTo(ctx context.Context, last int) ([]string, error) {
 	return s.migrateTo(ctx, last)
 }
+
+// OpenBatched opens a store whose connections run with the lane trigger
+// switched off, as the completer's transactions do: every lane change
+// through it must be followed by lanes_advance to take effect.
+func OpenBatched(ctx context.Context, cfg Config) (*Store, error) {
+	return open(ctx, cfg, map[string]string{"switchyard.lanes_batched": "on"})
+}

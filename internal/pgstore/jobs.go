@@ -46,26 +46,24 @@ func (p ClaimPosition) Before(q ClaimPosition) bool {
 }
 
 // JobClaim claims up to p.Limit runnable jobs of a queue in ONE statement:
-// FOR UPDATE SKIP LOCKED over the partial runnable index, attempts counted
-// here (I5), a fresh fencing token per job from a sequence (I4), and the
-// lease measured on the database clock so that process clocks never
-// matter. It also returns the position of the last job claimed (p.After
+// FOR UPDATE SKIP LOCKED over the partial runnable index, then jobs_lease
+// (functions.sql), the one definition of a claim: attempts counted here
+// (I5), a fresh fencing token per job from a sequence (I4), and the lease
+// measured on the database clock so that process clocks never matter. It also returns the position of the last job claimed (p.After
 // when none).
 func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job, ClaimPosition, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH c AS (
-			SELECT id, scheduled_at FROM jobs
+			SELECT id FROM jobs
 			WHERE queue = $1 AND state IN ('queued', 'retrying') AND scheduled_at <= now()
 			  AND (scheduled_at, id) > ($5::timestamptz, $6::bigint)
 			ORDER BY scheduled_at, id
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED
 		)
-		UPDATE jobs j SET state = 'running', attempts = j.attempts + 1,
-			token = nextval('job_token_seq'), started_at = now(),
-			lease_expires_at = now() + least($3::bigint, $4::bigint) * interval '1 millisecond'
-		FROM c WHERE j.id = c.id
-		RETURNING `+workerColumns+`, c.scheduled_at`,
+		SELECT `+workerColumns+`, j.scheduled_at
+		FROM (SELECT array_agg(id) AS ids, array_agg(least($3::bigint, $4::bigint)) AS leases FROM c) a,
+			jobs_lease(a.ids, a.leases) j`,
 		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), p.After.ScheduledAt, p.After.ID)
 	if err != nil {
 		return nil, p.After, err

@@ -154,14 +154,8 @@ func (s *Store) DLQDiscard(ctx context.Context, entryID int64) error {
 			return err
 		}
 		if err == nil {
-			if _, err := tx.Exec(ctx, `
-				WITH l AS (
-					UPDATE lanes l SET head_job_id = NULL, blocked = false
-					FROM jobs j
-					WHERE j.id = $1 AND j.lane AND l.route = j.route AND l.key = j.key AND l.head_job_id = j.id
-					RETURNING l.route, l.key
-				)
-				SELECT lane_promote(route, key) FROM l`, id); err != nil {
+			// A dead head that blocked its lane leaves it (lanes_advance).
+			if _, err := tx.Exec(ctx, `SELECT lanes_advance(ARRAY[$1::bigint], p_discarded => ARRAY[$1::bigint])`, id); err != nil {
 				return err
 			}
 		}

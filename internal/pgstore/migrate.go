@@ -2,7 +2,9 @@ package pgstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,6 +19,21 @@ import (
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
+
+// functionsSQL is every function and trigger of the schema, applied after
+// the migrations whenever it changed (see doc.go).
+//
+//go:embed functions.sql
+var functionsSQL string
+
+// functionsName is functions.sql's row in schema_functions.
+const functionsName = "functions.sql"
+
+// functionsHash identifies this binary's functions.sql.
+func functionsHash() string {
+	sum := sha256.Sum256([]byte(functionsSQL))
+	return hex.EncodeToString(sum[:])
+}
 
 type migration struct {
 	version int
@@ -55,16 +72,18 @@ func LatestVersion() int {
 	return ms[len(ms)-1].version
 }
 
-// Migrate creates the schema and applies every migration not yet applied,
+// Migrate creates the schema, applies every migration not yet applied,
+// and then functions.sql if the schema's functions are not this binary's,
 // in one transaction under an advisory lock keyed by the schema name, so
 // that several processes may run it at once: the first applies, the rest
 // wait on the lock and then find nothing to do. It returns the names of
-// the migrations it applied.
+// what it applied.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	return s.migrateTo(ctx, math.MaxInt)
 }
 
-// migrateTo is Migrate up to and including migration last.
+// migrateTo is Migrate up to and including migration last; functions.sql
+// only goes with the latest.
 func (s *Store) migrateTo(ctx context.Context, last int) ([]string, error) {
 	ms, err := migrations()
 	if err != nil {
@@ -112,6 +131,28 @@ func (s *Store) migrateTo(ctx context.Context, last int) ([]string, error) {
 			}
 			applied = append(applied, m.name)
 		}
+		if last < LatestVersion() {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_functions (
+			name text PRIMARY KEY, sha256 text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return err
+		}
+		var have string
+		err = tx.QueryRow(ctx, `SELECT sha256 FROM schema_functions WHERE name = $1`, functionsName).Scan(&have)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if want := functionsHash(); have != want {
+			if _, err := tx.Exec(ctx, functionsSQL); err != nil {
+				return fmt.Errorf("%s: %w", functionsName, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_functions (name, sha256) VALUES ($1, $2)
+				ON CONFLICT (name) DO UPDATE SET sha256 = excluded.sha256, applied_at = now()`, functionsName, want); err != nil {
+				return err
+			}
+			applied = append(applied, functionsName)
+		}
 		return nil
 	})
 	if err != nil {
@@ -124,15 +165,37 @@ func (s *Store) migrateTo(ctx context.Context, last int) ([]string, error) {
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
 	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v)
-	if err != nil {
-		// No table yet means nothing applied.
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" {
-			return 0, nil
-		}
-		return 0, err
+	if isUndefinedTable(err) {
+		return 0, nil // no table yet means nothing applied
 	}
-	return v, nil
+	return v, err
+}
+
+// SchemaCheck says what keeps the schema from being this binary's: ""
+// when it is, else e.g. "at 7, want 8" or "functions out of date". Either
+// way `switchyard migrate` is the cure.
+func (s *Store) SchemaCheck(ctx context.Context) (string, error) {
+	v, err := s.SchemaVersion(ctx)
+	if err != nil {
+		return "", err
+	}
+	if want := LatestVersion(); v != want {
+		return fmt.Sprintf("at %d, want %d", v, want), nil
+	}
+	var have string
+	err = s.pool.QueryRow(ctx, `SELECT sha256 FROM schema_functions WHERE name = $1`, functionsName).Scan(&have)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) && !isUndefinedTable(err) {
+		return "", err
+	}
+	if have != functionsHash() {
+		return "functions out of date", nil
+	}
+	return "", nil
+}
+
+func isUndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
 }
 
 // DropSchema removes the schema and everything in it (tests, bench).

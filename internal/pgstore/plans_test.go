@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
@@ -80,5 +82,92 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 		if p := plan.String(); !strings.Contains(p, "jobs_pkey") {
 			t.Errorf("%s does not join by primary key:\n%s", c.name, p)
 		}
+	}
+}
+
+// lanes_advance's statements join the ended heads to jobs and lanes by
+// key, with generic plans and statistics taken while nothing had run:
+// no sequential scan of either table, and no index but the primary keys
+// and the waiting-jobs index (a plan through the partial index of
+// finished or running rows compared every such row with every id). Its
+// statements are inside a function, so this reads what they scanned
+// (pg_stat_get_xact_numscans) rather than their plans.
+func TestLanesAdvanceJoinsByKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	lane := &pgstore.LanePolicy{Policy: "newer", OnDead: "continue", GapTimeout: time.Hour, GapPolicy: "park"}
+	var batch pgstore.IngestBatch
+	// 10,000 lanes of two jobs: big enough that a scan of either table
+	// would be the planner's choice only by mistake.
+	for i := range 20000 {
+		v := int64(i / 10000)
+		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: fmt.Sprint(i % 10000),
+			Version: &v, DedupeKey: fmt.Sprint(i), Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
+	}
+	if _, err := s.IngestCommit(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `ANALYZE jobs; ANALYZE lanes`); err != nil { // nothing running or finished yet
+		t.Fatal(err)
+	}
+	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 500, Lease: time.Hour, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != 500 {
+		t.Fatalf("claim: %d, %v", len(jobs), err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan;
+		SELECT set_config('switchyard.lanes_batched', 'on', true)`); err != nil {
+		t.Fatal(err)
+	}
+	allowed := map[string]bool{"jobs_pkey": true, "lanes_pkey": true, "jobs_lane_waiting_idx": true}
+	scans := func() map[string]int64 {
+		rows, err := tx.Query(ctx, `SELECT c.relname, pg_stat_get_xact_numscans(c.oid) FROM pg_class c
+			WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'i')`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		var name string
+		var n int64
+		if _, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// Five batches of heads ending, as the completer sends them.
+	var before, after map[string]int64
+	for b := range 5 {
+		var ids, tokens []int64
+		var states []string
+		for _, j := range jobs[b*100 : (b+1)*100] {
+			ids, tokens, states = append(ids, j.ID), append(tokens, j.Token), append(states, "succeeded")
+		}
+		if _, err := tx.Exec(ctx, pgstore.CompleteSQL, ids, tokens, states, make([]string, len(ids)),
+			make([]*string, len(ids)), make([]int64, len(ids))); err != nil {
+			t.Fatal(err)
+		}
+		before = scans()
+		if _, err := tx.Exec(ctx, `SELECT lanes_advance($1)`, ids); err != nil {
+			t.Fatal(err)
+		}
+		after = scans()
+		for name, n := range after {
+			if d := n - before[name]; d > 0 && !allowed[name] {
+				t.Errorf("batch %d: lanes_advance scanned %s %d times", b, name, d)
+			}
+		}
+	}
+	if after["jobs_pkey"] == before["jobs_pkey"] {
+		t.Error("lanes_advance did not read jobs by primary key: is the test still measuring it?")
 	}
 }

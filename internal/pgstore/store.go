@@ -1,11 +1,3 @@
-// Package pgstore is the one place Switchyard talks SQL. Every runtime
-// query lives here, named noun-then-verb (JobClaim, OffsetLoad, DLQList),
-// and pgx errors are translated once at this boundary into ErrNotFound,
-// ErrOffsetFenced and friends.
-//
-// All tables live in one schema chosen by configuration. The schema name
-// is validated against an allow-list pattern and applied as the
-// connection's search_path, so no query text is ever built from input.
 package pgstore
 
 import (
@@ -65,7 +57,10 @@ type Config struct {
 }
 
 // Open connects and checks the server answers. It does not migrate.
-func Open(ctx context.Context, cfg Config) (*Store, error) {
+func Open(ctx context.Context, cfg Config) (*Store, error) { return open(ctx, cfg, nil) }
+
+// open is Open with extra settings for every connection (tests).
+func open(ctx context.Context, cfg Config, settings map[string]string) (*Store, error) {
 	if cfg.Schema == "" {
 		cfg.Schema = "switchyard"
 	}
@@ -95,6 +90,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	rp["application_name"] = "switchyard"
 	rp["statement_timeout"] = fmt.Sprint(cfg.StatementTimeoutMS)
 	rp["idle_in_transaction_session_timeout"] = "60000"
+	for k, v := range settings {
+		rp[k] = v
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", redact(err))

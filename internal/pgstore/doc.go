@@ -1,0 +1,31 @@
+// Package pgstore is the one place Switchyard talks SQL. Every runtime
+// query lives here, named noun-then-verb (JobClaim, OffsetLoad, DLQList),
+// and pgx errors are translated once at this boundary into ErrNotFound,
+// ErrOffsetFenced and friends.
+//
+// All tables live in one schema chosen by configuration. The schema name
+// is validated against an allow-list pattern and applied as the
+// connection's search_path, so no query text is ever built from input.
+//
+// # Tables in migrations, functions in one file
+//
+// Tables, indexes and their data move in numbered migrations
+// (migrations/NNNN_name.sql), each applied once and recorded in
+// schema_migrations. Functions and triggers — the job and lane state
+// machine: jobs_lease (the one definition of a claim), lane_promote,
+// lanes_advance (the one definition of how a lane's head ends), and the
+// trigger that sends every other head change through it — live in one
+// file, functions.sql, the only live definition of each. Migrate applies
+// it after the migrations, in the same transaction and under the same
+// advisory lock, whenever its SHA-256 differs from the one recorded in
+// schema_functions; so the file is written to be re-run (CREATE OR
+// REPLACE, DROP IF EXISTS for a signature that changed), and a migration
+// must not depend on a function (on a new database none exists while the
+// migrations run). A process refuses to start, and /readyz reports, when
+// either the migrations or the functions are not this binary's
+// (SchemaCheck).
+//
+// Reading lanes_advance therefore never needs the history of the
+// migrations that once defined it: they keep their numbers and their
+// reasons, and point here.
+package pgstore

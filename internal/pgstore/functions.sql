@@ -1,0 +1,263 @@
+-- The live definition of every function and trigger of the schema: the
+-- job and lane state machine. Tables and indexes live in the numbered
+-- migrations; this file is applied after them, by `switchyard migrate`
+-- under its advisory lock, whenever its SHA-256 differs from the one
+-- recorded in schema_functions, so it must be idempotent: CREATE OR
+-- REPLACE, and DROP IF EXISTS for a signature that changed. See
+-- internal/pgstore/doc.go and lanes/doc.go.
+
+-- jobs_lease is a claim: it takes the given jobs (locked by the caller,
+-- in a runnable state) to running under a fresh fencing token (I4), with
+-- the attempt counted now (I5) and a lease of p_lease_ms (one per job)
+-- measured on the database clock. Every claim goes through it: JobClaim's,
+-- and a lane's next job handed off by lanes_advance.
+CREATE OR REPLACE FUNCTION jobs_lease(p_ids bigint[], p_lease_ms bigint[]) RETURNS SETOF jobs
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY
+    UPDATE jobs j SET state = 'running', attempts = j.attempts + 1,
+        token = nextval('job_token_seq'), started_at = now(),
+        lease_expires_at = now() + t.lease_ms * interval '1 millisecond'
+    FROM unnest(p_ids, p_lease_ms) AS t(id, lease_ms)
+    WHERE j.id = t.id
+    RETURNING j.*;
+END $$;
+
+-- lane_promote makes the next waiting job of an idle lane its head.
+-- Stale versions are skipped on the way (never delivered); a strict lane
+-- holds on a gap until gap_timeout, then parks or proceeds.
+-- Callers hold, or this takes, the lane's row lock: promotion is serial
+-- per lane.
+CREATE OR REPLACE FUNCTION lane_promote(p_route text, p_key text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    l lanes%ROWTYPE;
+    j record;
+BEGIN
+    SELECT * INTO l FROM lanes WHERE route = p_route AND key = p_key FOR UPDATE;
+    IF NOT FOUND OR l.head_job_id IS NOT NULL OR l.blocked THEN
+        RETURN;
+    END IF;
+    LOOP
+        SELECT id, version INTO j FROM jobs
+        WHERE route = p_route AND key = p_key AND state = 'waiting'
+        ORDER BY version NULLS FIRST, src_offset, id
+        LIMIT 1 FOR UPDATE;
+        IF NOT FOUND THEN
+            IF l.gap_since IS NOT NULL THEN
+                UPDATE lanes SET gap_since = NULL WHERE route = p_route AND key = p_key;
+            END IF;
+            RETURN;
+        END IF;
+        IF l.policy <> 'none' AND l.last_version IS NOT NULL AND j.version <= l.last_version THEN
+            UPDATE jobs SET state = 'skipped', finished_at = now(),
+                last_error = format('version %s is not newer than the last applied version %s', j.version, l.last_version)
+            WHERE id = j.id;
+            CONTINUE;
+        END IF;
+        IF l.policy = 'strict' AND l.last_version IS NOT NULL AND j.version > l.last_version + 1 THEN
+            IF l.gap_since IS NULL THEN
+                UPDATE lanes SET gap_since = now() WHERE route = p_route AND key = p_key;
+                RETURN;
+            END IF;
+            IF now() < l.gap_since + l.gap_timeout THEN
+                RETURN;
+            END IF;
+            IF l.gap_policy = 'park' THEN
+                UPDATE jobs SET state = 'dead', finished_at = now(),
+                    last_error = format('version %s waited %s for version %s', j.version, l.gap_timeout, l.last_version + 1)
+                WHERE id = j.id;
+                INSERT INTO dlq_entries (reason, route, queue, job_id, src_topic, src_partition, src_offset,
+                    attempts, last_error, errors, payload, header_keys, header_values)
+                SELECT 'gap', route, queue, id, src_topic, src_partition, src_offset, attempts,
+                    last_error, errors, payload, header_keys, header_values
+                FROM jobs WHERE id = j.id
+                ON CONFLICT DO NOTHING;
+                l.last_version := j.version;
+                l.gap_since := NULL;
+                UPDATE lanes SET last_version = j.version, gap_since = NULL WHERE route = p_route AND key = p_key;
+                CONTINUE;
+            END IF;
+            -- gap_policy proceed: run it despite the gap.
+        END IF;
+        UPDATE jobs SET state = 'queued', scheduled_at = now() WHERE id = j.id;
+        UPDATE lanes SET head_job_id = j.id, gap_since = NULL WHERE route = p_route AND key = p_key;
+        RETURN;
+    END LOOP;
+END $$;
+
+-- The signatures lanes_advance had before (migrations 0002, 0004, 0007).
+DROP FUNCTION IF EXISTS lanes_advance(bigint[]);
+DROP FUNCTION IF EXISTS lanes_advance(bigint[], bigint[], text[], bigint[]);
+
+-- lanes_advance is THE rule of how a lane's head ends, and what follows,
+-- for a batch of jobs in a constant number of statements. Every path
+-- that changes a head goes through it: the completer (p_ids, with
+-- handoffs), the trigger below for everything else (completion of a Go
+-- handler's ordering.Apply, rescue, cancel, expiry, re-drive), and DLQ
+-- discard (p_discarded). For each job of p_ids that heads its lane:
+--
+--   its state           under on_dead  the lane
+--   succeeded, skipped,                freed; a succeeded head's version
+--   cancelled, expired                 counts as applied, and under
+--                                      policy strict any ended head's
+--   dead                continue       does, or every later version
+--                                      would wait out a gap for it
+--   dead                block          blocked: nothing is promoted
+--   discarded (dead)                   freed, its version not applied
+--   not final, lane blocked            unblocked: re-driven in place, the
+--                                      head runs again
+--   not final otherwise                unchanged (a stale outcome: the job
+--                                      was claimed again)
+--
+-- A freed lane skips its waiting jobs whose version is not newer than the
+-- last applied one (policy newer; strict lanes go through lane_promote,
+-- which owns gap handling) and promotes its next waiting job: to running
+-- for the pool that asked for a handoff (p_handoff names the ended head,
+-- p_queue the asking pool's queue, which the next job must be of, and
+-- p_lease_ms its lease), else to queued. The result is the handed-off
+-- jobs, each with the id of the head it follows.
+CREATE OR REPLACE FUNCTION lanes_advance(p_ids bigint[], p_handoff bigint[] DEFAULT '{}',
+    p_queue text[] DEFAULT '{}', p_lease_ms bigint[] DEFAULT '{}', p_discarded bigint[] DEFAULT '{}')
+RETURNS TABLE (prev_id bigint, job jobs)
+LANGUAGE plpgsql AS $$
+DECLARE
+    e_id    bigint[];  -- the jobs' lanes, by their (immutable) route and key
+    e_route text[];
+    e_key   text[];
+    f_route text[];    -- freed non-strict lanes, with the head that left
+    f_key   text[];
+    f_prev  bigint[];
+    v_route text[];    -- freed versioned lanes, with their last applied version
+    v_key   text[];
+    v_last  bigint[];
+    s_route text[];    -- freed strict lanes
+    s_key   text[];
+BEGIN
+    SELECT array_agg(id), array_agg(route), array_agg(key)
+    INTO e_id, e_route, e_key
+    FROM jobs WHERE id = ANY(p_ids) AND lane;
+    IF e_id IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- Lanes are locked in (route, key) order, as every other path locks
+    -- them, so that concurrent batches and ingest cannot deadlock. A job
+    -- that is not its lane's head takes no lock at all.
+    PERFORM 1 FROM lanes l
+    JOIN unnest(e_route, e_key, e_id) AS e(route, key, id)
+        ON l.route = e.route AND l.key = e.key AND l.head_job_id = e.id
+    ORDER BY l.route, l.key
+    FOR UPDATE OF l;
+
+    -- The jobs' states are read only now, under the lane locks: every
+    -- other path that changes a head's state (rescue, cancel, re-drive)
+    -- takes its lane's lock first, so what is read here stays true until
+    -- commit.
+    WITH h AS MATERIALIZED (
+        -- By primary key only, whatever the statistics say.
+        SELECT e.route, e.key, e.id, j.version,
+            CASE
+                WHEN e.id = ANY(p_discarded) AND j.state = 'dead' THEN 'leave'
+                WHEN j.state IN ('succeeded', 'skipped', 'cancelled', 'expired') THEN 'end'
+                WHEN j.state = 'dead' AND l.on_dead = 'block' THEN 'block'
+                WHEN j.state = 'dead' THEN 'end'
+                WHEN l.blocked THEN 'resume'
+            END AS change,
+            j.state = 'succeeded' OR l.policy = 'strict' AS applies
+        FROM unnest(e_route, e_key, e_id) AS e(route, key, id)
+        JOIN jobs j ON j.id = e.id
+        JOIN lanes l ON l.route = e.route AND l.key = e.key AND l.head_job_id = e.id
+    ), changed AS (
+        UPDATE lanes l SET
+            blocked = (h.change = 'block'),
+            head_job_id = CASE WHEN h.change IN ('block', 'resume') THEN l.head_job_id END,
+            last_version = CASE WHEN h.change = 'end' AND h.applies AND h.version IS NOT NULL
+                THEN greatest(l.last_version, h.version) ELSE l.last_version END
+        FROM h
+        WHERE l.route = h.route AND l.key = h.key AND l.head_job_id = h.id AND h.change IS NOT NULL
+        RETURNING l.route, l.key, l.policy, l.last_version, h.change, h.id
+    )
+    SELECT array_agg(route) FILTER (WHERE policy <> 'strict'), array_agg(key) FILTER (WHERE policy <> 'strict'),
+        array_agg(id) FILTER (WHERE policy <> 'strict'),
+        array_agg(route) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
+        array_agg(key) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
+        array_agg(last_version) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
+        array_agg(route) FILTER (WHERE policy = 'strict'), array_agg(key) FILTER (WHERE policy = 'strict')
+    INTO f_route, f_key, f_prev, v_route, v_key, v_last, s_route, s_key
+    FROM changed WHERE change IN ('end', 'leave');
+
+    IF v_route IS NOT NULL THEN
+        UPDATE jobs w SET state = 'skipped', finished_at = now(),
+            last_error = format('version %s is not newer than the last applied version %s', w.version, f.last)
+        FROM unnest(v_route, v_key, v_last) AS f(route, key, last)
+        WHERE w.route = f.route AND w.key = f.key AND w.state = 'waiting' AND w.version <= f.last;
+    END IF;
+
+    IF f_route IS NOT NULL THEN
+        RETURN QUERY
+        WITH nxt AS (
+            -- Each freed lane's next waiting job, locked and re-checked: a
+            -- job cancelled meanwhile is not promoted, and its lane gets no
+            -- head (the next ingest into the lane promotes past it).
+            -- lease_ms is set when the pool that ran the head takes it
+            -- (a job of its queue).
+            SELECT f.route, f.key, f.prev, w.id, CASE WHEN w.queue = h.queue THEN h.lease_ms END AS lease_ms
+            FROM unnest(f_route, f_key, f_prev) AS f(route, key, prev)
+            CROSS JOIN LATERAL (
+                SELECT id, queue FROM jobs
+                WHERE route = f.route AND key = f.key AND state = 'waiting'
+                ORDER BY version NULLS FIRST, src_offset, id
+                LIMIT 1
+                FOR UPDATE
+            ) w
+            LEFT JOIN unnest(p_handoff, p_queue, p_lease_ms) AS h(prev, queue, lease_ms) ON h.prev = f.prev
+        ), q AS (
+            UPDATE jobs SET state = 'queued', scheduled_at = now()
+            FROM nxt WHERE jobs.id = nxt.id AND nxt.lease_ms IS NULL
+        ), handed AS (
+            -- Claimed here, exactly as JobClaim claims.
+            SELECT l AS job FROM (SELECT array_agg(id) AS ids, array_agg(lease_ms) AS leases
+                FROM nxt WHERE lease_ms IS NOT NULL) a, jobs_lease(a.ids, a.leases) l
+        ), u AS (
+            -- Joined on the lane's key: the planner expects ten rows from
+            -- each side and would nest loops over them (seen: 80 x 80 scans).
+            UPDATE lanes l SET head_job_id = nxt.id, gap_since = NULL
+            FROM nxt WHERE l.route = nxt.route AND l.key = nxt.key
+        )
+        SELECT nxt.prev, handed.job FROM handed JOIN nxt ON nxt.id = (handed.job).id;
+    END IF;
+
+    IF s_route IS NOT NULL THEN
+        PERFORM lane_promote(f.route, f.key) FROM unnest(s_route, s_key) AS f(route, key) ORDER BY f.route, f.key;
+    END IF;
+END $$;
+
+-- lane_job_changed sends a lane job's state change through lanes_advance,
+-- in the same transaction, whichever path made it: being a trigger, no
+-- path can forget.
+CREATE OR REPLACE FUNCTION lane_job_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- Look before locking: a job that is not the head cannot become it
+    -- while we hold its row (promotion locks the job first), so the
+    -- unlocked read is safe, and skipping the lock for non-heads keeps a
+    -- cancel of a waiting job from deadlocking with an ingest that holds
+    -- the lane and is promoting that very job.
+    IF EXISTS (SELECT 1 FROM lanes WHERE route = NEW.route AND key = NEW.key AND head_job_id = NEW.id) THEN
+        PERFORM lanes_advance(ARRAY[NEW.id]);
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- The completer ends heads in batches and calls lanes_advance itself in
+-- the same transaction; it sets switchyard.lanes_batched for that
+-- transaction so that the per-row trigger does not do it a second time
+-- row by row (see lanes/doc.go: the two paths are one function, and
+-- TestLanePathsAgree holds them equal).
+CREATE OR REPLACE TRIGGER jobs_lane_advance AFTER UPDATE OF state ON jobs
+    FOR EACH ROW
+    WHEN (NEW.lane AND OLD.state IS DISTINCT FROM NEW.state
+          AND (NEW.state IN ('succeeded', 'dead', 'cancelled', 'expired', 'skipped') OR OLD.state = 'dead')
+          AND current_setting('switchyard.lanes_batched', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION lane_job_changed();

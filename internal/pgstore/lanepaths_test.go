@@ -1,0 +1,276 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// laneEnd is one way a lane's head ends: what it does to the head, as the
+// real operation does it. ids are the lane heads it changed.
+type laneEnd struct {
+	name string
+	// dead makes the head dead (permanent) before the end; the ends that
+	// act on a dead head (re-drive, discard) need it.
+	dead bool
+	// rescue: the head is claimed under a lease that expires, or (expire)
+	// not claimed and past its deadline; JobRescue ends it.
+	rescue, expire bool
+	run            func(t *testing.T, s *pgstore.Store, head *workers.Job)
+	discards       bool // the end is a discard: lanes_advance's p_discarded
+	// outcome, for an attempt's end: state and DLQ reason. The batched
+	// path is the completer's (JobComplete); the row-by-row path is the
+	// same statement with the trigger on.
+	outcome [2]string
+}
+
+// complete ends a claimed head through the completer.
+func complete(t *testing.T, s *pgstore.Store, head *workers.Job, state, reason string) {
+	t.Helper()
+	c, err := s.JobComplete(context.Background(), []pgstore.Outcome{{ID: head.ID, Token: head.Token,
+		State: state, Reason: reason, Error: "boom", Lane: true}})
+	if err != nil || !c.Applied[head.Token] {
+		t.Fatalf("complete %s: %v %v", state, c.Applied, err)
+	}
+}
+
+// completeRowByRow is complete's statement without the completer's
+// lanes_advance: the trigger advances the lane.
+func completeRowByRow(t *testing.T, s *pgstore.Store, head *workers.Job, state, reason string) {
+	t.Helper()
+	tag, err := s.Pool().Exec(context.Background(), pgstore.CompleteSQL, []int64{head.ID}, []int64{head.Token},
+		[]string{state}, []string{reason}, []string{"boom"}, []int64{0})
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("complete %s row by row: %v %v", state, tag, err)
+	}
+}
+
+var laneEnds = []laneEnd{
+	{name: "succeeded", outcome: [2]string{"succeeded", ""}},
+	{name: "retry", outcome: [2]string{"retrying", ""}},
+	{name: "dead", outcome: [2]string{"dead", "permanent"}},
+	{name: "rescued", rescue: true},
+	{name: "rescued to dead", rescue: true},
+	{name: "expired", expire: true},
+	{name: "cancelled", run: func(t *testing.T, s *pgstore.Store, head *workers.Job) {
+		if err := s.JobCancel(context.Background(), head.ID); err != nil {
+			t.Fatal(err)
+		}
+	}},
+	{name: "applied", run: func(t *testing.T, s *pgstore.Store, head *workers.Job) {
+		err := s.JobApply(context.Background(), head, func(context.Context, pgx.Tx) error { return nil })
+		if err != nil && err != pgstore.ErrStale {
+			t.Fatal(err)
+		}
+	}},
+	{name: "re-driven", dead: true, run: func(t *testing.T, s *pgstore.Store, head *workers.Job) {
+		if _, err := s.DLQRedrive(context.Background(), dlqEntryOf(t, s, head.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}},
+	{name: "discarded", dead: true, discards: true, run: func(t *testing.T, s *pgstore.Store, head *workers.Job) {
+		if err := s.DLQDiscard(context.Background(), dlqEntryOf(t, s, head.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}},
+}
+
+func dlqEntryOf(t *testing.T, s *pgstore.Store, jobID int64) int64 {
+	t.Helper()
+	var id int64
+	if err := s.Pool().QueryRow(context.Background(), `SELECT id FROM dlq_entries WHERE job_id = $1`, jobID).Scan(&id); err != nil {
+		t.Fatalf("DLQ entry of job %d: %v", jobID, err)
+	}
+	return id
+}
+
+// lanePaths are the two ways a lane change takes effect: row by row (the
+// trigger, as every path but the completer) and batched (the trigger
+// switched off, lanes_advance called on the ended heads, as the
+// completer does).
+type lanePath struct {
+	store   *pgstore.Store
+	batched bool
+}
+
+// TestLanePathsAgree: for every way a head ends, under every lane policy
+// and on_dead, the row-by-row path and the batched path leave the same
+// lanes rows and job states. They are one function (functions.sql's
+// lanes_advance); this holds the trigger's switch and its callers to it.
+func TestLanePathsAgree(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schemaA, schemaB := testenv.Schema(t), testenv.Schema(t)
+	batched, err := pgstore.OpenBatched(ctx, pgstore.Config{URL: testenv.DatabaseURL(t), Schema: schemaB, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(batched.Close)
+	paths := []lanePath{{testenv.Store(t, schemaA), false}, {batched, true}}
+
+	type scenario struct {
+		route string
+		end   laneEnd
+	}
+	var scenarios []scenario
+	for _, policy := range []string{"none", "newer", "strict"} {
+		for _, onDead := range []string{"continue", "block"} {
+			for _, end := range laneEnds {
+				if end.dead && onDead == "continue" {
+					continue // a dead head under continue has left its lane already
+				}
+				scenarios = append(scenarios, scenario{fmt.Sprintf("%s/%s/%s", policy, onDead, end.name), end})
+			}
+		}
+	}
+	// The same lanes in both schemas: a head (version 1) and behind it a
+	// stale duplicate, the next version, and one after a gap.
+	for _, p := range paths {
+		var b pgstore.IngestBatch
+		for i, sc := range scenarios {
+			policy, onDead, _ := strings.Cut(sc.route, "/")
+			onDead, _, _ = strings.Cut(onDead, "/")
+			lane := &pgstore.LanePolicy{Policy: policy, OnDead: onDead, GapTimeout: time.Hour, GapPolicy: "park"}
+			attempts := 3
+			if sc.end.name == "rescued to dead" {
+				attempts = 1
+			}
+			var deadline *time.Time
+			if sc.end.expire {
+				past := time.Now().Add(-time.Hour)
+				deadline = &past
+			}
+			for j, v := range []int64{1, 1, 2, 4} {
+				var version *int64
+				if policy != "none" {
+					version = &v
+				}
+				b.Jobs = append(b.Jobs, pgstore.NewJob{Route: sc.route, Kind: "k", Queue: fmt.Sprintf("q%d", i), Key: "key",
+					Version: version, DedupeKey: fmt.Sprint(j), Payload: []byte("{}"), MaxAttempts: attempts,
+					Deadline: deadline, Topic: "t", Offset: int64(i*10 + j), Lane: lane})
+			}
+		}
+		if _, err := p.store.IngestCommit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each scenario's head, claimed (or not, to expire) in both schemas.
+	heads := make([][]*workers.Job, len(paths))
+	for pi, p := range paths {
+		for i, sc := range scenarios {
+			if sc.end.expire {
+				heads[pi] = append(heads[pi], &workers.Job{ID: headOf(t, p.store, sc.route)})
+				continue
+			}
+			lease := time.Hour
+			if sc.end.rescue {
+				lease = time.Millisecond
+			}
+			jobs, _, err := p.store.JobClaim(ctx, pgstore.JobClaimParams{Queue: fmt.Sprintf("q%d", i), Limit: 1,
+				Lease: lease, MaxRuntime: time.Hour})
+			if err != nil || len(jobs) != 1 {
+				t.Fatalf("%s: claim: %d jobs, %v", sc.route, len(jobs), err)
+			}
+			heads[pi] = append(heads[pi], jobs[0])
+			if sc.end.dead {
+				complete(t, p.store, jobs[0], "dead", "permanent")
+			}
+		}
+	}
+	// The ends, in the same order in both schemas.
+	for pi, p := range paths {
+		var rescued []int64
+		for i, sc := range scenarios {
+			head := heads[pi][i]
+			switch {
+			case sc.end.rescue || sc.end.expire:
+				rescued = append(rescued, head.ID)
+			case sc.end.outcome[0] != "" && p.batched:
+				complete(t, p.store, head, sc.end.outcome[0], sc.end.outcome[1])
+			case sc.end.outcome[0] != "":
+				completeRowByRow(t, p.store, head, sc.end.outcome[0], sc.end.outcome[1])
+			default:
+				sc.end.run(t, p.store, head)
+				if p.batched {
+					advance(t, p.store, []int64{head.ID}, sc.end.discards)
+				}
+			}
+		}
+		leased := 0
+		for _, sc := range scenarios {
+			if sc.end.rescue {
+				leased++
+			}
+		}
+		testenv.Eventually(t, 10*time.Second, "leases to expire", func() bool {
+			var n int
+			_ = p.store.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state = 'running' AND lease_expires_at < now()`).Scan(&n)
+			return n == leased
+		})
+		if _, _, _, err := p.store.JobRescue(ctx, 1000); err != nil {
+			t.Fatal(err)
+		}
+		if p.batched {
+			advance(t, p.store, rescued, false)
+		}
+	}
+	a, b := laneSnapshot(t, paths[0].store), laneSnapshot(t, paths[1].store)
+	if len(a) != len(scenarios) {
+		t.Fatalf("%d lanes, want %d", len(a), len(scenarios))
+	}
+	for route, rowA := range a {
+		if rowB := b[route]; rowA != rowB {
+			t.Errorf("%s:\n  row by row: %s\n  batched:    %s", route, rowA, rowB)
+		}
+	}
+}
+
+func headOf(t *testing.T, s *pgstore.Store, route string) int64 {
+	t.Helper()
+	var id int64
+	if err := s.Pool().QueryRow(context.Background(), `SELECT head_job_id FROM lanes WHERE route = $1`, route).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// advance calls lanes_advance as the completer does (and discard, with
+// the discarded heads).
+func advance(t *testing.T, s *pgstore.Store, ids []int64, discarded bool) {
+	t.Helper()
+	disc := []int64{}
+	if discarded {
+		disc = ids
+	}
+	if _, err := s.Pool().Exec(context.Background(), `SELECT lanes_advance($1, p_discarded => $2)`, ids, disc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// laneSnapshot is, per lane (by route), its row and its jobs' states in
+// offset order.
+func laneSnapshot(t *testing.T, s *pgstore.Store) map[string]string {
+	t.Helper()
+	rows, err := s.Pool().Query(context.Background(), `
+		SELECT l.route, format('head=%s last=%s blocked=%s gap=%s jobs=%s', l.head_job_id, l.last_version, l.blocked,
+			l.gap_since IS NOT NULL,
+			(SELECT string_agg(j.state || ':' || j.attempts, ',' ORDER BY j.src_offset) FROM jobs j WHERE j.route = l.route))
+		FROM lanes l`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	var route, row string
+	if _, err := pgx.ForEachRow(rows, []any{&route, &row}, func() error { out[route] = row; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
