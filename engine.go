@@ -37,6 +37,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/schedule"
+	"github.com/switchyard-dev/switchyard/ordering"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -173,9 +174,22 @@ func (e *Engine) resolve(j *workers.Job) (workers.Handler, error) {
 	return nil, fmt.Errorf("no handler for kind %q (route %q): register one with Engine.Register", j.Kind, j.Route)
 }
 
-// Store is the engine's database access, for embedders' own checks and
-// for ordering's conditional writes. Valid after Start.
-func (e *Engine) Store() *pgstore.Store { return e.store }
+// Applier applies a handler's own writes in the same transaction as its
+// job's completion (ordering.Applier.Apply), in the engine's database.
+// Valid after Start.
+func (e *Engine) Applier() *ordering.Applier { return ordering.New(e.store) }
+
+// Migrate creates or upgrades the schema that cfg names (postgres.url and
+// postgres.schema), as `switchyard migrate` does: safe to run from several
+// processes at once. It returns what it applied.
+func Migrate(ctx context.Context, cfg *config.Config) ([]string, error) {
+	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	return store.Migrate(ctx)
+}
 
 // Addr is the admin server's address once started ("" when disabled).
 func (e *Engine) Addr() string {

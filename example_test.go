@@ -6,19 +6,20 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	switchyard "github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/config"
-	"github.com/switchyard-dev/switchyard/internal/pgstore"
-	"github.com/switchyard-dev/switchyard/internal/testenv"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
 // A Go program embeds the engine: the same YAML as the binary, a route
-// with `target: {go: true}`, and a handler registered for its kind.
+// with `target: {go: true}`, and a handler registered for its kind. It
+// uses public packages only, so it can be copied out of this module.
 func Example() {
-	topic, schema := testenv.Name("orders"), testenv.Name("example")
+	suffix := time.Now().UnixNano() // a topic and schema of the example's own
+	topic, schema := fmt.Sprintf("orders_%d", suffix), fmt.Sprintf("example_%d", suffix)
 	cfg, err := config.Parse(fmt.Appendf(nil, `
 postgres: {schema: %s}
 http: {listen: "off"}
@@ -35,7 +36,10 @@ routes:
 		fmt.Println(err)
 		return
 	}
-	migrate(cfg) // what `switchyard migrate` does
+	if _, err := switchyard.Migrate(context.Background(), cfg); err != nil { // what `switchyard migrate` does
+		fmt.Println(err)
+		return
+	}
 	defer dropSchema(cfg)
 
 	eng, err := switchyard.New(cfg, switchyard.Options{})
@@ -65,24 +69,15 @@ routes:
 	// Output: synced customer c-1: {"customer_id":"c-1","total":42} (attempt 1)
 }
 
-func migrate(cfg *config.Config) {
-	s, err := pgstore.Open(context.Background(), pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema})
-	if err != nil {
-		panic(err)
-	}
-	defer s.Close()
-	if _, err := s.Migrate(context.Background()); err != nil {
-		panic(err)
-	}
-}
-
+// dropSchema removes the example's schema again.
 func dropSchema(cfg *config.Config) {
-	s, err := pgstore.Open(context.Background(), pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return
 	}
-	defer s.Close()
-	_ = s.DropSchema(context.Background())
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{cfg.Postgres.Schema}.Sanitize()+` CASCADE`)
 }
 
 func produce(cfg *config.Config, topic, value string) {

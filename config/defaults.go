@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/switchyard-dev/switchyard/jobstate"
+)
 
 // DefaultMaxAttempts is a route's max_attempts when unset, and that of a
 // schedule's jobs when no route has its kind.
@@ -57,9 +61,10 @@ func (c *Config) SetDefaults() {
 	if c.Retention == nil {
 		c.Retention = map[string]Duration{}
 	}
-	for _, st := range []string{"succeeded", "skipped", "cancelled", "expired"} {
-		if _, set := c.Retention[st]; !set {
-			c.Retention[st] = Duration(defaultRetention)
+	for _, st := range jobstate.Final {
+		// Dead jobs stay until their DLQ entry is handled.
+		if _, set := c.Retention[string(st)]; !set && st != jobstate.Dead {
+			c.Retention[string(st)] = Duration(defaultRetention)
 		}
 	}
 

@@ -16,6 +16,8 @@ import (
 	// Schedules name IANA zones; without the embedded database a config
 	// that validates on a laptop would fail in a slim container image.
 	_ "time/tzdata"
+
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // FieldError is one problem with one setting.
@@ -58,8 +60,8 @@ func (c *Config) Validate() error {
 		p.add("shutdown_grace", "must be positive")
 	}
 	for st := range c.Retention {
-		if !slices.Contains([]string{"succeeded", "skipped", "cancelled", "expired", "dead"}, st) {
-			p.add("retention."+st, "not a final state: want succeeded, skipped, cancelled, expired or dead")
+		if !jobstate.State(st).IsFinal() {
+			p.add("retention."+st, "not a final state: want one of %s", jobstate.Join(jobstate.Final))
 		}
 	}
 	c.validateQueues(&p)

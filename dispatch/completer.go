@@ -149,7 +149,7 @@ func (c *completer) flush(batch []pending) {
 				applied := done.Applied[p.out.Token]
 				var next *workers.Job
 				if applied {
-					next = done.Next[p.out.ID]
+					next = workerJob(done.Next[p.out.ID])
 				}
 				p.then(applied, next)
 			}

@@ -43,7 +43,7 @@ func start(t *testing.T, store *pgstore.Store, concurrency int, lease time.Durat
 }
 
 // claim claims n jobs of queue q, leased for a minute, as a pool would.
-func claim(t *testing.T, store *pgstore.Store, n int) []*workers.Job {
+func claim(t *testing.T, store *pgstore.Store, n int) []*pgstore.Claimed {
 	t.Helper()
 	jobs, _, err := store.JobClaim(context.Background(),
 		pgstore.JobClaimParams{Queue: "q", Limit: n, Lease: time.Minute, MaxRuntime: time.Hour})
@@ -492,12 +492,12 @@ func TestHandedOffJobsAtCapacityAndAtStop(t *testing.T) {
 	p := newPool(d, Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Hour})
 	p.busy = 1 // the one worker is running something else
 
-	p.adopt(jobs[0], time.Now())
+	p.adopt(workerJob(jobs[0]), time.Now())
 	if len(p.ready) != 1 || p.free() != 0 || p.leases[jobs[0].Token] == nil {
 		t.Fatalf("ready %d, free %d, leased %v; want the job waiting, leased, and no claim", len(p.ready), p.free(), p.leases[jobs[0].Token] != nil)
 	}
 	p.close()
-	p.adopt(jobs[1], time.Now())
+	p.adopt(workerJob(jobs[1]), time.Now())
 	if len(p.ready) != 0 || len(p.leases) != 0 {
 		t.Fatalf("after close: ready %d, leases %d; want none", len(p.ready), len(p.leases))
 	}
@@ -572,7 +572,7 @@ func TestHandedOffJobThatWaitedRestartsItsClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := d.pools["q"]
-	p.adopt(jobs[0], time.Now())
+	p.adopt(workerJob(jobs[0]), time.Now())
 	p.mu.Lock()
 	if len(p.ready) != 1 {
 		p.mu.Unlock()
@@ -634,5 +634,37 @@ func TestLaneYieldsItsPoolAfterTheHandoffWindow(t *testing.T) {
 		t.Logf("the late key ran as job %d of %d", n, lanes*perLane+1)
 	case <-time.After(time.Minute):
 		t.Fatalf("the late key never ran (%d jobs ran)", calls.Load())
+	}
+}
+
+// A job cancelled while it runs learns it at the pool's next heartbeat,
+// with cause workers.ErrCancelled (not a lost lease), and ends cancelled.
+func TestCancelledJobsHandlerIsToldWhy(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 5)
+	ctx := context.Background()
+	started := make(chan *workers.Job, 1)
+	causeC := make(chan error, 1)
+	start(t, store, 1, 3*time.Second, workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
+		started <- j
+		<-ctx.Done()
+		causeC <- context.Cause(ctx)
+		return ctx.Err()
+	}))
+	job := <-started
+	if err := store.JobCancel(ctx, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-causeC:
+		if !errors.Is(cause, workers.ErrCancelled) {
+			t.Fatalf("cause = %v, want workers.ErrCancelled", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler was never told of the cancel")
+	}
+	if s := states(t, store); s["cancelled"] != 1 {
+		t.Fatalf("states %v, want the job cancelled", s)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/jobstate"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -338,7 +339,7 @@ func (p *pool) claim(n int, after pgstore.ClaimPosition) (claimResult, error) {
 	for _, j := range jobs {
 		// Reserved slots: a claim's jobs always start. Stop waits for the
 		// claims in flight before it closes the pool.
-		p.start(p.hold(j, now))
+		p.start(p.hold(workerJob(j), now))
 	}
 	p.mu.Unlock()
 	r.got = len(jobs)
@@ -370,11 +371,15 @@ func (p *pool) execute(r *running) {
 	cause := context.Cause(ctx)
 	p.returned(job.Token)
 	switch {
-	case errors.Is(cause, workers.ErrLeaseLost):
-		// Someone else may own the job now; whatever we'd write would be
-		// rejected by the token anyway.
+	case errors.Is(cause, workers.ErrLeaseLost), errors.Is(cause, workers.ErrCancelled):
+		// Cancelled, or someone else may own the job now; whatever we'd
+		// write would be rejected by the token anyway.
 		p.finish(job.Token)
-		p.observe(job, "lease_lost", elapsed)
+		outcome := "lease_lost"
+		if errors.Is(cause, workers.ErrCancelled) {
+			outcome = "cancelled"
+		}
+		p.observe(job, outcome, elapsed)
 		return
 	case err != nil && errors.Is(cause, workers.ErrShutdown):
 		p.release(job)
@@ -415,7 +420,7 @@ const laneHandoffWindow = time.Second
 // queue's pool), within laneHandoffWindow, and not once the pool is
 // closing.
 func (p *pool) handoff(r *running, out pgstore.Outcome) *pgstore.Handoff {
-	if !out.Lane || out.State == "retrying" || r.job.Queue != p.q.Name || time.Since(r.chain) >= p.handoffWindow {
+	if !out.Lane || out.State == jobstate.Retrying || r.job.Queue != p.q.Name || time.Since(r.chain) >= p.handoffWindow {
 		return nil
 	}
 	p.mu.Lock()
@@ -499,14 +504,14 @@ func (p *pool) outcome(job *workers.Job, err error) pgstore.Outcome {
 	o := pgstore.Outcome{ID: job.ID, Token: job.Token, Lane: job.Ordered}
 	switch {
 	case err == nil:
-		o.State = "succeeded"
+		o.State = jobstate.Succeeded
 		return o
 	case workers.IsPermanent(err):
-		o.State, o.Reason = "dead", "permanent"
+		o.State, o.Reason = jobstate.Dead, "permanent"
 	case job.Attempt >= job.MaxAttempts:
-		o.State, o.Reason = "dead", "max_attempts"
+		o.State, o.Reason = jobstate.Dead, "max_attempts"
 	default:
-		o.State = "retrying"
+		o.State = jobstate.Retrying
 		o.Delay = p.d.backoff(job, err)
 	}
 	o.Error = err.Error()
@@ -535,12 +540,10 @@ func (d *Dispatcher) backoff(job *workers.Job, err error) time.Duration {
 	return rand.N(ceil + 1)
 }
 
-func metricOutcome(state string) string {
+func metricOutcome(state jobstate.State) string {
 	switch state {
-	case "succeeded":
-		return "succeeded"
-	case "dead":
-		return "dead"
+	case jobstate.Succeeded, jobstate.Dead:
+		return string(state)
 	}
 	return "retry"
 }
@@ -661,14 +664,36 @@ func (p *pool) heartbeat() {
 		p.log.Warn("heartbeat failed", zap.Error(err))
 		return
 	}
+	var lost []pgstore.Lease
+	for _, l := range leases {
+		if !kept[l.Token] {
+			lost = append(lost, l)
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	// Rare: ask which were lost to an operator's cancel, so that the
+	// handler learns why (context.Cause is workers.ErrCancelled).
+	cancelled, err := p.d.store.JobCancelled(ctx, lost)
+	if err != nil {
+		p.log.Warn("reading cancellations failed", zap.Error(err))
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, l := range leases {
+	for _, l := range lost {
 		// A returned handler's lease may simply have been completed
 		// between the snapshot and the heartbeat; the completer knows.
-		if r, ok := p.leases[l.Token]; ok && !kept[l.Token] && !r.returned {
-			p.log.Warn("lease lost; cancelling the attempt", zap.Int64("job_id", l.ID), zap.Int64("token", l.Token))
-			r.cancel(workers.ErrLeaseLost)
+		r, ok := p.leases[l.Token]
+		if !ok || r.returned {
+			continue
 		}
+		if cancelled[l.Token] {
+			p.log.Info("job cancelled; cancelling the attempt", zap.Int64("job_id", l.ID), zap.Int64("token", l.Token))
+			r.cancel(workers.ErrCancelled)
+			continue
+		}
+		p.log.Warn("lease lost; cancelling the attempt", zap.Int64("job_id", l.ID), zap.Int64("token", l.Token))
+		r.cancel(workers.ErrLeaseLost)
 	}
 }

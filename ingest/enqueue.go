@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // Enqueuer makes jobs from the admin API (POST /v1/queues/{queue}/jobs),
@@ -50,7 +51,7 @@ type EnqueueRequest struct {
 // EnqueueResult is what Enqueue did.
 type EnqueueResult struct {
 	ID    int64
-	State string
+	State jobstate.State
 	// Created is false when an earlier request with the same idempotency
 	// key made the job.
 	Created bool

@@ -376,7 +376,7 @@ func TestApplyCommitsWithCompletion(t *testing.T) {
 		return err
 	})
 	eng := engine(t, schema, topic, `    version: {field: v, policy: newer}`, 2, h)
-	applier = ordering.New(eng.Store())
+	applier = eng.Applier()
 	ready.Done()
 	testenv.Produce(t, topic, rec(0, "a", `{"v":2}`), rec(0, "a", `{"v":9}`), rec(0, "b", `{"v":4}`))
 	testenv.Eventually(t, time.Minute, "applied", func() bool { return countState(t, store, "succeeded") == 3 })

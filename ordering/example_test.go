@@ -12,8 +12,6 @@ import (
 
 	switchyard "github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/config"
-	"github.com/switchyard-dev/switchyard/internal/pgstore"
-	"github.com/switchyard-dev/switchyard/internal/testenv"
 	"github.com/switchyard-dev/switchyard/ordering"
 	"github.com/switchyard-dev/switchyard/workers"
 )
@@ -22,9 +20,11 @@ import (
 // version in the same transaction as the job's completion. Versions 3 and
 // then 2 arrive for one customer: 3 is applied, 2 is stale and never runs
 // fn, so the table can never go back in time — not even across crashes
-// and retries.
+// and retries. It uses public packages only, so it can be copied out of
+// this module.
 func ExampleApplier_Apply() {
-	topic, schema := testenv.Name("customers"), testenv.Name("example")
+	suffix := time.Now().UnixNano() // a topic and schema of the example's own
+	topic, schema := fmt.Sprintf("customers_%d", suffix), fmt.Sprintf("example_%d", suffix)
 	cfg, err := config.Parse(fmt.Appendf(nil, `
 postgres: {schema: %s}
 http: {listen: "off"}
@@ -64,46 +64,48 @@ routes:
 	}))
 
 	ctx := context.Background()
-	store := setUp(cfg)
-	defer tearDown(store)
+	db := setUp(cfg)
+	defer tearDown(db, schema)
 	if err := eng.Start(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer eng.Stop(ctx) //nolint:errcheck
-	applier = ordering.New(eng.Store())
+	applier = eng.Applier()
 
 	produce(cfg, topic, `{"id":"c-1","seq":3}`)
 	<-done
 	produce(cfg, topic, `{"id":"c-1","seq":2}`)
-	waitForState(store, "skipped")
+	waitForState(db, schema, "skipped")
 
 	var seq int64
-	_ = store.Pool().QueryRow(ctx, `SELECT seq FROM customers WHERE id = 'c-1'`).Scan(&seq)
+	_ = db.QueryRow(ctx, `SELECT seq FROM `+pgx.Identifier{schema, "customers"}.Sanitize()+` WHERE id = 'c-1'`).Scan(&seq)
 	fmt.Println("customer c-1 at version", seq)
 	// Output: customer c-1 at version 3
 }
 
 // setUp migrates the example's schema and creates the handler's table in
-// the same database.
-func setUp(cfg *config.Config) *pgstore.Store {
+// it: Apply's transaction runs on the engine's connections, whose
+// search_path is Switchyard's schema.
+func setUp(cfg *config.Config) *pgx.Conn {
 	ctx := context.Background()
-	s, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema})
+	if _, err := switchyard.Migrate(ctx, cfg); err != nil {
+		panic(err)
+	}
+	db, err := pgx.Connect(ctx, cfg.Postgres.URL)
 	if err != nil {
 		panic(err)
 	}
-	if _, err := s.Migrate(ctx); err != nil {
+	table := pgx.Identifier{cfg.Postgres.Schema, "customers"}.Sanitize()
+	if _, err := db.Exec(ctx, `CREATE TABLE `+table+` (id text PRIMARY KEY, seq bigint NOT NULL)`); err != nil {
 		panic(err)
 	}
-	if _, err := s.Pool().Exec(ctx, `CREATE TABLE customers (id text PRIMARY KEY, seq bigint NOT NULL)`); err != nil {
-		panic(err)
-	}
-	return s
+	return db
 }
 
-func tearDown(s *pgstore.Store) {
-	_ = s.DropSchema(context.Background())
-	s.Close()
+func tearDown(db *pgx.Conn, schema string) {
+	_, _ = db.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	_ = db.Close(context.Background())
 }
 
 func produce(cfg *config.Config, topic, value string) {
@@ -117,10 +119,11 @@ func produce(cfg *config.Config, topic, value string) {
 	}
 }
 
-func waitForState(s *pgstore.Store, state string) {
+func waitForState(db *pgx.Conn, schema, state string) {
+	jobs := pgx.Identifier{schema, "jobs"}.Sanitize()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		var n int
-		_ = s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE state = $1`, state).Scan(&n)
+		_ = db.QueryRow(context.Background(), `SELECT count(*) FROM `+jobs+` WHERE state = $1`, state).Scan(&n)
 		if n > 0 {
 			return
 		}

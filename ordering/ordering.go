@@ -17,13 +17,15 @@ var ErrStale = pgstore.ErrStale
 
 // ErrLeaseLost is returned by Apply when the job is no longer held by this
 // attempt (its lease expired and another worker may own it): fn was not
-// called, nothing was written.
-var ErrLeaseLost = pgstore.ErrLeaseLost
+// called, nothing was written. It is workers.ErrLeaseLost, the one lease
+// error of the public API.
+var ErrLeaseLost = workers.ErrLeaseLost
 
 // Applier applies handler writes together with job completions.
 type Applier struct{ store *pgstore.Store }
 
-// New returns an Applier over the engine's store (Engine.Store()).
+// New returns an Applier over a store; embedders get theirs from
+// Engine.Applier.
 func New(store *pgstore.Store) *Applier { return &Applier{store: store} }
 
 // Apply runs fn in a transaction in the job's database and, in the same
@@ -36,9 +38,12 @@ func New(store *pgstore.Store) *Applier { return &Applier{store: store} }
 // After a nil return the handler should return nil: the dispatcher
 // records nothing more for the attempt.
 func (a *Applier) Apply(ctx context.Context, job *workers.Job, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	err := a.store.JobApply(ctx, job, fn)
-	if err == nil || errors.Is(err, ErrStale) {
+	err := a.store.JobApply(ctx, job.ID, job.Token, job.Version, fn)
+	switch {
+	case err == nil || errors.Is(err, ErrStale):
 		job.MarkFinished()
+	case errors.Is(err, pgstore.ErrLeaseLost):
+		return ErrLeaseLost
 	}
 	return err
 }

@@ -104,8 +104,15 @@ func (f HandlerFunc) Handle(ctx context.Context, job *Job) error { return f(ctx,
 
 // Cancellation causes, readable with context.Cause inside a handler.
 var (
+	// ErrLeaseLost: the attempt no longer holds the job (its lease expired
+	// and it may run elsewhere). Also what SaveCheckpoint and
+	// ordering.Apply return when the attempt lost its lease.
 	ErrLeaseLost = errors.New("switchyard: lease lost")
-	ErrShutdown  = errors.New("switchyard: process shutting down")
+	// ErrShutdown: the process is stopping and its grace period is over;
+	// the job goes back to its queue.
+	ErrShutdown = errors.New("switchyard: process shutting down")
+	// ErrCancelled: an operator cancelled the job; it ends cancelled. The
+	// handler learns it at the pool's next heartbeat.
 	ErrCancelled = errors.New("switchyard: job cancelled")
 )
 

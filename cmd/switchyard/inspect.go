@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-dev/switchyard/dlq"
 	"github.com/switchyard-dev/switchyard/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // openStore loads the config (the database part is enough) and connects.
@@ -93,7 +94,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "list":
 		fs, cfgPath := newFlags("jobs list", "jobs list [--config FILE] [--state S] [--queue Q] [--key K] [--limit N] [--after ID]", stderr)
 		var f pgstore.JobFilter
-		fs.StringVar(&f.State, "state", "", "only jobs in this state")
+		state := fs.String("state", "", "only jobs in this state")
 		fs.StringVar(&f.Queue, "queue", "", "only jobs of this queue")
 		fs.StringVar(&f.Key, "key", "", "only jobs of this key")
 		fs.IntVar(&f.Limit, "limit", 50, "at most this many (1-1000)")
@@ -104,8 +105,8 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if f.Limit < 1 || f.Limit > 1000 {
 			return usagef("--limit: %d is not between 1 and 1000", f.Limit)
 		}
-		if f.State != "" && !pgstore.ValidState(f.State) {
-			return usagef("--state: %q is not a job state (%s)", f.State, pgstore.StatesList)
+		if f.State = jobstate.State(*state); f.State != "" && !f.State.Valid() {
+			return usagef("--state: %q is not a job state (%s)", *state, jobstate.Join(jobstate.All))
 		}
 		store, _, err := openStore(ctx, fs, *cfgPath)
 		if err != nil {

@@ -81,7 +81,7 @@ func jobState(t *testing.T, st *pgstore.Store, id int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return j.State
+	return string(j.State)
 }
 
 // CSRF in a real browser: a page on another origin auto-submits a form

@@ -13,7 +13,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/switchyard-dev/switchyard/dlq"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // readyTimeout bounds all of /readyz's checks together, below the probe
@@ -63,11 +65,11 @@ func (s *Server) jobList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := q.oneOf("state", jobStates); err != nil {
+	if err := oneOf(q, "state", jobstate.All); err != nil {
 		return err
 	}
 	jobs, err := s.store.JobList(r.Context(), pgstore.JobFilter{
-		State: q.filters["state"], Queue: q.filters["queue"], Key: q.filters["key"], Route: q.filters["route"],
+		State: jobstate.State(q.filters["state"]), Queue: q.filters["queue"], Key: q.filters["key"], Route: q.filters["route"],
 		After: q.after, Limit: q.limit + 1,
 	})
 	if err != nil {
@@ -98,7 +100,7 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := q.oneOf("reason", dlqReasons); err != nil {
+	if err := oneOf(q, "reason", dlq.Reasons); err != nil {
 		return err
 	}
 	entries, err := s.store.DLQList(r.Context(), pgstore.DLQFilter{
@@ -111,11 +113,6 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) error {
 	s.writeJSON(w, http.StatusOK, newPage(entries, q.limit, func(e pgstore.DLQEntry) int64 { return e.ID }))
 	return nil
 }
-
-// depthStates are the states pgstore.QueueStats counts. Every queue
-// reports each of them and every DLQ reason, zero included, so that the
-// shape of a queue does not change as work comes and goes.
-var depthStates = []string{"waiting", "queued", "running", "retrying", "dead"}
 
 // queueList is not paginated: queues come from configuration and are few.
 // It still answers the list shape so clients handle every list alike.
@@ -136,18 +133,20 @@ func (s *Server) queueList(w http.ResponseWriter, r *http.Request) error {
 		if st == nil {
 			st = &pgstore.QueueStat{Queue: name, Jobs: map[string]int64{}, DLQ: map[string]int64{}}
 		}
-		zeroFill(st.Jobs, depthStates)
-		zeroFill(st.DLQ, dlqReasons)
+		// Every queue reports each depth state and every DLQ reason, zero
+		// included, so that its shape does not change as work comes and goes.
+		zeroFill(st.Jobs, jobstate.Depth)
+		zeroFill(st.DLQ, dlq.Reasons)
 		items = append(items, *st)
 	}
 	s.writeJSON(w, http.StatusOK, page[pgstore.QueueStat]{Items: items})
 	return nil
 }
 
-func zeroFill(counts map[string]int64, keys []string) {
+func zeroFill[T ~string](counts map[string]int64, keys []T) {
 	for _, k := range keys {
-		if _, ok := counts[k]; !ok {
-			counts[k] = 0
+		if _, ok := counts[string(k)]; !ok {
+			counts[string(k)] = 0
 		}
 	}
 }

@@ -13,12 +13,6 @@ const (
 	maxLimit     = 500
 )
 
-// jobStates is the allow-list for ?state=, every state of the jobs table.
-var jobStates = []string{"waiting", "queued", "running", "retrying", "succeeded", "dead", "cancelled", "skipped", "expired"}
-
-// dlqReasons is the allow-list for ?reason= (SPEC §6).
-var dlqReasons = []string{"decode", "missing_field", "too_large", "permanent", "max_attempts", "gap"}
-
 // listQuery is the validated query string of a list endpoint.
 type listQuery struct {
 	filters map[string]string // filter name → value; absent or "" means no filter
@@ -58,9 +52,13 @@ func parseList(r *http.Request) (listQuery, error) {
 }
 
 // oneOf checks an enumerated filter against its allow-list.
-func (q listQuery) oneOf(name string, allowed []string) error {
-	if v := q.filters[name]; v != "" && !slices.Contains(allowed, v) {
-		return badRequest(name, "%s must be one of %s", name, strings.Join(allowed, ", "))
+func oneOf[T ~string](q listQuery, name string, allowed []T) error {
+	if v := q.filters[name]; v != "" && !slices.Contains(allowed, T(v)) {
+		words := make([]string, len(allowed))
+		for i, a := range allowed {
+			words[i] = string(a)
+		}
+		return badRequest(name, "%s must be one of %s", name, strings.Join(words, ", "))
 	}
 	return nil
 }

@@ -6,25 +6,27 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // JobRow is a job as the admin API and CLI show it.
 type JobRow struct {
-	ID          int64      `json:"id"`
-	Route       string     `json:"route"`
-	Kind        string     `json:"kind"`
-	Queue       string     `json:"queue"`
-	State       string     `json:"state"`
-	Key         string     `json:"key"`
-	Version     *int64     `json:"version"`
-	Attempts    int        `json:"attempts"`
-	MaxAttempts int        `json:"max_attempts"`
-	LastError   *string    `json:"last_error"`
-	CreatedAt   time.Time  `json:"created_at"`
-	ScheduledAt time.Time  `json:"scheduled_at"`
-	StartedAt   *time.Time `json:"started_at"`
-	FinishedAt  *time.Time `json:"finished_at"`
-	Source      *SourceRow `json:"source"`
+	ID          int64          `json:"id"`
+	Route       string         `json:"route"`
+	Kind        string         `json:"kind"`
+	Queue       string         `json:"queue"`
+	State       jobstate.State `json:"state"`
+	Key         string         `json:"key"`
+	Version     *int64         `json:"version"`
+	Attempts    int            `json:"attempts"`
+	MaxAttempts int            `json:"max_attempts"`
+	LastError   *string        `json:"last_error"`
+	CreatedAt   time.Time      `json:"created_at"`
+	ScheduledAt time.Time      `json:"scheduled_at"`
+	StartedAt   *time.Time     `json:"started_at"`
+	FinishedAt  *time.Time     `json:"finished_at"`
+	Source      *SourceRow     `json:"source"`
 }
 
 // SourceRow is a Kafka position; nil for jobs that did not come from Kafka.
@@ -64,7 +66,7 @@ func (s *Store) JobGet(ctx context.Context, id int64) (JobRow, error) {
 // JobFilter selects jobs for listing; empty fields do not filter. Results
 // are ordered by id and resume after After (keyset pagination).
 type JobFilter struct {
-	State string
+	State jobstate.State
 	Queue string
 	Key   string
 	Route string
@@ -79,7 +81,7 @@ func (s *Store) JobList(ctx context.Context, f JobFilter) ([]JobRow, error) {
 		WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR queue = $2)
 		  AND ($3::text IS NULL OR key = $3) AND id > $4
 		  AND ($6::text IS NULL OR route = $6)
-		ORDER BY id LIMIT $5`, nullable(f.State), nullable(f.Queue), nullable(f.Key), f.After, f.Limit,
+		ORDER BY id LIMIT $5`, nullable(string(f.State)), nullable(f.Queue), nullable(f.Key), f.After, f.Limit,
 		nullable(f.Route))
 	if err != nil {
 		return nil, err
@@ -234,9 +236,9 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 		qs := get(q)
 		qs.Jobs[st] = n
 		switch st {
-		case "running":
+		case string(jobstate.Running):
 			qs.Running = n
-		case "dead":
+		case string(jobstate.Dead):
 			qs.Dead = n
 		}
 		return nil

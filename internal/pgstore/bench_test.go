@@ -65,7 +65,7 @@ func claim(b *testing.B, s *pgstore.Store, limit int, after pgstore.ClaimPositio
 	}
 	outs := make([]pgstore.Outcome, len(jobs))
 	for i, j := range jobs {
-		outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.Ordered}
+		outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.Lane}
 	}
 	return outs, last
 }

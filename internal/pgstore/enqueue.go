@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // Enqueued is what JobEnqueue did.
 type Enqueued struct {
 	ID    int64
-	State string
+	State jobstate.State
 	// Created says this call made the job; false means an earlier call
 	// with the same dedupe key did (I2).
 	Created bool
@@ -33,9 +35,9 @@ func (s *Store) JobEnqueue(ctx context.Context, j NewJob, runAt time.Time) (Enqu
 	if !runAt.IsZero() {
 		at = &runAt
 	}
-	state := "queued"
+	state := jobstate.Queued
 	if j.Lane != nil {
-		state = "waiting"
+		state = jobstate.Waiting
 	}
 	var e Enqueued
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -71,7 +73,7 @@ func (s *Store) JobEnqueue(ctx context.Context, j NewJob, runAt time.Time) (Enqu
 				return err
 			}
 		}
-		if e.State != "queued" {
+		if e.State != jobstate.Queued {
 			return nil
 		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.Channel(), j.Queue)

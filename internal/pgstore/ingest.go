@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // Origins of jobs. Each is a dedupe namespace of its own (I2): the
@@ -362,9 +364,9 @@ func jobRows(jobs []NewJob, withState bool) pgx.CopyFromSource {
 			payload, nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline,
 			j.Topic, j.Partition, j.Offset, j.Lane != nil}
 		if withState {
-			state := "queued"
+			state := jobstate.Queued
 			if j.Lane != nil {
-				state = "waiting"
+				state = jobstate.Waiting
 			}
 			row = append(row, state)
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/switchyard-dev/switchyard/workers"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // JobClaimParams asks for up to Limit runnable jobs of one queue.
@@ -49,9 +49,9 @@ func (p ClaimPosition) Before(q ClaimPosition) bool {
 // FOR UPDATE SKIP LOCKED over the partial runnable index, then jobs_lease
 // (functions.sql), the one definition of a claim: attempts counted here
 // (I5), a fresh fencing token per job from a sequence (I4), and the lease
-// measured on the database clock so that process clocks never matter. It also returns the position of the last job claimed (p.After
-// when none).
-func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job, ClaimPosition, error) {
+// // measured on the database clock so that process clocks never matter. It
+// also returns the position of the last job claimed (p.After when none).
+func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*Claimed, ClaimPosition, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH c AS (
 			SELECT id FROM jobs
@@ -69,9 +69,9 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job,
 		return nil, p.After, err
 	}
 	last := p.After
-	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*workers.Job, error) {
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Claimed, error) {
 		var at time.Time
-		j, err := scanWorkerJob(r, &at)
+		j, err := scanClaimed(r, &at)
 		if pos := (ClaimPosition{ScheduledAt: at, ID: j.ID}); last.Before(pos) {
 			last = pos
 		}
@@ -80,24 +80,44 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*workers.Job,
 	return jobs, last, err
 }
 
+// Claimed is a job as its claim (or handoff) hands it to a worker: the
+// row at claim time, under its attempt's lease.
+type Claimed struct {
+	ID          int64
+	Kind        string
+	Queue       string
+	Route       string
+	Key         string
+	Version     *int64
+	Attempt     int // attempts, counted at the claim
+	MaxAttempts int
+	Token       int64
+	Payload     []byte
+	Headers     []HeaderRow
+	Source      SourceRow // zero for a job that did not come from Kafka
+	CreatedAt   time.Time
+	Lane        bool
+	Checkpoint  []byte
+}
+
 // workerColumns are what a worker is handed of a job row aliased j, in
-// scanWorkerJob's order.
+// scanClaimed's order.
 const workerColumns = `j.id, j.kind, j.queue, j.route, j.key, j.version, j.attempts, j.max_attempts,
 	j.token, j.payload, j.header_keys, j.header_values,
 	coalesce(j.src_topic, ''), coalesce(j.src_partition, 0), coalesce(j.src_offset, 0), j.created_at, j.lane,
 	j.checkpoint`
 
-// scanWorkerJob scans workerColumns, then extra.
-func scanWorkerJob(r pgx.Row, extra ...any) (*workers.Job, error) {
-	j := &workers.Job{}
+// scanClaimed scans workerColumns, then extra.
+func scanClaimed(r pgx.Row, extra ...any) (*Claimed, error) {
+	j := &Claimed{}
 	var hk []string
 	var hv [][]byte
 	err := r.Scan(append([]any{&j.ID, &j.Kind, &j.Queue, &j.Route, &j.Key, &j.Version, &j.Attempt, &j.MaxAttempts,
-		&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt, &j.Ordered,
+		&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt, &j.Lane,
 		&j.Checkpoint}, extra...)...)
 	for i := range hk {
 		if i < len(hv) {
-			j.Headers = append(j.Headers, workers.Header{Key: hk[i], Value: hv[i]})
+			j.Headers = append(j.Headers, HeaderRow{Key: hk[i], Value: hv[i]})
 		}
 	}
 	return j, err
@@ -163,6 +183,23 @@ func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRunt
 	return kept, err
 }
 
+// JobCancelled returns, of the given leases, the tokens of those whose
+// job was cancelled: a lease that a heartbeat did not extend was lost to
+// an operator's cancel rather than to an expiry.
+func (s *Store) JobCancelled(ctx context.Context, leases []Lease) (map[int64]bool, error) {
+	ids, tokens := splitLeases(leases)
+	rows, err := s.pool.Query(ctx, `SELECT j.token FROM jobs j
+		JOIN unnest($1::bigint[], $2::bigint[]) AS t(id, token) ON j.id = t.id AND j.token = t.token
+		WHERE coalesce(j.state, '') = 'cancelled'`, ids, tokens)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int64]bool{}
+	var token int64
+	_, err = pgx.ForEachRow(rows, []any{&token}, func() error { out[token] = true; return nil })
+	return out, err
+}
+
 // heldSQL is the test that a row j is still held under token t: written
 // so that only the primary key can serve a batch's join on id. Spelled
 // `j.state = 'running'`, it lets the planner read the batch through the
@@ -185,7 +222,7 @@ type Outcome struct {
 	ID    int64
 	Token int64
 	// State is succeeded, retrying or dead.
-	State string
+	State jobstate.State
 	// Reason is the DLQ reason when State is dead: permanent | max_attempts.
 	Reason string
 	Error  string
@@ -214,7 +251,7 @@ type Completed struct {
 	Applied map[int64]bool
 	// Next holds the jobs handed off (see Outcome.Handoff), running and
 	// leased, by the id of the lane head each follows.
-	Next map[int64]*workers.Job
+	Next map[int64]*Claimed
 }
 
 // JobComplete applies a batch of outcomes in ONE statement. Each row
@@ -232,12 +269,12 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	var laneEnds, handoffs, leases []int64
 	var queues []string
 	for i, o := range outs {
-		ids[i], tokens[i], states[i], reasons[i], delays[i] = o.ID, o.Token, o.State, o.Reason, o.Delay.Milliseconds()
+		ids[i], tokens[i], states[i], reasons[i], delays[i] = o.ID, o.Token, string(o.State), o.Reason, o.Delay.Milliseconds()
 		if o.Error != "" {
 			e := truncate(o.Error, 4096)
 			errs[i] = &e
 		}
-		if o.Lane && o.State != "retrying" {
+		if o.Lane && o.State != jobstate.Retrying {
 			laneEnds = append(laneEnds, o.ID)
 			if o.Handoff != nil {
 				handoffs, queues = append(handoffs, o.ID), append(queues, o.Handoff.Queue)
@@ -267,10 +304,10 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	b.Queue(`SELECT `+workerColumns+`, a.prev_id FROM lanes_advance($1, $2, $3, $4) a, LATERAL (SELECT (a.job).*) j`,
 		laneEnds, handoffs, queues, leases).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
-		c.Next = map[int64]*workers.Job{}
+		c.Next = map[int64]*Claimed{}
 		for rows.Next() {
 			var prev int64
-			j, err := scanWorkerJob(rows, &prev)
+			j, err := scanClaimed(rows, &prev)
 			if err != nil {
 				return err
 			}
@@ -396,20 +433,11 @@ func truncate(s string, n int) string {
 	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "")
 }
 
-// States is every job state.
-var States = []string{"waiting", "queued", "running", "retrying", "succeeded", "dead", "cancelled", "skipped", "expired"}
-
-// StatesList is States for error messages.
-var StatesList = strings.Join(States, ", ")
-
-// ValidState reports whether s is a job state.
-func ValidState(s string) bool { return slices.Contains(States, s) }
-
 // JobCancel cancels a job that has not finished. A running job's lease is
 // thereby lost: its next heartbeat cancels the handler, and its completion
 // is rejected.
 func (s *Store) JobCancel(ctx context.Context, id int64) error {
-	var state string
+	var state jobstate.State
 	err := s.pool.QueryRow(ctx, `
 		WITH old AS (SELECT id, state FROM jobs WHERE id = $1 FOR UPDATE),
 		upd AS (
@@ -421,7 +449,7 @@ func (s *Store) JobCancel(ctx context.Context, id int64) error {
 	if err != nil {
 		return notFound(err)
 	}
-	if !slices.Contains([]string{"waiting", "queued", "running", "retrying"}, state) {
+	if state.IsFinal() {
 		return ErrConflict
 	}
 	return nil

@@ -11,7 +11,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
-	"github.com/switchyard-dev/switchyard/workers"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // laneEnd is one way a lane's head ends: what it does to the head, as the
@@ -24,16 +24,17 @@ type laneEnd struct {
 	// rescue: the head is claimed under a lease that expires, or (expire)
 	// not claimed and past its deadline; JobRescue ends it.
 	rescue, expire bool
-	run            func(t *testing.T, s *pgstore.Store, head *workers.Job)
+	run            func(t *testing.T, s *pgstore.Store, head *pgstore.Claimed)
 	discards       bool // the end is a discard: lanes_advance's p_discarded
-	// outcome, for an attempt's end: state and DLQ reason. The batched
+	// outcome and reason, for an attempt's end: its state and DLQ reason. The batched
 	// path is the completer's (JobComplete); the row-by-row path is the
 	// same statement with the trigger on.
-	outcome [2]string
+	outcome jobstate.State
+	reason  string
 }
 
 // complete ends a claimed head through the completer.
-func complete(t *testing.T, s *pgstore.Store, head *workers.Job, state, reason string) {
+func complete(t *testing.T, s *pgstore.Store, head *pgstore.Claimed, state jobstate.State, reason string) {
 	t.Helper()
 	c, err := s.JobComplete(context.Background(), []pgstore.Outcome{{ID: head.ID, Token: head.Token,
 		State: state, Reason: reason, Error: "boom", Lane: true}})
@@ -44,39 +45,39 @@ func complete(t *testing.T, s *pgstore.Store, head *workers.Job, state, reason s
 
 // completeRowByRow is complete's statement without the completer's
 // lanes_advance: the trigger advances the lane.
-func completeRowByRow(t *testing.T, s *pgstore.Store, head *workers.Job, state, reason string) {
+func completeRowByRow(t *testing.T, s *pgstore.Store, head *pgstore.Claimed, state jobstate.State, reason string) {
 	t.Helper()
 	tag, err := s.Pool().Exec(context.Background(), pgstore.CompleteSQL, []int64{head.ID}, []int64{head.Token},
-		[]string{state}, []string{reason}, []string{"boom"}, []int64{0})
+		[]string{string(state)}, []string{reason}, []string{"boom"}, []int64{0})
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("complete %s row by row: %v %v", state, tag, err)
 	}
 }
 
 var laneEnds = []laneEnd{
-	{name: "succeeded", outcome: [2]string{"succeeded", ""}},
-	{name: "retry", outcome: [2]string{"retrying", ""}},
-	{name: "dead", outcome: [2]string{"dead", "permanent"}},
+	{name: "succeeded", outcome: jobstate.Succeeded},
+	{name: "retry", outcome: jobstate.Retrying},
+	{name: "dead", outcome: jobstate.Dead, reason: "permanent"},
 	{name: "rescued", rescue: true},
 	{name: "rescued to dead", rescue: true},
 	{name: "expired", expire: true},
-	{name: "cancelled", run: func(t *testing.T, s *pgstore.Store, head *workers.Job) {
+	{name: "cancelled", run: func(t *testing.T, s *pgstore.Store, head *pgstore.Claimed) {
 		if err := s.JobCancel(context.Background(), head.ID); err != nil {
 			t.Fatal(err)
 		}
 	}},
-	{name: "applied", run: func(t *testing.T, s *pgstore.Store, head *workers.Job) {
-		err := s.JobApply(context.Background(), head, func(context.Context, pgx.Tx) error { return nil })
+	{name: "applied", run: func(t *testing.T, s *pgstore.Store, head *pgstore.Claimed) {
+		err := s.JobApply(context.Background(), head.ID, head.Token, head.Version, func(context.Context, pgx.Tx) error { return nil })
 		if err != nil && err != pgstore.ErrStale {
 			t.Fatal(err)
 		}
 	}},
-	{name: "re-driven", dead: true, run: func(t *testing.T, s *pgstore.Store, head *workers.Job) {
+	{name: "re-driven", dead: true, run: func(t *testing.T, s *pgstore.Store, head *pgstore.Claimed) {
 		if _, err := s.DLQRedrive(context.Background(), dlqEntryOf(t, s, head.ID)); err != nil {
 			t.Fatal(err)
 		}
 	}},
-	{name: "discarded", dead: true, discards: true, run: func(t *testing.T, s *pgstore.Store, head *workers.Job) {
+	{name: "discarded", dead: true, discards: true, run: func(t *testing.T, s *pgstore.Store, head *pgstore.Claimed) {
 		if err := s.DLQDiscard(context.Background(), dlqEntryOf(t, s, head.ID)); err != nil {
 			t.Fatal(err)
 		}
@@ -163,11 +164,11 @@ func TestLanePathsAgree(t *testing.T) {
 		}
 	}
 	// Each scenario's head, claimed (or not, to expire) in both schemas.
-	heads := make([][]*workers.Job, len(paths))
+	heads := make([][]*pgstore.Claimed, len(paths))
 	for pi, p := range paths {
 		for i, sc := range scenarios {
 			if sc.end.expire {
-				heads[pi] = append(heads[pi], &workers.Job{ID: headOf(t, p.store, sc.route)})
+				heads[pi] = append(heads[pi], &pgstore.Claimed{ID: headOf(t, p.store, sc.route)})
 				continue
 			}
 			lease := time.Hour
@@ -181,7 +182,7 @@ func TestLanePathsAgree(t *testing.T) {
 			}
 			heads[pi] = append(heads[pi], jobs[0])
 			if sc.end.dead {
-				complete(t, p.store, jobs[0], "dead", "permanent")
+				complete(t, p.store, jobs[0], jobstate.Dead, "permanent")
 			}
 		}
 	}
@@ -193,10 +194,10 @@ func TestLanePathsAgree(t *testing.T) {
 			switch {
 			case sc.end.rescue || sc.end.expire:
 				rescued = append(rescued, head.ID)
-			case sc.end.outcome[0] != "" && p.batched:
-				complete(t, p.store, head, sc.end.outcome[0], sc.end.outcome[1])
-			case sc.end.outcome[0] != "":
-				completeRowByRow(t, p.store, head, sc.end.outcome[0], sc.end.outcome[1])
+			case sc.end.outcome != "" && p.batched:
+				complete(t, p.store, head, sc.end.outcome, sc.end.reason)
+			case sc.end.outcome != "":
+				completeRowByRow(t, p.store, head, sc.end.outcome, sc.end.reason)
 			default:
 				sc.end.run(t, p.store, head)
 				if p.batched {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/switchyard-dev/switchyard/workers"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 var (
@@ -52,25 +52,26 @@ func (s *Store) LaneBlocked(ctx context.Context) (map[string]int64, error) {
 	return out, err
 }
 
-// JobApply runs fn in a transaction that also completes the job, so that
+// JobApply runs fn in a transaction that also completes job id, so that
 // a handler's own writes and the job's success commit together or not at
-// all (SPEC §8). The job must still be held under its token. For a
-// versioned lane whose last applied version is not older than the job's,
+// all (SPEC §8). The job must still be held under token. For a versioned
+// lane whose last applied version is not older than the job's version,
 // fn is not called, the job ends skipped and ErrStale is returned.
-func (s *Store) JobApply(ctx context.Context, job *workers.Job, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (s *Store) JobApply(ctx context.Context, id, token int64, version *int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	var state, policy string
+	var state jobstate.State
+	var policy string
 	var last *int64
 	err = tx.QueryRow(ctx, `
 		SELECT j.state, coalesce(l.policy, 'none'), l.last_version
 		FROM jobs j LEFT JOIN lanes l ON j.lane AND l.route = j.route AND l.key = j.key
 		WHERE j.id = $1 AND j.token = $2
-		FOR UPDATE OF j`, job.ID, job.Token).Scan(&state, &policy, &last)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && state != "running") {
+		FOR UPDATE OF j`, id, token).Scan(&state, &policy, &last)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && state != jobstate.Running) {
 		return ErrLeaseLost
 	}
 	if err != nil {
@@ -78,9 +79,9 @@ func (s *Store) JobApply(ctx context.Context, job *workers.Job, fn func(ctx cont
 	}
 	// One job per lane runs at a time (I3), so last_version cannot move
 	// under us between this check and the commit.
-	if policy != "none" && last != nil && job.Version != nil && *job.Version <= *last {
+	if policy != "none" && last != nil && version != nil && *version <= *last {
 		if _, err := tx.Exec(ctx, `UPDATE jobs SET state = 'skipped', finished_at = now(), lease_expires_at = NULL,
-			last_error = 'version not newer than the last applied version' WHERE id = $1`, job.ID); err != nil {
+			last_error = 'version not newer than the last applied version' WHERE id = $1`, id); err != nil {
 			return err
 		}
 		if err := tx.Commit(ctx); err != nil {
@@ -92,7 +93,7 @@ func (s *Store) JobApply(ctx context.Context, job *workers.Job, fn func(ctx cont
 		return err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE jobs SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
-		WHERE id = $1`, job.ID); err != nil {
+		WHERE id = $1`, id); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)
@@ -110,7 +111,7 @@ func (s *Store) DLQRedrive(ctx context.Context, entryID int64) (int64, error) {
 			return err
 		}
 		var lane, head bool
-		var state string
+		var state jobstate.State
 		err = tx.QueryRow(ctx, `
 			SELECT j.state, j.lane, coalesce(l.head_job_id = j.id, false)
 			FROM jobs j LEFT JOIN lanes l ON j.lane AND l.route = j.route AND l.key = j.key
@@ -118,12 +119,12 @@ func (s *Store) DLQRedrive(ctx context.Context, entryID int64) (int64, error) {
 		if err != nil {
 			return notFound(err)
 		}
-		if state != "dead" {
+		if state != jobstate.Dead {
 			return ErrConflict
 		}
-		next := "queued"
+		next := jobstate.Queued
 		if lane && !head {
-			next = "waiting"
+			next = jobstate.Waiting
 		}
 		if _, err := tx.Exec(ctx, `
 			UPDATE jobs SET state = $2, attempts = 0, scheduled_at = now(), finished_at = NULL,
@@ -131,7 +132,7 @@ func (s *Store) DLQRedrive(ctx context.Context, entryID int64) (int64, error) {
 			WHERE id = $1`, id, next); err != nil {
 			return err
 		}
-		if next == "waiting" {
+		if next == jobstate.Waiting {
 			if _, err := tx.Exec(ctx, `SELECT lane_promote(route, key) FROM jobs WHERE id = $1`, id); err != nil {
 				return err
 			}
@@ -244,11 +245,12 @@ func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string)
 			return err
 		}
 		queues, lanes := map[string]bool{}, map[string]bool{}
-		var queue, state, key string
+		var queue, key string
+		var state jobstate.State
 		_, err = pgx.ForEachRow(rows, []any{&queue, &state, &key}, func() error {
 			n++
 			queues[queue] = true
-			if state == "waiting" {
+			if state == jobstate.Waiting {
 				lanes[key] = true
 			}
 			return nil

@@ -180,7 +180,7 @@ func TestLaneHandoff(t *testing.T) {
 		t.Fatalf("handed off %v; want a's next job only", done.Next)
 	}
 	r := get("a2")
-	if a2.Attempt != 1 || a2.Token == a1.Token || a2.Token != r.token || !a2.Ordered || string(a2.Payload) != "{}" {
+	if a2.Attempt != 1 || a2.Token == a1.Token || a2.Token != r.token || !a2.Lane || string(a2.Payload) != "{}" {
 		t.Fatalf("handed-off job %+v; want attempt 1 under a fresh token (row: %+v)", a2, r)
 	}
 	if r.state != "running" || r.attempts != 1 || !r.head || r.leaseSecond < 50 || r.leaseSecond > 61 {

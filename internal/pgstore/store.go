@@ -51,8 +51,9 @@ type Config struct {
 	Schema string
 	// MaxConns defaults to 20.
 	MaxConns int32
-	// StatementTimeout is set on every connection. Defaults to 60s; it
-	// bounds a stuck query, never a job (jobs run outside transactions).
+	// StatementTimeoutMS is every connection's statement_timeout, in
+	// milliseconds. Defaults to 60000 (60s); it bounds a stuck query,
+	// never a job (jobs run outside transactions).
 	StatementTimeoutMS int
 }
 

@@ -1,0 +1,38 @@
+package ordering_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/ordering"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// Apply by an attempt that lost its lease writes nothing, and says so
+// with the public API's one lease error: errors.Is(err,
+// workers.ErrLeaseLost) holds, as it does for a handler's context cause.
+func TestApplyAfterTheLeaseIsLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q",
+		DedupeKey: "1", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	stale := &workers.Job{ID: jobs[0].ID, Token: jobs[0].Token + 1000}
+	called := false
+	err = ordering.New(s).Apply(ctx, stale, func(context.Context, pgx.Tx) error { called = true; return nil })
+	if !errors.Is(err, workers.ErrLeaseLost) || !errors.Is(err, ordering.ErrLeaseLost) || called {
+		t.Fatalf("Apply with a lost lease: %v (fn called: %v), want workers.ErrLeaseLost and fn not called", err, called)
+	}
+}
