@@ -10,18 +10,26 @@ import (
 // schedule's jobs when no route has its kind.
 const DefaultMaxAttempts = 8
 
-// The defaults documented on the fields.
+// The defaults that the components' own Configs share with the file, so
+// that a Go embedder who leaves a field zero gets what the binary gets:
+// one value, defined here.
 const (
-	defaultGroup           = "switchyard"
-	defaultClientID        = "switchyard"
-	defaultReset           = "earliest"
-	defaultFetchMaxRecords = 10000
-	defaultSessionTimeout  = 10 * time.Second
-	defaultMaxConns        = 20
-	defaultSchema          = "switchyard"
-	defaultListen          = "127.0.0.1:8080"
-	defaultShutdownGrace   = 30 * time.Second
-	defaultRetention       = 7 * 24 * time.Hour
+	DefaultClientID        = "switchyard"
+	DefaultFetchMaxRecords = 10000
+	DefaultSessionTimeout  = 10 * time.Second
+	DefaultMaxConns        = 20
+	DefaultSchema          = "switchyard"
+	DefaultShutdownGrace   = 30 * time.Second
+	DefaultBackoffInitial  = time.Second
+	DefaultBackoffMax      = 10 * time.Minute
+)
+
+// The other defaults documented on the fields.
+const (
+	defaultGroup     = "switchyard"
+	defaultReset     = "earliest"
+	defaultListen    = "127.0.0.1:8080"
+	defaultRetention = 7 * 24 * time.Hour
 
 	defaultConcurrency  = 4
 	defaultLease        = 30 * time.Second
@@ -30,8 +38,6 @@ const (
 
 	defaultOnDead         = "continue"
 	defaultMaxAttempts    = DefaultMaxAttempts
-	defaultBackoffInitial = time.Second
-	defaultBackoffMax     = 10 * time.Minute
 	defaultMaxRecordBytes = 1 << 20
 	defaultDLQMaxBytes    = 64 << 10
 	defaultGapTimeout     = 5 * time.Minute
@@ -49,15 +55,15 @@ const (
 // topic nobody asked for would run or consume work silently.
 func (c *Config) SetDefaults() {
 	setDefault(&c.Kafka.Group, defaultGroup)
-	setDefault(&c.Kafka.ClientID, defaultClientID)
+	setDefault(&c.Kafka.ClientID, DefaultClientID)
 	setDefault(&c.Kafka.Reset, defaultReset)
-	setDefault(&c.Kafka.FetchMaxRecords, defaultFetchMaxRecords)
-	setDefault(&c.Kafka.SessionTimeout, Duration(defaultSessionTimeout))
+	setDefault(&c.Kafka.FetchMaxRecords, DefaultFetchMaxRecords)
+	setDefault(&c.Kafka.SessionTimeout, Duration(DefaultSessionTimeout))
 	setDefault(&c.Kafka.GroupProtocol, "classic")
-	setDefault(&c.Postgres.MaxConns, defaultMaxConns)
-	setDefault(&c.Postgres.Schema, defaultSchema)
+	setDefault(&c.Postgres.MaxConns, DefaultMaxConns)
+	setDefault(&c.Postgres.Schema, DefaultSchema)
 	setDefault(&c.HTTP.Listen, defaultListen)
-	setDefault(&c.ShutdownGrace, Duration(defaultShutdownGrace))
+	setDefault(&c.ShutdownGrace, Duration(DefaultShutdownGrace))
 	if c.Retention == nil {
 		c.Retention = map[string]Duration{}
 	}
@@ -80,8 +86,8 @@ func (c *Config) SetDefaults() {
 		r := &c.Routes[i]
 		setDefault(&r.OnDead, defaultOnDead)
 		setDefault(&r.MaxAttempts, defaultMaxAttempts)
-		setDefault(&r.Backoff.Initial, Duration(defaultBackoffInitial))
-		setDefault(&r.Backoff.Max, Duration(defaultBackoffMax))
+		setDefault(&r.Backoff.Initial, Duration(DefaultBackoffInitial))
+		setDefault(&r.Backoff.Max, Duration(DefaultBackoffMax))
 		setDefault(&r.MaxRecordBytes, defaultMaxRecordBytes)
 		setDefault(&r.DLQMaxBytes, defaultDLQMaxBytes)
 		setDefault(&r.GapTimeout, Duration(defaultGapTimeout))

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/workers"
@@ -45,7 +46,8 @@ type Config struct {
 	// Resolve returns the handler for a job; an error makes the attempt
 	// fail permanently (no handler is a wiring bug retries cannot fix).
 	Resolve func(*workers.Job) (workers.Handler, error)
-	// Grace is how long in-flight jobs may finish after Stop. Defaults to 30s.
+	// Grace is how long in-flight jobs may finish after Stop. Defaults to
+	// 30s (config.DefaultShutdownGrace).
 	Grace time.Duration
 	// Retention is how long finished jobs are kept, by final state;
 	// states not listed (or 0) are kept forever.
@@ -56,7 +58,7 @@ type Config struct {
 }
 
 // DefaultBackoff applies to routes without their own.
-var DefaultBackoff = Backoff{Initial: time.Second, Max: 10 * time.Minute}
+var DefaultBackoff = Backoff{Initial: config.DefaultBackoffInitial, Max: config.DefaultBackoffMax}
 
 // Dispatcher owns the pools of one process.
 type Dispatcher struct {
@@ -82,7 +84,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 		return nil, errors.New("dispatch: Resolve is required")
 	}
 	if cfg.Grace == 0 {
-		cfg.Grace = 30 * time.Second
+		cfg.Grace = config.DefaultShutdownGrace
 	}
 	minLease := time.Duration(0)
 	for _, q := range cfg.Queues {

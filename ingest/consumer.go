@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
+	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
@@ -26,16 +27,19 @@ type Config struct {
 	Brokers []string
 	// Group is the consumer group id. Required.
 	Group string
-	// ClientID defaults to "switchyard".
+	// ClientID defaults to "switchyard" (config.DefaultClientID).
 	ClientID string
 	// Reset is where a partition with neither a stored nor a committed
 	// offset starts: "earliest" or "latest". Defaults to earliest.
 	Reset string
-	// MaxPollRecords caps one poll, and so one transaction. Defaults to 10000.
+	// MaxPollRecords caps one poll, and so one transaction. Defaults to
+	// 10000 (config.DefaultFetchMaxRecords).
 	MaxPollRecords int
 	// Routes, one per topic. Required.
 	Routes []*Route
-	// SessionTimeout defaults to franz-go's (45s).
+	// SessionTimeout is how long the group waits for a silent member
+	// before handing its partitions to others. Defaults to 10s
+	// (config.DefaultSessionTimeout), as for the binary.
 	SessionTimeout time.Duration
 	// InstanceID enables static membership when set.
 	InstanceID string
@@ -106,10 +110,13 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 		return nil, errors.New("routes: at least one route is required")
 	}
 	if cfg.ClientID == "" {
-		cfg.ClientID = "switchyard"
+		cfg.ClientID = config.DefaultClientID
 	}
 	if cfg.MaxPollRecords == 0 {
-		cfg.MaxPollRecords = 10000
+		cfg.MaxPollRecords = config.DefaultFetchMaxRecords
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = config.DefaultSessionTimeout
 	}
 	if cfg.StuckAfter == 0 {
 		cfg.StuckAfter = 30 * time.Second
@@ -155,9 +162,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.WithLogger(kgoLogger{c.log}),
 	}
-	if c.cfg.SessionTimeout > 0 {
-		opts = append(opts, kgo.SessionTimeout(c.cfg.SessionTimeout))
-	}
+	opts = append(opts, kgo.SessionTimeout(c.cfg.SessionTimeout))
 	if c.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(c.cfg.InstanceID))
 	}

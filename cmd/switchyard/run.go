@@ -58,11 +58,6 @@ func runRun(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	switch *role {
-	case switchyard.RoleAll, switchyard.RoleIngest, switchyard.RoleWork:
-	default:
-		return usagef("--role: %q is not one of all, ingest, work", *role)
-	}
 	cfg, err := loadConfig(fs, *cfgPath, false)
 	if err != nil {
 		return err

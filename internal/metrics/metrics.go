@@ -38,7 +38,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind", "outcome"}),
 		JobAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_job_attempts_total",
-			Help: "Finished attempts by outcome: succeeded, retry, dead, skipped, lease_lost.",
+			Help: "Finished attempts by outcome: succeeded, retry, dead, skipped, lease_lost, cancelled.",
 		}, []string{"kind", "outcome"}),
 		DLQEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_dlq_entries",

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/switchyard-dev/switchyard/config"
 )
 
 var (
@@ -63,13 +65,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) { return open(ctx, cf
 // open is Open with extra settings for every connection (tests).
 func open(ctx context.Context, cfg Config, settings map[string]string) (*Store, error) {
 	if cfg.Schema == "" {
-		cfg.Schema = "switchyard"
+		cfg.Schema = config.DefaultSchema
 	}
 	if !ValidSchema(cfg.Schema) {
 		return nil, fmt.Errorf("postgres.schema: %q is not a valid schema name", cfg.Schema)
 	}
 	if cfg.MaxConns == 0 {
-		cfg.MaxConns = 20
+		cfg.MaxConns = config.DefaultMaxConns
 	}
 	if cfg.StatementTimeoutMS == 0 {
 		cfg.StatementTimeoutMS = 60_000
