@@ -359,7 +359,7 @@ func TestPruneRespectsRetention(t *testing.T) {
 // leak a busy worker (which, repeated, once left a pool unable to claim).
 func TestTwoAttemptsOfOneJobInOnePool(t *testing.T) {
 	d := &Dispatcher{jobCtx: context.Background(), log: zaptest.NewLogger(t)}
-	p := newPool(d, Queue{Name: "q", Concurrency: 4})
+	p := newPool(d.poolEnv(), d.log, Queue{Name: "q", Concurrency: 4})
 	// As start, without running a handler.
 	busy := func(j *workers.Job) *running {
 		p.mu.Lock()
@@ -489,7 +489,7 @@ func TestHandedOffJobsAtCapacityAndAtStop(t *testing.T) {
 	// Stand-ins for two jobs handed off: claimed, as lanes_advance claims.
 	jobs := claim(t, store, 2)
 	d := &Dispatcher{store: store, jobCtx: ctx, log: zaptest.NewLogger(t)}
-	p := newPool(d, Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Hour})
+	p := newPool(d.poolEnv(), d.log, Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Hour})
 	p.busy = 1 // the one worker is running something else
 
 	p.adopt(workerJob(jobs[0]), time.Now())
@@ -516,7 +516,7 @@ func TestHandedOffJobsAtCapacityAndAtStop(t *testing.T) {
 // laneHandoffWindow, and not once the pool is closing.
 func TestHandoffAskedOnlyWithinItsBounds(t *testing.T) {
 	d := &Dispatcher{jobCtx: context.Background(), log: zaptest.NewLogger(t)}
-	p := newPool(d, Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: 30 * time.Second})
+	p := newPool(d.poolEnv(), d.log, Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: 30 * time.Second})
 	lane := func(queue string, chain time.Duration) *running {
 		return &running{job: &workers.Job{Queue: queue, Ordered: true}, chain: time.Now().Add(-chain)}
 	}

@@ -100,18 +100,23 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 	}
 	d := &Dispatcher{cfg: cfg, store: store, log: log.Named("dispatch"), metrics: m,
 		pools: map[string]*pool{}, stopClaim: make(chan struct{})}
+	d.jobCtx, d.hardStop = context.WithCancelCause(context.Background())
 	d.completer = newCompleter(store, d.log, m)
 	for _, q := range cfg.Queues {
-		d.pools[q.Name] = newPool(d, q)
+		d.pools[q.Name] = newPool(d.poolEnv(), d.log, q)
 	}
 	return d, nil
 }
 
+// poolEnv is what the dispatcher gives each of its pools.
+func (d *Dispatcher) poolEnv() poolEnv {
+	return poolEnv{store: d.store, metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
+		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim}
+}
+
 // Start launches the pools, the completer, the rescuer and the wake-up
 // listener. It returns at once.
-func (d *Dispatcher) Start(ctx context.Context) error {
-	base := context.WithoutCancel(ctx)
-	d.jobCtx, d.hardStop = context.WithCancelCause(base)
+func (d *Dispatcher) Start(context.Context) error {
 	d.completer.start()
 	for _, p := range d.pools {
 		d.wg.Add(1)

@@ -60,9 +60,20 @@
 //
 // Stop stops claiming, lets in-flight jobs finish for the grace period,
 // then cancels the rest with workers.ErrShutdown and releases their leases
-// (and those of handed-off jobs no worker took) back to queued (handing the attempt back: a deploy is not the job's
-// fault), flushes the completer on a context that is not cancelled, and
-// returns once every goroutine it started has ended.
+// (and those of handed-off jobs no worker took) back to queued (handing
+// the attempt back: a deploy is not the job's fault), flushes the
+// completer on a context that is not cancelled, and returns once every
+// goroutine it started has ended.
+//
+// # Where things are
+//
+// dispatcher.go owns the pools, the rescuer and the wake-ups; a pool
+// (pool.go) gets what it needs of them at construction (poolEnv) and
+// never reaches back. claim.go decides how many jobs a pool claims and
+// when; lease.go keeps the book of the leases a pool holds, heartbeats
+// and releases them; execute.go runs handlers and turns their returns
+// into outcomes; handoff.go takes a lane's next job from the completer;
+// completer.go writes outcomes in batches.
 //
 // Dispatch never decodes records and never touches Kafka.
 package dispatch

@@ -1,0 +1,229 @@
+package dispatch
+
+// Claiming: how many jobs a pool asks for, and when.
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+// leaseCap bounds a pool's leases at leaseCap × its concurrency: running
+// handlers plus outcomes waiting for the completer. The bound makes a slow
+// completer hold claims back instead of piling up outcomes; it is loose
+// enough that a completer keeping up never does (measured, 64 workers on
+// a no-op handler: at 2× most claims waited for outcomes to be written,
+// 16-18k jobs/s; at 4×, 21.5k).
+const leaseCap = 4
+
+// free is the number of jobs to claim now: idle workers not reserved by a
+// claim in flight or taken by a handed-off job, within the lease cap.
+func (p *pool) free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return max(0, min(p.q.Concurrency-p.busy-len(p.ready), leaseCap*p.q.Concurrency-len(p.leases))-p.reserved)
+}
+
+// reserve sets n worker slots aside for a claim in flight.
+func (p *pool) reserve(n int) {
+	p.mu.Lock()
+	p.reserved += n
+	p.mu.Unlock()
+}
+
+// settleClaim returns a finished claim's reservation: the jobs it got
+// hold their slots as busy workers by now.
+func (p *pool) settleClaim(r claimResult) {
+	p.mu.Lock()
+	p.reserved -= r.asked
+	p.startReady()
+	p.mu.Unlock()
+}
+
+// claimsInFlight is how many claim statements a pool may have running at
+// once under a backlog. With one, the database idles while a claim's
+// result travels back and its jobs start; with two, the next claim is
+// already under way.
+const claimsInFlight = 2
+
+// fromStartEvery bounds how long a pool working through a backlog claims
+// from its position (pgstore.ClaimPosition) before claiming from the
+// beginning of the queue again, which picks up jobs that became runnable
+// behind that position.
+const fromStartEvery = time.Second
+
+// claimLookBack is how far behind its position a pool's claims start.
+// A job's scheduled_at is its transaction's start (now()), so a
+// transaction that began before the last claimed job's and committed
+// after it (a lane head promoted by a slower completion batch, a long
+// ingest) puts jobs just behind the position; looking back this far finds
+// them at once instead of at the next claim from the beginning, at the
+// cost of skipping the dead entries of those few milliseconds.
+const claimLookBack = 100 * time.Millisecond
+
+type claimResult struct {
+	asked, got int
+	own        int // of got, from the pool's own queue
+	last       pgstore.ClaimPosition
+	err        error
+}
+
+// claimLoop claims for every free worker in one statement, up to
+// claimsInFlight statements at a time, then waits for a slot, a wake-up,
+// a claim's result or the poll interval.
+func (p *pool) claimLoop() {
+	poll := time.NewTimer(p.q.PollInterval)
+	defer poll.Stop()
+	results := make(chan claimResult, claimsInFlight)
+	inFlight := 0
+	defer func() {
+		for ; inFlight > 0; inFlight-- {
+			p.settleClaim(<-results)
+		}
+	}()
+	backoff := 100 * time.Millisecond
+	backlog := false
+	// news is set by anything that may have made work claimable (a
+	// wake-up, a freed worker, the poll, a full claim) and cleared by
+	// starting a claim: a claim that came back short is not repeated
+	// until there is news, or an idle pool would claim in a busy loop.
+	news := true
+	var cursor pgstore.ClaimPosition // where the last full claim ended
+	var fromStart time.Time          // when the last claim from the beginning started
+	for {
+		select {
+		case <-p.env.stopClaim:
+			return
+		default:
+		}
+		free := p.free()
+		// With a backlog (the last claim filled every slot asked for),
+		// wait until a quarter of the pool is free and claim for all of
+		// it in one statement; one statement per freed worker would cap
+		// the pool at the claim's round trip. Without a backlog, claim
+		// for any free worker at once: latency matters more. A second
+		// claim in flight only pays under a backlog.
+		if news && free > 0 && (inFlight == 0 || (backlog && inFlight < claimsInFlight)) &&
+			(!backlog || free >= max(1, p.q.Concurrency/4)) {
+			after := pgstore.ClaimPosition{ScheduledAt: cursor.ScheduledAt.Add(-claimLookBack)}
+			if !backlog || time.Since(fromStart) >= fromStartEvery {
+				after, fromStart = pgstore.ClaimPosition{}, time.Now()
+			}
+			p.reserve(free)
+			inFlight++
+			news = backlog // under a backlog the next claim may start at once
+			go func() {
+				r, err := p.claim(free, after)
+				r.err = err
+				results <- r
+			}()
+			continue
+		}
+		if inFlight == 0 {
+			resetTimer(poll, p.q.PollInterval)
+		}
+		select {
+		case <-p.env.stopClaim:
+			return
+		case r := <-results:
+			inFlight--
+			p.settleClaim(r)
+			switch {
+			case r.err != nil:
+				p.log.Warn("claim failed", zap.Error(r.err), zap.Duration("backoff", backoff))
+				backlog = false
+				// Back off before the next claim: nothing else may claim
+				// meanwhile (a wake-up would only fail again).
+				if !p.sleep(backoff) {
+					return
+				}
+				backoff = min(backoff*2, 5*time.Second)
+				news = true
+			case r.got == r.asked:
+				backoff = 100 * time.Millisecond
+				backlog = true // every slot filled: there is probably more work
+				news = true
+				switch {
+				case r.own < r.asked: // its own queue came back short
+					cursor = pgstore.ClaimPosition{}
+				case cursor.Before(r.last):
+					cursor = r.last
+				}
+			default:
+				backoff = 100 * time.Millisecond
+				backlog = false
+				cursor = pgstore.ClaimPosition{}
+			}
+		case <-p.wakeC:
+			news = true
+		case <-p.freed:
+			news = true
+		case <-poll.C:
+			news = true
+		}
+	}
+}
+
+// sleep waits d unless claiming stops first.
+func (p *pool) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.env.stopClaim:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
+}
+
+// claim claims up to n jobs for reserved slots: from the pool's own
+// queue past after, then, for slots still free, from the queues it may
+// steal from, in their order. It starts the jobs and says how many it got
+// in all and from its own queue, and where the own claim ended.
+func (p *pool) claim(n int, after pgstore.ClaimPosition) (claimResult, error) {
+	ctx, cancel := context.WithTimeout(p.env.jobCtx, 30*time.Second)
+	defer cancel()
+	r := claimResult{asked: n, last: after}
+	jobs, last, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
+		Queue: p.q.Name, Limit: n, Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime, After: after})
+	if err != nil {
+		return r, err
+	}
+	r.own, r.last = len(jobs), last
+	for _, from := range p.q.StealFrom {
+		if len(jobs) == n {
+			break
+		}
+		// Stolen jobs run under this pool's lease and max_runtime: its
+		// workers hold them.
+		stolen, _, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
+			Queue: from, Limit: n - len(jobs), Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime})
+		if err != nil {
+			p.log.Warn("claim from a queue to steal from failed", zap.String("from", from), zap.Error(err))
+			break
+		}
+		jobs = append(jobs, stolen...)
+	}
+	now := time.Now()
+	p.mu.Lock()
+	for _, j := range jobs {
+		// Reserved slots: a claim's jobs always start. Stop waits for the
+		// claims in flight before it closes the pool.
+		p.start(p.hold(workerJob(j), now))
+	}
+	p.mu.Unlock()
+	r.got = len(jobs)
+	return r, nil
+}

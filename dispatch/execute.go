@@ -1,0 +1,217 @@
+package dispatch
+
+// Running handlers and turning their returns into outcomes.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/jobstate"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// checkpointer saves a job's checkpoints under its attempt's token.
+func (p *pool) checkpointer(j *workers.Job) func(ctx context.Context, data []byte) error {
+	return func(ctx context.Context, data []byte) error {
+		err := p.env.store.JobCheckpoint(ctx, j.ID, j.Token, data)
+		if errors.Is(err, pgstore.ErrLeaseLost) {
+			return workers.ErrLeaseLost
+		}
+		return err
+	}
+}
+
+func (p *pool) execute(r *running) {
+	defer p.jobs.Done()
+	ctx, job := r.ctx, r.job
+	start := time.Now()
+	// A handed-off job can lose its lease while it waits for a worker.
+	p.restamp(r)
+	err := context.Cause(ctx)
+	if err == nil {
+		err = p.invoke(ctx, job)
+	}
+	elapsed := time.Since(start)
+	cause := context.Cause(ctx)
+	p.returned(job.Token)
+	switch {
+	case errors.Is(cause, workers.ErrLeaseLost), errors.Is(cause, workers.ErrCancelled):
+		// Cancelled, or someone else may own the job now; whatever we'd
+		// write would be rejected by the token anyway.
+		p.finish(job.Token)
+		outcome := "lease_lost"
+		if errors.Is(cause, workers.ErrCancelled) {
+			outcome = "cancelled"
+		}
+		p.observe(job, outcome, elapsed)
+		return
+	case err != nil && errors.Is(cause, workers.ErrShutdown):
+		p.release(job)
+		return
+	case err == nil && job.Finished():
+		// The handler committed the outcome in its own transaction.
+		p.finish(job.Token)
+		p.observe(job, "succeeded", elapsed)
+		return
+	}
+	out := p.outcome(job, err)
+	out.Handoff = p.handoff(r, out)
+	p.env.completer.submit(out, func(applied bool, next *workers.Job) {
+		// Counted once the write is settled: a rejected (stale) outcome is
+		// a lost lease, not a success.
+		outcome := "lease_lost"
+		if applied {
+			outcome = metricOutcome(out.State)
+		}
+		p.observe(job, outcome, elapsed)
+		p.finish(job.Token)
+		if next != nil {
+			p.adopt(next, r.chain)
+		}
+	})
+}
+
+// invoke runs the handler with the attempt's deadline, turning a panic
+// into an ordinary (transient) error rather than a dead process.
+func (p *pool) invoke(ctx context.Context, job *workers.Job) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			p.log.Error("handler panicked", zap.Int64("job_id", job.ID), zap.Any("panic", r),
+				zap.ByteString("stack", debug.Stack()))
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	h, err := p.env.resolve(job)
+	if err != nil {
+		return workers.Permanent(err)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, p.q.MaxRuntime,
+		fmt.Errorf("max_runtime %s exceeded", p.q.MaxRuntime))
+	defer cancel()
+	return h.Handle(ctx, job)
+}
+
+// outcome decides what an attempt's error means (SPEC §5 for HTTP; the
+// same rules for Go handlers).
+func (p *pool) outcome(job *workers.Job, err error) pgstore.Outcome {
+	o := pgstore.Outcome{ID: job.ID, Token: job.Token, Lane: job.Ordered}
+	switch {
+	case err == nil:
+		o.State = jobstate.Succeeded
+		return o
+	case workers.IsPermanent(err):
+		o.State, o.Reason = jobstate.Dead, "permanent"
+	case job.Attempt >= job.MaxAttempts:
+		o.State, o.Reason = jobstate.Dead, "max_attempts"
+	default:
+		o.State = jobstate.Retrying
+		o.Delay = p.env.backoff(job, err)
+	}
+	o.Error = err.Error()
+	return o
+}
+
+// backoff is exponential with full jitter: a uniform delay in
+// [0, min(max, initial·2^(attempt−1))]. A RetryAfter delay wins, capped
+// by max.
+func (d *Dispatcher) backoff(job *workers.Job, err error) time.Duration {
+	b, ok := d.cfg.Backoff[job.Route]
+	if !ok {
+		b = DefaultBackoff
+	}
+	if after, ok := workers.RetryDelay(err); ok {
+		return min(after, b.Max)
+	}
+	ceil := b.Initial
+	for i := 1; i < job.Attempt && ceil < b.Max; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, b.Max)
+	if ceil <= 0 {
+		return 0
+	}
+	return rand.N(ceil + 1)
+}
+
+func metricOutcome(state jobstate.State) string {
+	switch state {
+	case jobstate.Succeeded, jobstate.Dead:
+		return string(state)
+	}
+	return "retry"
+}
+
+func (p *pool) observe(job *workers.Job, outcome string, elapsed time.Duration) {
+	m := p.env.metrics
+	if m == nil {
+		return
+	}
+	m.JobAttempts.WithLabelValues(job.Kind, outcome).Inc()
+	if elapsed > 0 {
+		m.JobDuration.WithLabelValues(job.Kind, outcome).Observe(elapsed.Seconds())
+	}
+}
+
+// start runs a held attempt on a worker. p.mu is held and the pool is not
+// closed, so that the jobs.Add happens before Stop's jobs.Wait.
+func (p *pool) start(r *running) {
+	p.busy++
+	p.jobs.Add(1)
+	go p.execute(r)
+}
+
+// returned frees the worker slot of a handler that has returned, or gives
+// it to the first handed-off job waiting.
+func (p *pool) returned(token int64) {
+	p.mu.Lock()
+	if r, ok := p.leases[token]; ok && !r.returned {
+		r.returned = true
+		p.busy--
+	}
+	started := p.startReady()
+	p.mu.Unlock()
+	if !started {
+		p.signalFreed()
+	}
+}
+
+// startReady starts waiting handed-off jobs on the free workers and says
+// whether it started any. p.mu is held.
+func (p *pool) startReady() bool {
+	started := false
+	for len(p.ready) > 0 && !p.closed && p.busy+p.reserved < p.q.Concurrency {
+		p.start(p.ready[0])
+		p.ready = p.ready[1:]
+		started = true
+	}
+	return started
+}
+
+func (p *pool) signalFreed() {
+	select {
+	case p.freed <- struct{}{}:
+	default:
+	}
+}
+
+// workerJob is what a handler is handed of a claimed job.
+func workerJob(c *pgstore.Claimed) *workers.Job {
+	if c == nil {
+		return nil
+	}
+	j := &workers.Job{ID: c.ID, Kind: c.Kind, Queue: c.Queue, Route: c.Route, Key: c.Key, Version: c.Version,
+		Attempt: c.Attempt, MaxAttempts: c.MaxAttempts, Token: c.Token, Payload: c.Payload,
+		Source:    workers.Source{Topic: c.Source.Topic, Partition: c.Source.Partition, Offset: c.Source.Offset},
+		CreatedAt: c.CreatedAt, Ordered: c.Lane, Checkpoint: c.Checkpoint}
+	for _, h := range c.Headers {
+		j.Headers = append(j.Headers, workers.Header{Key: h.Key, Value: h.Value})
+	}
+	return j
+}

@@ -1,0 +1,110 @@
+package dispatch
+
+// Leases: the book of what a pool holds, heartbeats, release.
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// hold records a claimed or handed-off attempt's lease, with a context
+// cancelled on lease loss or shutdown. p.mu is held.
+func (p *pool) hold(j *workers.Job, chain time.Time) *running {
+	j.SetCheckpointStore(p.checkpointer(j))
+	ctx, cancel := context.WithCancelCause(p.env.jobCtx)
+	r := &running{job: j, ctx: ctx, cancel: cancel, chain: chain}
+	p.leases[j.Token] = r
+	return r
+}
+
+// finish forgets a lease whose outcome is settled and releases its
+// context (an uncancelled child would stay attached to the parent until
+// shutdown: a leak per job).
+func (p *pool) finish(token int64) {
+	p.mu.Lock()
+	r, ok := p.leases[token]
+	delete(p.leases, token)
+	p.mu.Unlock()
+	if ok {
+		r.cancel(nil)
+	}
+	p.signalFreed()
+}
+
+func (p *pool) release(job *workers.Job) {
+	p.releaseLeases(job)
+	p.finish(job.Token)
+}
+
+// releaseLeases gives jobs back to their queue at shutdown.
+func (p *pool) releaseLeases(jobs ...*workers.Job) {
+	leases := make([]pgstore.Lease, len(jobs))
+	for i, j := range jobs {
+		leases[i] = pgstore.Lease{ID: j.ID, Token: j.Token}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.env.jobCtx), 10*time.Second)
+	defer cancel()
+	if _, err := p.env.store.JobRelease(ctx, leases); err != nil {
+		// The leases will expire and the rescuer will requeue the jobs.
+		p.log.Warn("release at shutdown failed; the leases will expire instead", zap.Int("jobs", len(jobs)), zap.Error(err))
+	}
+}
+
+// heartbeat extends all leases of the pool in one statement and cancels
+// the handlers of those it could not extend.
+func (p *pool) heartbeat() {
+	p.mu.Lock()
+	leases := make([]pgstore.Lease, 0, len(p.leases))
+	for token, r := range p.leases {
+		leases = append(leases, pgstore.Lease{ID: r.job.ID, Token: token})
+	}
+	p.mu.Unlock()
+	if len(leases) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.env.jobCtx), p.q.Lease/3)
+	defer cancel()
+	kept, err := p.env.store.JobHeartbeat(ctx, leases, p.q.Lease, p.q.MaxRuntime)
+	if err != nil {
+		// Not knowing is not losing: the next beat may still be in time.
+		p.log.Warn("heartbeat failed", zap.Error(err))
+		return
+	}
+	var lost []pgstore.Lease
+	for _, l := range leases {
+		if !kept[l.Token] {
+			lost = append(lost, l)
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	// Rare: ask which were lost to an operator's cancel, so that the
+	// handler learns why (context.Cause is workers.ErrCancelled).
+	cancelled, err := p.env.store.JobCancelled(ctx, lost)
+	if err != nil {
+		p.log.Warn("reading cancellations failed", zap.Error(err))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range lost {
+		// A returned handler's lease may simply have been completed
+		// between the snapshot and the heartbeat; the completer knows.
+		r, ok := p.leases[l.Token]
+		if !ok || r.returned {
+			continue
+		}
+		if cancelled[l.Token] {
+			p.log.Info("job cancelled; cancelling the attempt", zap.Int64("job_id", l.ID), zap.Int64("token", l.Token))
+			r.cancel(workers.ErrCancelled)
+			continue
+		}
+		p.log.Warn("lease lost; cancelling the attempt", zap.Int64("job_id", l.ID), zap.Int64("token", l.Token))
+		r.cancel(workers.ErrLeaseLost)
+	}
+}
