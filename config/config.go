@@ -224,7 +224,7 @@ type Schedule struct {
 	// Name identifies the schedule. Required, unique.
 	Name string `yaml:"name"`
 	// Cron is five fields: minute hour day-of-month month day-of-week.
-	// Required; see ParseCron for the syntax.
+	// Required; see internal/cron's Parse for the syntax.
 	Cron string `yaml:"cron"`
 	// Timezone is an IANA zone name. Defaults to UTC.
 	Timezone string `yaml:"timezone"`

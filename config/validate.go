@@ -17,6 +17,7 @@ import (
 	// that validates on a laptop would fail in a slim container image.
 	_ "time/tzdata"
 
+	"github.com/switchyard-dev/switchyard/internal/cron"
 	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
@@ -379,7 +380,7 @@ func (c *Config) validateSchedules(p *problems) {
 		}
 		if s.Cron == "" {
 			p.add(f+".cron", "required")
-		} else if err := ParseCron(s.Cron); err != nil {
+		} else if _, err := cron.Parse(s.Cron); err != nil {
 			p.add(f+".cron", "%v", err)
 		}
 		checkTimezone(p, f+".timezone", s.Timezone)

@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/cron"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
@@ -61,7 +62,7 @@ type Scheduler struct {
 
 type entry struct {
 	Schedule
-	cron   *config.Cron
+	cron   *cron.Expr
 	loc    *time.Location
 	cursor time.Time // the last slot handled; zero until the first tick
 }
@@ -70,7 +71,7 @@ type entry struct {
 func New(store *pgstore.Store, log *zap.Logger, schedules []Schedule) (*Scheduler, error) {
 	s := &Scheduler{store: store, log: log.Named("schedule"), now: time.Now}
 	for _, sc := range schedules {
-		cr, err := config.CompileCron(sc.Cron)
+		cr, err := cron.Parse(sc.Cron)
 		if err != nil {
 			return nil, fmt.Errorf("schedule %s: %w", sc.Name, err)
 		}

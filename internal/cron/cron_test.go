@@ -1,4 +1,4 @@
-package config
+package cron
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 	"unicode"
 )
 
-func TestParseCron(t *testing.T) {
+func TestParse(t *testing.T) {
 	for _, c := range []struct {
 		in  string
 		err string // "" = valid
@@ -37,22 +37,22 @@ func TestParseCron(t *testing.T) {
 		{in: "*-5 * * * *", err: `"*" is not a number`},
 		{in: "99999999999999999999 * * * *", err: "is not a number"},
 	} {
-		err := ParseCron(c.in)
+		_, err := Parse(c.in)
 		switch {
 		case c.err == "" && err != nil:
-			t.Errorf("ParseCron(%q) = %v, want valid", c.in, err)
+			t.Errorf("Parse(%q) = %v, want valid", c.in, err)
 		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
-			t.Errorf("ParseCron(%q) = %v, want %q", c.in, err, c.err)
+			t.Errorf("Parse(%q) = %v, want %q", c.in, err, c.err)
 		}
 	}
 }
 
-func FuzzParseCron(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{"0 2 * * *", "*/15 0-23/2 1,15,31 1-12 1-5", "5/15 * * * *", "1-2-3 * * * *"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if ParseCron(s) != nil {
+		if _, err := Parse(s); err != nil {
 			return
 		}
 		if n := len(strings.Fields(s)); n != 5 {
@@ -95,7 +95,7 @@ func TestCronNext(t *testing.T) {
 		{"30 2 * * *", "2027-03-27 03:00", "2027-03-29 02:30", berlin},
 		{"30 2 * * *", "2027-10-30 03:00", "2027-10-31 02:30", berlin},
 	} {
-		cr, err := CompileCron(c.expr)
+		cr, err := Parse(c.expr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,12 +105,12 @@ func TestCronNext(t *testing.T) {
 		}
 	}
 	// The repeated 02:30 of 2027-10-31 (CEST, then CET) fires once.
-	cr, _ := CompileCron("30 2 * * *")
+	cr, _ := Parse("30 2 * * *")
 	first := cr.Next(at(berlin, "2027-10-30 03:00"))
 	if second := cr.Next(first); second.Sub(first) < 23*time.Hour {
 		t.Errorf("after %s the next run is %s: the repeated hour fired twice", first, second)
 	}
-	if never, _ := CompileCron("0 0 30 2 *"); !never.Next(at(time.UTC, "2026-01-01 00:00")).IsZero() {
+	if never, _ := Parse("0 0 30 2 *"); !never.Next(at(time.UTC, "2026-01-01 00:00")).IsZero() {
 		t.Error("30 February found")
 	}
 }

@@ -1,4 +1,7 @@
-package config
+// Package cron parses five-field cron expressions and finds the minutes
+// they name: what config checks a schedule's cron with, and what the
+// schedules run on. It knows nothing of jobs.
+package cron
 
 import (
 	"fmt"
@@ -19,34 +22,28 @@ var cronFields = [5]struct {
 	{"day-of-week", 0, 7}, // 0 and 7 are both Sunday
 }
 
-// Cron is a compiled five-field cron expression: the set of minutes it
+// Expr is a compiled five-field cron expression: the set of minutes it
 // names, in a time zone given to Next.
-type Cron struct {
+type Expr struct {
 	fields [5]uint64 // bit n set: value n is in the field's set
 	// A restricted day-of-month or day-of-week: when both are, a day
 	// matches either (classic cron); when one is *, only the other counts.
 	domStar, dowStar bool
 }
 
-// ParseCron checks a five-field cron expression: minute hour day-of-month
+// Parse compiles a five-field cron expression: minute hour day-of-month
 // month day-of-week, each field a comma-separated list of *, N, N-M, */S or
 // N-M/S within the field's bounds.
 //
 // Names (MON, JAN), N/S and macros (@daily) are refused rather than guessed
 // at: cron dialects disagree on them, and widening the accepted syntax later
 // is compatible while narrowing it would break configs.
-func ParseCron(expr string) error {
-	_, err := CompileCron(expr)
-	return err
-}
-
-// CompileCron parses expr (see ParseCron) into a Cron.
-func CompileCron(expr string) (*Cron, error) {
+func Parse(expr string) (*Expr, error) {
 	fields := strings.Fields(expr)
 	if len(fields) != 5 {
 		return nil, fmt.Errorf("%q has %d fields, want 5: minute hour day-of-month month day-of-week", expr, len(fields))
 	}
-	c := &Cron{domStar: fields[2] == "*", dowStar: fields[4] == "*"}
+	c := &Expr{domStar: fields[2] == "*", dowStar: fields[4] == "*"}
 	for i, field := range fields {
 		b := cronFields[i]
 		for item := range strings.SplitSeq(field, ",") {
@@ -67,7 +64,7 @@ func CompileCron(expr string) (*Cron, error) {
 // expression names; the zero time if none within five years (e.g. 30
 // February). A wall-clock minute that a daylight-saving jump skips does
 // not occur; one that it repeats occurs once.
-func (c *Cron) Next(t time.Time) time.Time {
+func (c *Expr) Next(t time.Time) time.Time {
 	loc := t.Location()
 	after := wall(t)
 	t = t.Truncate(time.Minute).Add(time.Minute)
@@ -102,9 +99,9 @@ func wall(t time.Time) time.Time {
 	return time.Date(y, mo, d, t.Hour(), t.Minute(), 0, 0, time.UTC)
 }
 
-func (c *Cron) has(field, v int) bool { return c.fields[field]&(1<<uint(v)) != 0 }
+func (c *Expr) has(field, v int) bool { return c.fields[field]&(1<<uint(v)) != 0 }
 
-func (c *Cron) day(t time.Time) bool {
+func (c *Expr) day(t time.Time) bool {
 	dom, dow := c.has(2, t.Day()), c.has(4, int(t.Weekday()))
 	switch {
 	case c.domStar && c.dowStar:
