@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/http"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -36,6 +35,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/admin"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/sampler"
 	"github.com/switchyard-dev/switchyard/internal/schedule"
 	"github.com/switchyard-dev/switchyard/ordering"
 	"github.com/switchyard-dev/switchyard/workers"
@@ -86,8 +86,8 @@ type Engine struct {
 	server     *http.Server
 	listener   net.Listener
 
-	fatal     chan error
-	stopStats context.CancelFunc
+	fatal   chan error
+	sampler *sampler.Sampler
 	// stopSchedules stops the cron schedules; nil when none run.
 	stopSchedules context.CancelFunc
 	wg            sync.WaitGroup
@@ -239,11 +239,17 @@ func (e *Engine) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	statsCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.stopStats = cancel
-	e.wg.Add(1)
-	go func() { defer e.wg.Done(); e.sampleStats(statsCtx) }()
-	return nil
+	sc := sampler.Config{Queues: e.cfg.QueueNames(), Interval: e.opts.StatsInterval}
+	for _, r := range e.cfg.Routes {
+		if r.Ordered {
+			sc.OrderedRoutes = append(sc.OrderedRoutes, r.Topic)
+		}
+	}
+	if e.consumer != nil {
+		sc.Lag = e.consumer.Lag
+	}
+	e.sampler = sampler.New(sc, e.store, e.metrics, e.log)
+	return e.sampler.Start(ctx)
 }
 
 func (e *Engine) checkHandlers() error {
@@ -408,57 +414,6 @@ func (e *Engine) fail(err error) {
 	}
 }
 
-// sampleStats refreshes the queue gauges from Postgres.
-func (e *Engine) sampleStats(ctx context.Context) {
-	t := time.NewTicker(e.opts.StatsInterval)
-	defer t.Stop()
-	for {
-		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		stats, err := e.store.QueueStats(qctx)
-		cancel()
-		if err == nil {
-			e.metrics.QueueJobs.Reset()
-			e.metrics.QueueOldestAge.Reset()
-			e.metrics.DLQEntries.Reset()
-			for _, name := range e.cfg.QueueNames() {
-				e.metrics.QueueOldestAge.WithLabelValues(name).Set(0)
-			}
-			for q, s := range stats {
-				e.metrics.QueueOldestAge.WithLabelValues(q).Set(s.OldestRunnableAgeSeconds)
-				for st, n := range s.Jobs {
-					e.metrics.QueueJobs.WithLabelValues(q, st).Set(float64(n))
-				}
-				for reason, n := range s.DLQ {
-					e.metrics.DLQEntries.WithLabelValues(q, reason).Set(float64(n))
-				}
-			}
-		}
-		if err == nil {
-			var blocked map[string]int64
-			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			blocked, err = e.store.LaneBlocked(qctx)
-			cancel()
-			if err == nil {
-				e.metrics.LanesBlocked.Reset()
-				for _, r := range e.cfg.Routes {
-					if r.Ordered {
-						e.metrics.LanesBlocked.WithLabelValues(r.Topic).Set(float64(blocked[r.Topic]))
-					}
-				}
-			}
-		}
-		if err != nil && ctx.Err() == nil {
-			e.log.Warn("reading queue stats failed", zap.Error(err))
-		}
-		e.sampleLag(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // maxDepths is every configured queue's max_depth (0: no limit).
 func (e *Engine) maxDepths() map[string]int {
 	m := map[string]int{}
@@ -466,33 +421,6 @@ func (e *Engine) maxDepths() map[string]int {
 		m[name] = q.MaxDepth
 	}
 	return m
-}
-
-// sampleLag refreshes the Kafka lag gauges of the partitions this process
-// owns; a process that does not ingest has none.
-func (e *Engine) sampleLag(ctx context.Context) {
-	if e.consumer == nil {
-		return
-	}
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	lags, err := e.consumer.Lag(lctx)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			e.log.Warn("reading kafka lag failed", zap.Error(err))
-		}
-		return
-	}
-	e.metrics.KafkaLagRecords.Reset()
-	e.metrics.KafkaLagSeconds.Reset()
-	seconds := map[string]float64{}
-	for _, l := range lags {
-		e.metrics.KafkaLagRecords.WithLabelValues(l.Topic, strconv.Itoa(int(l.Partition))).Set(float64(l.Records))
-		seconds[l.Topic] = max(seconds[l.Topic], l.Seconds)
-	}
-	for topic, s := range seconds {
-		e.metrics.KafkaLagSeconds.WithLabelValues(topic).Set(s)
-	}
 }
 
 // Stop shuts down in order: stop fetching (the batch in hand commits),
@@ -511,8 +439,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 		if e.dispatcher != nil {
 			errs = append(errs, e.dispatcher.Stop(ctx))
 		}
-		if e.stopStats != nil {
-			e.stopStats()
+		if e.sampler != nil {
+			errs = append(errs, e.sampler.Stop(ctx))
 		}
 		if e.server != nil {
 			errs = append(errs, e.server.Shutdown(ctx))

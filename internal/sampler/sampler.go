@@ -1,0 +1,160 @@
+// Package sampler refreshes the gauges whose values live in Postgres and
+// Kafka rather than in this process: queue depth by state and the oldest
+// runnable age, DLQ entries, blocked lanes, and the Kafka lag of the
+// partitions this process owns. It reads; it never changes a job.
+package sampler
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/switchyard-dev/switchyard/ingest"
+	"github.com/switchyard-dev/switchyard/internal/metrics"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+// Config configures a Sampler.
+type Config struct {
+	// Queues are the configured queue names: each reports an oldest
+	// runnable age, 0 included, even before it has rows.
+	Queues []string
+	// OrderedRoutes report switchyard_lanes_blocked, 0 included.
+	OrderedRoutes []string
+	// Lag measures the Kafka lag of the partitions this process owns; nil
+	// for a process that does not ingest.
+	Lag func(ctx context.Context) ([]ingest.PartitionLag, error)
+	// Interval is how often the gauges are refreshed. Defaults to 5s.
+	Interval time.Duration
+}
+
+// Sampler is the gauges' refresher.
+type Sampler struct {
+	cfg     Config
+	store   *pgstore.Store
+	metrics *metrics.Metrics
+	log     *zap.Logger
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// New builds a Sampler; Start runs it.
+func New(cfg Config, store *pgstore.Store, m *metrics.Metrics, log *zap.Logger) *Sampler {
+	if cfg.Interval == 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	return &Sampler{cfg: cfg, store: store, metrics: m, log: log.Named("sampler")}
+}
+
+// Start refreshes the gauges once at once and then every interval, until
+// Stop. It returns at once.
+func (s *Sampler) Start(ctx context.Context) error {
+	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.loop(ctx)
+	}()
+	return nil
+}
+
+// Stop ends the refreshing and waits for a round in progress, or until
+// ctx ends. Idempotent.
+func (s *Sampler) Stop(ctx context.Context) error {
+	if s.cancel == nil {
+		return nil
+	}
+	s.once.Do(s.cancel)
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Sampler) loop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		if err := s.sampleQueues(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("reading queue stats failed", zap.Error(err))
+		}
+		s.sampleLag(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sampleQueues refreshes the queue, DLQ and lane gauges from Postgres.
+func (s *Sampler) sampleQueues(ctx context.Context) error {
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	stats, err := s.store.QueueStats(qctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	m := s.metrics
+	m.QueueJobs.Reset()
+	m.QueueOldestAge.Reset()
+	m.DLQEntries.Reset()
+	for _, name := range s.cfg.Queues {
+		m.QueueOldestAge.WithLabelValues(name).Set(0)
+	}
+	for q, st := range stats {
+		m.QueueOldestAge.WithLabelValues(q).Set(st.OldestRunnableAgeSeconds)
+		for state, n := range st.Jobs {
+			m.QueueJobs.WithLabelValues(q, state).Set(float64(n))
+		}
+		for reason, n := range st.DLQ {
+			m.DLQEntries.WithLabelValues(q, reason).Set(float64(n))
+		}
+	}
+	qctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	blocked, err := s.store.LaneBlocked(qctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	m.LanesBlocked.Reset()
+	for _, r := range s.cfg.OrderedRoutes {
+		m.LanesBlocked.WithLabelValues(r).Set(float64(blocked[r]))
+	}
+	return nil
+}
+
+// sampleLag refreshes the Kafka lag gauges of the partitions this process
+// owns; a process that does not ingest has none.
+func (s *Sampler) sampleLag(ctx context.Context) {
+	if s.cfg.Lag == nil {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	lags, err := s.cfg.Lag(lctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("reading kafka lag failed", zap.Error(err))
+		}
+		return
+	}
+	m := s.metrics
+	m.KafkaLagRecords.Reset()
+	m.KafkaLagSeconds.Reset()
+	seconds := map[string]float64{}
+	for _, l := range lags {
+		m.KafkaLagRecords.WithLabelValues(l.Topic, strconv.Itoa(int(l.Partition))).Set(float64(l.Records))
+		seconds[l.Topic] = max(seconds[l.Topic], l.Seconds)
+	}
+	for topic, sec := range seconds {
+		m.KafkaLagSeconds.WithLabelValues(topic).Set(sec)
+	}
+}

@@ -1,0 +1,81 @@
+package sampler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard-dev/switchyard/ingest"
+	"github.com/switchyard-dev/switchyard/internal/metrics"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+}
+
+// The gauges read from the database and from Kafka: depth by state, the
+// oldest runnable age, DLQ entries, blocked lanes, and lag, each queue and
+// ordered route reported even at zero.
+func TestSamplerRefreshesTheGauges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "block", GapTimeout: time.Minute, GapPolicy: "park"}
+	b := pgstore.IngestBatch{Jobs: []pgstore.NewJob{
+		{Route: "plain", Kind: "k", Queue: "q", DedupeKey: "1", Payload: []byte("{}"), MaxAttempts: 1, Topic: "t"},
+		{Route: "plain", Kind: "k", Queue: "q", DedupeKey: "2", Payload: []byte("{}"), MaxAttempts: 1, Topic: "t", Offset: 1},
+		{Route: "lanes", Kind: "k", Queue: "lq", Key: "a", DedupeKey: "3", Payload: []byte("{}"), MaxAttempts: 1, Topic: "u", Lane: lane},
+	}}
+	if _, err := s.IngestCommit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "lq", Limit: 1, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	if _, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: jobs[0].ID, Token: jobs[0].Token, State: "dead",
+		Reason: "permanent", Error: "no", Lane: true}}); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New(prometheus.NewRegistry())
+	smp := New(Config{Queues: []string{"q", "lq", "idle"}, OrderedRoutes: []string{"lanes", "other"}, Interval: 50 * time.Millisecond,
+		Lag: func(context.Context) ([]ingest.PartitionLag, error) {
+			return []ingest.PartitionLag{{Topic: "t", Partition: 3, Records: 7, Seconds: 2.5}}, nil
+		}}, s, m, zaptest.NewLogger(t))
+	if err := smp.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = smp.Stop(ctx) }()
+	testenv.Eventually(t, 10*time.Second, "the gauges", func() bool {
+		return testutil.ToFloat64(m.QueueJobs.WithLabelValues("q", "queued")) == 2
+	})
+	for name, c := range map[string]struct{ got, want float64 }{
+		"dead":          {testutil.ToFloat64(m.QueueJobs.WithLabelValues("lq", "dead")), 1},
+		"dlq":           {testutil.ToFloat64(m.DLQEntries.WithLabelValues("lq", "permanent")), 1},
+		"blocked":       {testutil.ToFloat64(m.LanesBlocked.WithLabelValues("lanes")), 1},
+		"blocked other": {testutil.ToFloat64(m.LanesBlocked.WithLabelValues("other")), 0},
+		"idle age":      {testutil.ToFloat64(m.QueueOldestAge.WithLabelValues("idle")), 0},
+		"lag records":   {testutil.ToFloat64(m.KafkaLagRecords.WithLabelValues("t", "3")), 7},
+		"lag seconds":   {testutil.ToFloat64(m.KafkaLagSeconds.WithLabelValues("t")), 2.5},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", name, c.got, c.want)
+		}
+	}
+	if age := testutil.ToFloat64(m.QueueOldestAge.WithLabelValues("q")); age < 0 {
+		t.Errorf("oldest runnable age %v", age)
+	}
+	if err := smp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := smp.Stop(ctx); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+}
