@@ -410,16 +410,9 @@ func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commit
 			cnt = &partCount{}
 			counts[fp.Topic] = cnt
 		}
-		for _, rec := range fp.Records {
-			job, poison := route.Decode(rec, now)
-			if job != nil {
-				batch.Jobs = append(batch.Jobs, *job)
-				cnt.jobs++
-			} else {
-				batch.Poison = append(batch.Poison, *poison)
-				cnt.poison++
-			}
-		}
+		jobs, poison := route.decodeInto(&batch, fp.Records, now)
+		cnt.jobs += jobs
+		cnt.poison += poison
 		last := fp.Records[len(fp.Records)-1]
 		batch.Offsets = append(batch.Offsets, pgstore.OffsetAdvance{
 			Topic: fp.Topic, Partition: fp.Partition, Expected: exp, Next: last.Offset + 1})

@@ -134,6 +134,22 @@ func (r *Route) Decode(rec *kgo.Record, now time.Time) (*pgstore.NewJob, *pgstor
 	return j, nil
 }
 
+// decodeInto decodes records of the route's topic into a batch, each as
+// a job or a poison entry: the one decoding path of the consumer and of
+// replay. It returns how many of each.
+func (r *Route) decodeInto(b *pgstore.IngestBatch, recs []*kgo.Record, now time.Time) (jobs, poison int) {
+	for _, rec := range recs {
+		if job, p := r.Decode(rec, now); job != nil {
+			b.Jobs = append(b.Jobs, *job)
+			jobs++
+		} else {
+			b.Poison = append(b.Poison, *p)
+			poison++
+		}
+	}
+	return jobs, poison
+}
+
 func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJob, *problem) {
 	if size := recordSize(rec); size > r.MaxRecordBytes {
 		return nil, problemf(ReasonTooLarge, partValue, "record is %d bytes, over max_record_bytes %d", size, r.MaxRecordBytes)

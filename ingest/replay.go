@@ -1,0 +1,203 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+// replayIdle is how long Replay waits for a partition that has not
+// reached its end offset yet before it stops there: the offsets left are
+// transaction markers, which a read-committed consumer never sees.
+const replayIdle = 5 * time.Second
+
+// ReplayRange is [From, End) of one partition, and how far Replay got.
+type ReplayRange struct {
+	Partition int32
+	From, End int64
+	next      int64 // the next offset not read yet
+	// Stopped is where reading stopped: End, or short of it when only
+	// transaction markers were left; -1 while reading.
+	Stopped int64
+}
+
+// ReplayInputError is a replay request that names what does not exist
+// (a topic, a partition): the caller's to fix.
+type ReplayInputError struct{ Field, Msg string }
+
+func (e *ReplayInputError) Error() string { return e.Field + ": " + e.Msg }
+
+// ReplayRanges resolves a replay request to offset ranges per partition
+// (all partitions when partition is -1), from the broker's current start,
+// end and time offsets: from fromOffset (≥ 0), or the first record at or
+// after from, up to the end or the last record at or before to.
+func ReplayRanges(ctx context.Context, adm *kadm.Client, topic string, partition int32, fromOffset int64, from, to time.Time) ([]*ReplayRange, error) {
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka: listing %s: %w", topic, err)
+	}
+	if len(starts[topic]) == 0 {
+		return nil, &ReplayInputError{"--topic", fmt.Sprintf("%q does not exist", topic)}
+	}
+	if _, ok := starts[topic][partition]; partition >= 0 && !ok {
+		return nil, &ReplayInputError{"--partition", fmt.Sprintf("%s has no partition %d (it has %d)", topic, partition, len(starts[topic]))}
+	}
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka: listing %s: %w", topic, err)
+	}
+	atTime := func(t time.Time) (kadm.ListedOffsets, error) {
+		o, err := adm.ListOffsetsAfterMilli(ctx, t.UnixMilli(), topic)
+		if err == nil {
+			err = o.Error()
+		}
+		return o, err
+	}
+	var fromAt, toAt kadm.ListedOffsets
+	if !from.IsZero() {
+		if fromAt, err = atTime(from); err != nil {
+			return nil, fmt.Errorf("kafka: offsets at %s: %w", from.Format(time.RFC3339), err)
+		}
+	}
+	if !to.IsZero() {
+		if toAt, err = atTime(to.Add(time.Millisecond)); err != nil {
+			return nil, fmt.Errorf("kafka: offsets at %s: %w", to.Format(time.RFC3339), err)
+		}
+	}
+	var out []*ReplayRange
+	for p, start := range starts[topic] {
+		if partition >= 0 && p != partition {
+			continue
+		}
+		end := ends[topic][p].Offset
+		r := &ReplayRange{Partition: p, From: max(fromOffset, start.Offset), End: end, Stopped: -1}
+		// A time past the last record lists offset -1: nothing to read.
+		if o, ok := fromAt.Lookup(topic, p); ok {
+			r.From = o.Offset
+			if r.From < 0 {
+				r.From = end
+			}
+		}
+		if o, ok := toAt.Lookup(topic, p); ok && o.Offset >= 0 {
+			r.End = min(r.End, o.Offset)
+		}
+		r.next = r.From
+		if r.From < r.End {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b *ReplayRange) int { return int(a.Partition - b.Partition) })
+	return out, nil
+}
+
+// ReplaySummary counts what Replay did.
+type ReplaySummary struct {
+	Records  int64 // read
+	Inserted int64 // new jobs
+	Parked   int64 // poison, parked (or found parked already)
+	Rerun    int64 // finished jobs put back to run (rerun)
+}
+
+// Replay reads the ranges of route's topic and stores each poll through
+// the same decode-and-commit path as the consumer, without offsets: job
+// rows deduplicated (I2), poison parked. With rerun, the finished jobs of
+// the records read run again. It never touches a consumer group.
+func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, route *Route, ranges []*ReplayRange, rerun bool) (ReplaySummary, error) {
+	var sum ReplaySummary
+	if len(ranges) == 0 {
+		return sum, nil
+	}
+	topic := route.Topic
+	start := map[int32]kgo.Offset{}
+	for _, r := range ranges {
+		start[r.Partition] = kgo.NewOffset().At(r.From)
+	}
+	cl, err := kgo.NewClient(append(slices.Clone(opts),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		return sum, fmt.Errorf("kafka: %w", err)
+	}
+	defer cl.Close()
+	byPartition := map[int32]*ReplayRange{}
+	for _, r := range ranges {
+		byPartition[r.Partition] = r
+	}
+	open := len(ranges)
+	lastProgress := time.Now()
+	for open > 0 {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fetches := cl.PollRecords(pctx, 10_000)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return sum, err
+		}
+		var batch pgstore.IngestBatch
+		now := time.Now()
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			r := byPartition[fp.Partition]
+			if r == nil || r.Stopped >= 0 {
+				return
+			}
+			recs := fp.Records
+			if i := slices.IndexFunc(recs, func(rec *kgo.Record) bool { return rec.Offset >= r.End }); i >= 0 {
+				recs = recs[:i]
+			}
+			if len(recs) > 0 {
+				r.next = recs[len(recs)-1].Offset + 1
+				sum.Records += int64(len(recs))
+				route.decodeInto(&batch, recs, now)
+			}
+			if r.next >= r.End {
+				r.Stopped = r.next
+				open--
+			}
+		})
+		if err := fetches.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return sum, fmt.Errorf("kafka: %w", err)
+		}
+		if len(batch.Jobs)+len(batch.Poison) > 0 {
+			lastProgress = time.Now()
+			res, err := store.IngestCommit(ctx, batch)
+			if err != nil {
+				return sum, fmt.Errorf("storing replayed records: %w", err)
+			}
+			sum.Inserted += res.Inserted
+			sum.Parked += int64(len(batch.Poison)) + res.RefusedByTopic[route.Topic]
+			if rerun {
+				dedupeKeys := make([]string, len(batch.Jobs))
+				for i, j := range batch.Jobs {
+					dedupeKeys[i] = j.DedupeKey
+				}
+				n, err := store.JobRerun(ctx, route.Topic, dedupeKeys)
+				if err != nil {
+					return sum, fmt.Errorf("re-running replayed jobs: %w", err)
+				}
+				sum.Rerun += n
+			}
+			continue
+		}
+		if time.Since(lastProgress) > replayIdle {
+			for _, r := range ranges {
+				if r.Stopped < 0 {
+					r.Stopped = r.next
+					open--
+				}
+			}
+		}
+	}
+	return sum, nil
+}
