@@ -88,11 +88,11 @@ type Engine struct {
 
 	fatal   chan error
 	sampler *sampler.Sampler
-	// stopSchedules stops the cron schedules; nil when none run.
-	stopSchedules context.CancelFunc
-	wg            sync.WaitGroup
-	stopOnce      sync.Once
-	stopErr       error
+	// scheduler runs the cron schedules; nil when none run.
+	scheduler *schedule.Scheduler
+	wg        sync.WaitGroup
+	stopOnce  sync.Once
+	stopErr   error
 }
 
 // New builds an engine from a loaded, validated config.
@@ -399,11 +399,8 @@ func (e *Engine) startSchedules(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.stopSchedules = cancel
-	e.wg.Add(1)
-	go func() { defer e.wg.Done(); s.Run(sctx) }()
-	return nil
+	e.scheduler = s
+	return s.Start(ctx)
 }
 
 func (e *Engine) fail(err error) {
@@ -430,8 +427,8 @@ func (e *Engine) maxDepths() map[string]int {
 func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		var errs []error
-		if e.stopSchedules != nil {
-			e.stopSchedules()
+		if e.scheduler != nil {
+			errs = append(errs, e.scheduler.Stop(ctx))
 		}
 		if e.consumer != nil {
 			errs = append(errs, e.consumer.Stop(ctx))

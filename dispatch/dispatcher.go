@@ -75,6 +75,7 @@ type Dispatcher struct {
 	jobCtx    context.Context // parent of every handler context
 	wg        sync.WaitGroup  // pool loops, rescuer, listener
 	stopOnce  sync.Once
+	stopErr   error // what Stop could not finish
 	started   bool
 }
 
@@ -169,11 +170,12 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 			// A handler that ignores its context cannot be stopped from
 			// here; its lease expires and the rescuer requeues the job.
 			d.log.Error("handlers still running after cancellation; leaving their leases to expire")
+			d.stopErr = errors.New("dispatch: handlers still running after cancellation; their leases will expire and their jobs be retried")
 		}
 		d.wg.Wait()
 		d.completer.stop()
 	})
-	return nil
+	return d.stopErr
 }
 
 // rescue periodically returns expired leases to their queue, sweeps

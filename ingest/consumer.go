@@ -85,6 +85,9 @@ type Consumer struct {
 
 	commits sync.WaitGroup // async Kafka commits in flight
 
+	stopOnce sync.Once
+	stopErr  error // what Stop could not finish
+
 	mu sync.Mutex
 	// pendingSince is when the batch in hand was first tried; zero while
 	// there is none. See Ready.
@@ -194,20 +197,33 @@ func (c *Consumer) Err() error {
 }
 
 // Stop stops fetching, lets the batch in hand finish its transaction,
-// leaves the group and closes the client. Idempotent.
+// leaves the group and closes the client, even when ctx ends first (the
+// error then says what was left unfinished). Idempotent.
 func (c *Consumer) Stop(ctx context.Context) error {
 	if c.cl == nil {
 		return nil
 	}
-	c.cancel()
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	c.commits.Wait()
-	c.cl.Close()
-	return nil
+	c.stopOnce.Do(func() {
+		c.cancel()
+		select {
+		case <-c.done:
+			c.commits.Wait()
+		case <-ctx.Done():
+			// The batch in hand is still being stored; its transaction
+			// ends on its own (bounded), and whatever it did not store is
+			// read again by the partition's next owner. Closing leaves the
+			// group, which BlockRebalanceOnPoll would hold up until the
+			// batch is done: allow the rebalance now. The Postgres fence
+			// keeps the batch from storing a range another member took, and
+			// no Kafka commit follows a closed client.
+			c.stopErr = fmt.Errorf("ingest: stopped before the batch in hand was stored: %w", ctx.Err())
+			c.cl.AllowRebalance()
+		}
+		// Closed either way: the client's connections and group
+		// membership must not outlive Stop.
+		c.cl.Close()
+	})
+	return c.stopErr
 }
 
 // adjustOffsets replaces Kafka's committed offsets with the positions

@@ -63,3 +63,50 @@ func TestStuckIngestIsVisible(t *testing.T) {
 	})
 	testenv.Eventually(t, 10*time.Second, "ingest ready again", func() bool { return c.Ready() == nil })
 }
+
+// Stop closes the client even when its context ends before the batch in
+// hand is stored, and says what it left unfinished; a second Stop says
+// the same and does nothing more.
+func TestStopClosesTheClientWhenItTimesOut(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 1)
+	ctx := context.Background()
+	// The batch's transaction waits on this lock until the test lets go
+	// (SHARE: the stored offsets can still be read on assignment).
+	lock, err := store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Rollback(context.Background()) })
+	if _, err := lock.Exec(ctx, `LOCK TABLE kafka_offsets IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Produce(t, topic, records(0, 0, 5)...)
+	c, err := New(Config{Brokers: testenv.Brokers(t), Group: testenv.Name("g"), Routes: []*Route{route(t, topic, "event")},
+		StuckAfter: 10 * time.Millisecond}, store, zap.NewNop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Rollback(context.Background()); _ = c.Stop(context.Background()) })
+	testenv.Eventually(t, 30*time.Second, "a batch in hand", func() bool { return c.Ready() != nil })
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	err = c.Stop(short)
+	if err == nil || !strings.Contains(err.Error(), "before the batch in hand was stored") {
+		t.Fatalf("Stop: %v, want it to say what it left unfinished", err)
+	}
+	if err := c.cl.Ping(ctx); err == nil {
+		t.Fatal("the client still answers after Stop")
+	}
+	if err2 := c.Stop(ctx); err2 == nil || err2.Error() != err.Error() {
+		t.Fatalf("second Stop: %v", err2)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-c.Done() // the batch's transaction ends on its own
+}

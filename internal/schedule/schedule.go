@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -58,6 +59,36 @@ type Scheduler struct {
 	log     *zap.Logger
 	now     func() time.Time
 	entries []*entry
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// Start runs the schedules (Run) until Stop. It returns at once.
+func (s *Scheduler) Start(ctx context.Context) error {
+	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.Run(ctx)
+	}()
+	return nil
+}
+
+// Stop ends Run and waits for a tick in progress, or until ctx ends.
+// Idempotent.
+func (s *Scheduler) Stop(ctx context.Context) error {
+	if s.cancel == nil {
+		return nil
+	}
+	s.once.Do(s.cancel)
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("schedule: stopped before enqueuing finished: %w", ctx.Err())
+	}
 }
 
 type entry struct {
