@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+	goleak.VerifyTestMain(m)
 }
 
 // enqueue inserts n jobs of queue "q" through the ingest path.

@@ -20,7 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+	goleak.VerifyTestMain(m)
 }
 
 func compile(t *testing.T, r config.Route) *ingest.Route {

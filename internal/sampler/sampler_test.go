@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+	goleak.VerifyTestMain(m)
 }
 
 // The gauges read from the database and from Kafka: depth by state, the
