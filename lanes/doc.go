@@ -51,7 +51,7 @@
 //     holds them equal for every way a head ends under every policy. In
 //     the completer's batch the pool that ran a head may take the lane's
 //     next job at once (a handoff, migration 0007): promotion claims it
-//     through jobs_lease, as JobClaim does, and the job goes back to that
+//     with the same SET list as JobClaim (pgstore.claimSet), and the job goes back to that
 //     pool with the outcome's result. It skips the 'queued' row version
 //     and the claim; dispatch bounds how long a lane keeps a pool this way;
 //   - by the gap sweeper (dispatch's rescuer) for strict lanes whose gap

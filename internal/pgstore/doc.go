@@ -12,13 +12,15 @@
 // Tables, indexes and their data move in numbered migrations
 // (migrations/NNNN_name.sql), each applied once and recorded in
 // schema_migrations. Functions and triggers — the job and lane state
-// machine: jobs_lease (the one definition of a claim), lane_promote,
-// lanes_advance (the one definition of how a lane's head ends), and the
-// trigger that sends every other head change through it — live in one
-// file, functions.sql, the only live definition of each. Migrate applies
-// it after the migrations, in the same transaction and under the same
-// advisory lock, whenever its SHA-256 differs from the one recorded in
-// schema_functions; so the file is written to be re-run (CREATE OR
+// machine: lane_promote, lanes_advance (the one definition of how a
+// lane's head ends), and the trigger that sends every other head change
+// through it — live in one file, functions.sql, the only live definition
+// of each. The file is a Go template with one action, claim: the SET list
+// of a claim (claimSet), which JobClaim's statement uses too, so that a
+// claim is written once without a function call in the claim path.
+// Migrate applies it, rendered, after the migrations, in the same
+// transaction and under the same advisory lock, whenever its SHA-256
+// differs from the one recorded in schema_functions; so the file is written to be re-run (CREATE OR
 // REPLACE, DROP IF EXISTS for a signature that changed), and a migration
 // must not depend on a function (on a new database none exists while the
 // migrations run). A process refuses to start, and /readyz reports, when

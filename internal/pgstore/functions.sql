@@ -1,27 +1,14 @@
 -- The live definition of every function and trigger of the schema: the
 -- job and lane state machine. Tables and indexes live in the numbered
 -- migrations; this file is applied after them, by `switchyard migrate`
--- under its advisory lock, whenever its SHA-256 differs from the one
--- recorded in schema_functions, so it must be idempotent: CREATE OR
--- REPLACE, and DROP IF EXISTS for a signature that changed. See
+-- under its advisory lock, whenever its SHA-256 (as rendered) differs from
+-- the one recorded in schema_functions, so it must be idempotent: CREATE
+-- OR REPLACE, and DROP IF EXISTS for a signature that changed. See
 -- internal/pgstore/doc.go and lanes/doc.go.
 
--- jobs_lease is a claim: it takes the given jobs (locked by the caller,
--- in a runnable state) to running under a fresh fencing token (I4), with
--- the attempt counted now (I5) and a lease of p_lease_ms (one per job)
--- measured on the database clock. Every claim goes through it: JobClaim's,
--- and a lane's next job handed off by lanes_advance.
-CREATE OR REPLACE FUNCTION jobs_lease(p_ids bigint[], p_lease_ms bigint[]) RETURNS SETOF jobs
-LANGUAGE plpgsql AS $$
-BEGIN
-    RETURN QUERY
-    UPDATE jobs j SET state = 'running', attempts = j.attempts + 1,
-        token = nextval('job_token_seq'), started_at = now(),
-        lease_expires_at = now() + t.lease_ms * interval '1 millisecond'
-    FROM unnest(p_ids, p_lease_ms) AS t(id, lease_ms)
-    WHERE j.id = t.id
-    RETURNING j.*;
-END $$;
+-- The file is a Go text/template: the one action in it, claim, stands for
+-- the SET list of a claim (pgstore's claimSet), which JobClaim uses too,
+-- so that a claim is defined once; migrate renders it before applying.
 
 -- lane_promote makes the next waiting job of an idle lane its head.
 -- Stale versions are skipped on the way (never delivered); a strict lane
@@ -115,7 +102,7 @@ DROP FUNCTION IF EXISTS lanes_advance(bigint[], bigint[], text[], bigint[]);
 -- which owns gap handling) and promotes its next waiting job: to running
 -- for the pool that asked for a handoff (p_handoff names the ended head,
 -- p_queue the asking pool's queue, which the next job must be of, and
--- p_lease_ms its lease), else to queued. The result is the handed-off
+-- p_lease_ms its lease; claimed as JobClaim claims), else to queued. The result is the handed-off
 -- jobs, each with the id of the head it follows.
 CREATE OR REPLACE FUNCTION lanes_advance(p_ids bigint[], p_handoff bigint[] DEFAULT '{}',
     p_queue text[] DEFAULT '{}', p_lease_ms bigint[] DEFAULT '{}', p_discarded bigint[] DEFAULT '{}')
@@ -197,11 +184,8 @@ BEGIN
     IF f_route IS NOT NULL THEN
         RETURN QUERY
         WITH nxt AS (
-            -- Each freed lane's next waiting job, locked and re-checked: a
-            -- job cancelled meanwhile is not promoted, and its lane gets no
-            -- head (the next ingest into the lane promotes past it).
-            -- lease_ms is set when the pool that ran the head takes it
-            -- (a job of its queue).
+            -- Each freed lane's next waiting job. lease_ms is set when the
+            -- pool that ran the head takes it (a job of its queue).
             SELECT f.route, f.key, f.prev, w.id, CASE WHEN w.queue = h.queue THEN h.lease_ms END AS lease_ms
             FROM unnest(f_route, f_key, f_prev) AS f(route, key, prev)
             CROSS JOIN LATERAL (
@@ -209,23 +193,32 @@ BEGIN
                 WHERE route = f.route AND key = f.key AND state = 'waiting'
                 ORDER BY version NULLS FIRST, src_offset, id
                 LIMIT 1
-                FOR UPDATE
             ) w
             LEFT JOIN unnest(p_handoff, p_queue, p_lease_ms) AS h(prev, queue, lease_ms) ON h.prev = f.prev
         ), q AS (
-            UPDATE jobs SET state = 'queued', scheduled_at = now()
-            FROM nxt WHERE jobs.id = nxt.id AND nxt.lease_ms IS NULL
+            -- Re-checked under the row lock the update takes: a job
+            -- cancelled meanwhile is not promoted, and its lane gets no
+            -- head (the next ingest into the lane promotes past it). The
+            -- state test is wrapped so that no partial index can serve the
+            -- join, only the primary key (see pgstore's heldSQL: stale
+            -- statistics made the planner scan every such row per batch).
+            UPDATE jobs j SET state = 'queued', scheduled_at = now()
+            FROM nxt WHERE j.id = nxt.id AND nxt.lease_ms IS NULL AND coalesce(j.state, '') = 'waiting'
+            RETURNING j.route, j.key, j.id
         ), handed AS (
-            -- Claimed here, exactly as JobClaim claims.
-            SELECT l AS job FROM (SELECT array_agg(id) AS ids, array_agg(lease_ms) AS leases
-                FROM nxt WHERE lease_ms IS NOT NULL) a, jobs_lease(a.ids, a.leases) l
+            -- Handed off: claimed here, as JobClaim claims.
+            UPDATE jobs j SET scheduled_at = now(), {{claim "j" "nxt.lease_ms"}}
+            FROM nxt WHERE j.id = nxt.id AND nxt.lease_ms IS NOT NULL AND coalesce(j.state, '') = 'waiting'
+            RETURNING j AS job, j.route, j.key, j.id
+        ), promoted AS (
+            SELECT route, key, id FROM q UNION ALL SELECT route, key, id FROM handed
         ), u AS (
             -- Joined on the lane's key: the planner expects ten rows from
             -- each side and would nest loops over them (seen: 80 x 80 scans).
-            UPDATE lanes l SET head_job_id = nxt.id, gap_since = NULL
-            FROM nxt WHERE l.route = nxt.route AND l.key = nxt.key
+            UPDATE lanes l SET head_job_id = p.id, gap_since = NULL
+            FROM promoted p WHERE l.route = p.route AND l.key = p.key
         )
-        SELECT nxt.prev, handed.job FROM handed JOIN nxt ON nxt.id = (handed.job).id;
+        SELECT nxt.prev, handed.job FROM handed JOIN nxt ON nxt.id = handed.id;
     END IF;
 
     IF s_route IS NOT NULL THEN

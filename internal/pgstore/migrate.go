@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"text/template"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,11 +21,23 @@ import (
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// functionsSQL is every function and trigger of the schema, applied after
-// the migrations whenever it changed (see doc.go).
+// functionsTemplate is every function and trigger of the schema, applied
+// after the migrations whenever it changed (see doc.go); functionsSQL is
+// it rendered.
 //
 //go:embed functions.sql
-var functionsSQL string
+var functionsTemplate string
+
+var functionsSQL = renderFunctions()
+
+func renderFunctions() string {
+	t := template.Must(template.New("functions.sql").Funcs(template.FuncMap{"claim": claimSet}).Parse(functionsTemplate))
+	var b strings.Builder
+	if err := t.Execute(&b, nil); err != nil {
+		panic(fmt.Sprintf("functions.sql: %v", err)) // the embedded file is ours: a test fails first
+	}
+	return b.String()
+}
 
 // functionsName is functions.sql's row in schema_functions.
 const functionsName = "functions.sql"
