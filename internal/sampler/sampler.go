@@ -7,7 +7,6 @@ package sampler
 import (
 	"context"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -15,6 +14,7 @@ import (
 	"github.com/switchyard-dev/switchyard/ingest"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/startstop"
 )
 
 // Config configures a Sampler.
@@ -37,10 +37,7 @@ type Sampler struct {
 	store   *pgstore.Store
 	metrics *metrics.Metrics
 	log     *zap.Logger
-
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	loop    startstop.Loop
 }
 
 // New builds a Sampler; Start runs it.
@@ -54,31 +51,15 @@ func New(cfg Config, store *pgstore.Store, m *metrics.Metrics, log *zap.Logger) 
 // Start refreshes the gauges once at once and then every interval, until
 // Stop. It returns at once.
 func (s *Sampler) Start(ctx context.Context) error {
-	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		s.loop(ctx)
-	}()
+	s.loop.Start(ctx, s.run)
 	return nil
 }
 
 // Stop ends the refreshing and waits for a round in progress, or until
 // ctx ends. Idempotent.
-func (s *Sampler) Stop(ctx context.Context) error {
-	if s.cancel == nil {
-		return nil
-	}
-	s.once.Do(s.cancel)
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (s *Sampler) Stop(ctx context.Context) error { return s.loop.Stop(ctx) }
 
-func (s *Sampler) loop(ctx context.Context) {
+func (s *Sampler) run(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {

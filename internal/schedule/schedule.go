@@ -22,7 +22,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -30,6 +29,7 @@ import (
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/cron"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/startstop"
 )
 
 const (
@@ -59,36 +59,22 @@ type Scheduler struct {
 	log     *zap.Logger
 	now     func() time.Time
 	entries []*entry
-
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	loop    startstop.Loop
 }
 
 // Start runs the schedules (Run) until Stop. It returns at once.
 func (s *Scheduler) Start(ctx context.Context) error {
-	ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.done = make(chan struct{})
-	go func() {
-		defer close(s.done)
-		s.Run(ctx)
-	}()
+	s.loop.Start(ctx, s.Run)
 	return nil
 }
 
 // Stop ends Run and waits for a tick in progress, or until ctx ends.
 // Idempotent.
 func (s *Scheduler) Stop(ctx context.Context) error {
-	if s.cancel == nil {
-		return nil
+	if err := s.loop.Stop(ctx); err != nil {
+		return fmt.Errorf("schedule: stopped before enqueuing finished: %w", err)
 	}
-	s.once.Do(s.cancel)
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("schedule: stopped before enqueuing finished: %w", ctx.Err())
-	}
+	return nil
 }
 
 type entry struct {
