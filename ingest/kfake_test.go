@@ -27,19 +27,22 @@ func fakeBroker(t *testing.T, topic string, n int) *kfake.Cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
+	fakeProduce(t, broker, topic, append(records(0, 0, n/2), records(1, n/2, n)...)...)
+	return broker
+}
+
+// fakeProduce writes records to the fake broker, each to its partition.
+func fakeProduce(t *testing.T, broker *kfake.Cluster, topic string, recs ...*kgo.Record) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var recs []*kgo.Record
-	recs = append(recs, records(0, 0, n/2)...)
-	recs = append(recs, records(1, n/2, n)...)
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	return broker
 }
 
 // Kafka refusing every offset commit loses nothing and duplicates
@@ -94,15 +97,7 @@ func TestKafkaCommitFailuresLoseNothing(t *testing.T) {
 	start(m)
 	// The second member reads nothing again: after a new record it has
 	// stored exactly one more.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), records(0, 40, 41)...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	fakeProduce(t, broker, topic, records(0, 40, 41)...)
 	testenv.Eventually(t, 30*time.Second, "the new record stored", func() bool {
 		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 41
 	})
@@ -145,18 +140,9 @@ func TestRevokeToANewMemberLosesNothing(t *testing.T) {
 	second := start()
 	// More records while the group rebalances, until the second member
 	// has taken a partition and stored some.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(broker.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	total := n
 	testenv.Eventually(t, 60*time.Second, "the second member to store records", func() bool {
-		recs := append(records(0, total, total+10), records(1, total+10, total+20)...)
-		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		fakeProduce(t, broker, topic, append(records(0, total, total+10), records(1, total+10, total+20)...)...)
 		total += 20
 		return stored(second) > 0
 	})

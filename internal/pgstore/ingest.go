@@ -356,12 +356,8 @@ func jobRows(jobs []NewJob, withState bool) pgx.CopyFromSource {
 	return pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
 		j := &jobs[i]
 		// nil slices would COPY as NULL into NOT NULL columns.
-		payload := j.Payload
-		if payload == nil {
-			payload = []byte{}
-		}
 		row := []any{j.origin(), j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey,
-			payload, nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline,
+			nonNilByte(j.Payload), nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline,
 			j.Topic, j.Partition, j.Offset, j.Lane != nil}
 		if withState {
 			state := jobstate.Queued
