@@ -8,8 +8,11 @@
 //	err = eng.Start(ctx) // … eng.Stop(ctx) on shutdown
 //
 // The engine wires the components and owns their lifecycle; it holds no
-// logic of its own: ingest turns records into rows, dispatch runs them,
-// workers holds handlers and the HTTP target, internal/admin serves the API.
+// logic of its own: internal/ingest turns records into rows,
+// internal/dispatch runs them, workers holds handlers and the HTTP target,
+// internal/dlq re-drives parked work and internal/admin serves the API.
+// Embedders reach them through the Engine only (Applier, RedriveDLQ,
+// DiscardDLQ), so nothing they call mentions an internal type.
 package switchyard
 
 import (
@@ -29,15 +32,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/config"
-	"github.com/switchyard-dev/switchyard/dispatch"
-	"github.com/switchyard-dev/switchyard/dlq"
-	"github.com/switchyard-dev/switchyard/ingest"
 	"github.com/switchyard-dev/switchyard/internal/admin"
+	"github.com/switchyard-dev/switchyard/internal/dispatch"
+	"github.com/switchyard-dev/switchyard/internal/dlq"
+	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/sampler"
 	"github.com/switchyard-dev/switchyard/internal/schedule"
-	"github.com/switchyard-dev/switchyard/ordering"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -61,9 +63,9 @@ type Options struct {
 	KafkaOpts []kgo.Opt
 	// OAuthToken supplies OAUTHBEARER tokens when kafka.sasl.mechanism is
 	// OAUTHBEARER; it wins over kafka.sasl.token_file.
-	OAuthToken ingest.OAuthTokenFunc
+	OAuthToken func(ctx context.Context) (string, error)
 	// ResetOffsets allows resuming from Kafka's committed offsets when
-	// Postgres has none stored (see ingest.Config.ResetOffsets).
+	// Postgres has none stored, as `switchyard run --reset-offsets` does.
 	ResetOffsets bool
 	// StatsInterval is how often queue gauges are refreshed. Defaults to 5s.
 	StatsInterval time.Duration
@@ -83,6 +85,7 @@ type Engine struct {
 	metrics    *metrics.Metrics
 	consumer   *ingest.Consumer
 	dispatcher *dispatch.Dispatcher
+	dlq        *dlq.Service
 	server     *http.Server
 	listener   net.Listener
 
@@ -174,11 +177,6 @@ func (e *Engine) resolve(j *workers.Job) (workers.Handler, error) {
 	return nil, fmt.Errorf("no handler for kind %q (route %q): register one with Engine.Register", j.Kind, j.Route)
 }
 
-// Applier applies a handler's own writes in the same transaction as its
-// job's completion (ordering.Applier.Apply), in the engine's database.
-// Valid after Start.
-func (e *Engine) Applier() *ordering.Applier { return ordering.New(e.store) }
-
 // Migrate creates or upgrades the schema that cfg names (postgres.url and
 // postgres.schema), as `switchyard migrate` does: safe to run from several
 // processes at once. It returns what it applied.
@@ -223,6 +221,11 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fmt.Errorf("postgres: schema %q is not this binary's (%s): run `switchyard migrate` first",
 			e.cfg.Postgres.Schema, problem)
 	}
+	kopts, err := ingest.ClientOpts(e.cfg.Kafka, e.opts.OAuthToken)
+	if err != nil {
+		return err
+	}
+	e.dlq = dlq.New(store, e.compiled, ingest.NewRereader(append(kopts, e.opts.KafkaOpts...)))
 	if e.opts.Role != RoleIngest {
 		if err := e.startDispatch(ctx); err != nil {
 			return err
@@ -280,17 +283,13 @@ func (e *Engine) checkHandlers() error {
 }
 
 func (e *Engine) startHTTP() error {
-	kopts, err := ingest.ClientOpts(e.cfg.Kafka, e.opts.OAuthToken)
-	if err != nil {
-		return err
-	}
 	srv := admin.New(admin.Config{
 		Token:        e.cfg.HTTP.Token,
 		AllowedHosts: e.cfg.HTTP.AllowedHosts,
 		Queues:       e.cfg.QueueNames(),
 		Metrics:      promhttp.HandlerFor(e.opts.Registry, promhttp.HandlerOpts{}),
 		Ready:        e.kafkaReady,
-		DLQ:          dlq.New(e.store, e.compiled, ingest.NewRereader(append(kopts, e.opts.KafkaOpts...))),
+		DLQ:          e.dlq,
 		Enqueue:      ingest.NewEnqueuer(e.store, e.compiled, e.maxDepths()),
 	}, e.store, e.log)
 	ln, err := net.Listen("tcp", e.cfg.HTTP.Listen)

@@ -223,8 +223,9 @@ type HTTPTarget struct {
 type Schedule struct {
 	// Name identifies the schedule. Required, unique.
 	Name string `yaml:"name"`
-	// Cron is five fields: minute hour day-of-month month day-of-week.
-	// Required; see internal/cron's Parse for the syntax.
+	// Cron is five fields: minute hour day-of-month month day-of-week,
+	// each a comma-separated list of *, N, N-M, */S or N-M/S. Names (MON),
+	// N/S and macros (@daily) are refused. Required.
 	Cron string `yaml:"cron"`
 	// Timezone is an IANA zone name. Defaults to UTC.
 	Timezone string `yaml:"timezone"`

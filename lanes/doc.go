@@ -41,7 +41,7 @@
 //     in the same round trip as the outcomes (it reads the heads' states
 //     only once it holds their lanes, so a job whose outcome was stale
 //     changes nothing). Every other path — rescue of an expired lease,
-//     cancel, expiry, ordering.Apply, re-drive — reaches it through the
+//     cancel, expiry, Applier.Apply, re-drive — reaches it through the
 //     AFTER UPDATE trigger jobs_lane_advance, so no code path can forget
 //     it, and DLQ discard calls it directly. The trigger keeps one
 //     switch, switchyard.lanes_batched, set only by the completer for its

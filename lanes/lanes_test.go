@@ -17,10 +17,9 @@ import (
 
 	switchyard "github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/config"
-	"github.com/switchyard-dev/switchyard/dlq"
+	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
-	"github.com/switchyard-dev/switchyard/ordering"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -351,7 +350,7 @@ func TestBackoffDelaysOnlyItsLane(t *testing.T) {
 	}
 }
 
-// ordering.Apply: a handler's write and the job's completion commit
+// Applier.Apply: a handler's write and the job's completion commit
 // together, and a stale version is not applied.
 func TestApplyCommitsWithCompletion(t *testing.T) {
 	t.Parallel()
@@ -360,7 +359,7 @@ func TestApplyCommitsWithCompletion(t *testing.T) {
 	if _, err := store.Pool().Exec(context.Background(), `CREATE TABLE customer (id text PRIMARY KEY, version bigint)`); err != nil {
 		t.Fatal(err)
 	}
-	var applier *ordering.Applier
+	var applier *switchyard.Applier
 	var ready sync.WaitGroup
 	ready.Add(1)
 	h := workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
@@ -370,7 +369,7 @@ func TestApplyCommitsWithCompletion(t *testing.T) {
 				ON CONFLICT (id) DO UPDATE SET version = excluded.version`, j.Key, *j.Version)
 			return err
 		})
-		if errors.Is(err, ordering.ErrStale) {
+		if errors.Is(err, switchyard.ErrStale) {
 			return nil
 		}
 		return err

@@ -59,7 +59,7 @@ func (j *Job) SaveCheckpoint(ctx context.Context, data []byte) error {
 func (j *Job) SetCheckpointStore(save func(ctx context.Context, data []byte) error) { j.save = save }
 
 // MarkFinished records that the job's outcome was already committed by the
-// handler itself (ordering.Apply completes the job in the handler's own
+// handler itself (Applier.Apply completes the job in the handler's own
 // transaction); the dispatcher then writes nothing more for this attempt.
 func (j *Job) MarkFinished() { j.finished.Store(true) }
 
@@ -106,7 +106,7 @@ func (f HandlerFunc) Handle(ctx context.Context, job *Job) error { return f(ctx,
 var (
 	// ErrLeaseLost: the attempt no longer holds the job (its lease expired
 	// and it may run elsewhere). Also what SaveCheckpoint and
-	// ordering.Apply return when the attempt lost its lease.
+	// Applier.Apply return when the attempt lost its lease.
 	ErrLeaseLost = errors.New("switchyard: lease lost")
 	// ErrShutdown: the process is stopping and its grace period is over;
 	// the job goes back to its queue.

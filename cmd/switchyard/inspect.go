@@ -12,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/switchyard-dev/switchyard/config"
-	"github.com/switchyard-dev/switchyard/dlq"
-	"github.com/switchyard-dev/switchyard/ingest"
+	"github.com/switchyard-dev/switchyard/internal/dlq"
+	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/jobstate"
 )

@@ -7,8 +7,8 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/switchyard-dev/switchyard/dlq"
-	"github.com/switchyard-dev/switchyard/ingest"
+	"github.com/switchyard-dev/switchyard/internal/dlq"
+	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 

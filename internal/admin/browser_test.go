@@ -13,7 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/switchyard-dev/switchyard/dlq"
+	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )

@@ -128,7 +128,7 @@ func Unavailable(err error) bool {
 func (s *Store) Close() { s.pool.Close() }
 
 // Pool exposes the pool to embedders that want to write their own
-// tables in the same database (ordering's conditional writes).
+// tables in the same database (Applier's conditional writes).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Ping checks the database answers.

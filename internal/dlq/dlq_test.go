@@ -13,8 +13,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/switchyard-dev/switchyard/config"
-	"github.com/switchyard-dev/switchyard/dlq"
-	"github.com/switchyard-dev/switchyard/ingest"
+	"github.com/switchyard-dev/switchyard/internal/dlq"
+	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )

@@ -46,7 +46,7 @@
 //     others: a key with a steady stream must not keep a worker from the
 //     other keys. A closing pool asks for none and releases any that
 //     reach it. A job finished by its handler's own transaction
-//     (ordering.Apply) never reaches the completer: its lane's next job
+//     (Applier.Apply) never reaches the completer: its lane's next job
 //     is queued by the trigger, as before.
 //   - Rescue: expired leases (a killed or stalled process) go back to
 //     retrying, or to dead once attempts are used up (I5). Any number of

@@ -1,4 +1,4 @@
-package ordering_test
+package switchyard_test
 
 import (
 	"context"
@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	switchyard "github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/config"
-	"github.com/switchyard-dev/switchyard/ordering"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -48,7 +46,7 @@ routes:
 		fmt.Println(err)
 		return
 	}
-	var applier *ordering.Applier
+	var applier *switchyard.Applier
 	done := make(chan struct{}, 2)
 	_ = eng.Register("customer.sync", workers.HandlerFunc(func(ctx context.Context, job *workers.Job) error {
 		defer func() { done <- struct{}{} }()
@@ -57,7 +55,7 @@ routes:
 				ON CONFLICT (id) DO UPDATE SET seq = excluded.seq`, job.Key, *job.Version)
 			return err
 		})
-		if errors.Is(err, ordering.ErrStale) {
+		if errors.Is(err, switchyard.ErrStale) {
 			return nil // an older version: nothing to do, nothing to retry
 		}
 		return err
@@ -106,17 +104,6 @@ func setUp(cfg *config.Config) *pgx.Conn {
 func tearDown(db *pgx.Conn, schema string) {
 	_, _ = db.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 	_ = db.Close(context.Background())
-}
-
-func produce(cfg *config.Config, topic, value string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.AllowAutoTopicCreation())
-	if err != nil {
-		panic(err)
-	}
-	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Value: []byte(value)}).FirstErr(); err != nil {
-		panic(err)
-	}
 }
 
 func waitForState(db *pgx.Conn, schema, state string) {

@@ -1,4 +1,4 @@
-package ordering_test
+package switchyard_test
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	switchyard "github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
-	"github.com/switchyard-dev/switchyard/ordering"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -31,8 +31,8 @@ func TestApplyAfterTheLeaseIsLost(t *testing.T) {
 	}
 	stale := &workers.Job{ID: jobs[0].ID, Token: jobs[0].Token + 1000}
 	called := false
-	err = ordering.New(s).Apply(ctx, stale, func(context.Context, pgx.Tx) error { called = true; return nil })
-	if !errors.Is(err, workers.ErrLeaseLost) || !errors.Is(err, ordering.ErrLeaseLost) || called {
+	err = switchyard.NewApplierForTest(s).Apply(ctx, stale, func(context.Context, pgx.Tx) error { called = true; return nil })
+	if !errors.Is(err, workers.ErrLeaseLost) || called {
 		t.Fatalf("Apply with a lost lease: %v (fn called: %v), want workers.ErrLeaseLost and fn not called", err, called)
 	}
 }
