@@ -353,15 +353,8 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 }
 
 func (e *Engine) startIngest(ctx context.Context) error {
-	kopts, err := ingest.ClientOpts(e.cfg.Kafka, e.opts.OAuthToken)
-	if err != nil {
-		return err
-	}
-	ic := ingest.Config{Brokers: e.cfg.Kafka.Brokers, Group: e.cfg.Kafka.Group, ClientID: e.cfg.Kafka.ClientID,
-		Reset: e.cfg.Kafka.Reset, MaxPollRecords: e.cfg.Kafka.FetchMaxRecords,
-		SessionTimeout: e.cfg.Kafka.SessionTimeout.D(), InstanceID: e.cfg.Kafka.InstanceID,
-		ServerSideAssignment: e.cfg.Kafka.GroupProtocol == "consumer",
-		ResetOffsets:         e.opts.ResetOffsets, Opts: append(kopts, e.opts.KafkaOpts...), Routes: e.compiled}
+	ic := ingest.Config{Kafka: e.cfg.Kafka, OAuthToken: e.opts.OAuthToken, Routes: e.compiled,
+		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts}
 	c, err := ingest.New(ic, e.store, e.log, e.metrics)
 	if err != nil {
 		return err

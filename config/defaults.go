@@ -6,30 +6,28 @@ import (
 	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
-// DefaultMaxAttempts is a route's max_attempts when unset, and that of a
-// schedule's jobs when no route has its kind.
-const DefaultMaxAttempts = 8
-
-// The defaults that the components' own Configs share with the file, so
-// that a Go embedder who leaves a field zero gets what the binary gets:
-// one value, defined here.
+// The policy of jobs that no route configures (API enqueues, schedules
+// whose kind has no route), which is also a route's when it sets none.
 const (
-	DefaultClientID        = "switchyard"
-	DefaultFetchMaxRecords = 10000
-	DefaultSessionTimeout  = 10 * time.Second
-	DefaultMaxConns        = 20
-	DefaultSchema          = "switchyard"
-	DefaultShutdownGrace   = 30 * time.Second
-	DefaultBackoffInitial  = time.Second
-	DefaultBackoffMax      = 10 * time.Minute
+	DefaultMaxAttempts    = 8
+	DefaultBackoffInitial = time.Second
+	DefaultBackoffMax     = 10 * time.Minute
 )
 
-// The other defaults documented on the fields.
+// The other defaults documented on the fields. They are applied here
+// only: the components take the config as SetDefaults leaves it and
+// refuse a zero they cannot use, so an embedder gets what the binary gets.
 const (
-	defaultGroup     = "switchyard"
-	defaultReset     = "earliest"
-	defaultListen    = "127.0.0.1:8080"
-	defaultRetention = 7 * 24 * time.Hour
+	defaultClientID        = "switchyard"
+	defaultFetchMaxRecords = 10000
+	defaultSessionTimeout  = 10 * time.Second
+	defaultMaxConns        = 20
+	defaultSchema          = "switchyard"
+	defaultShutdownGrace   = 30 * time.Second
+	defaultGroup           = "switchyard"
+	defaultReset           = "earliest"
+	defaultListen          = "127.0.0.1:8080"
+	defaultRetention       = 7 * 24 * time.Hour
 
 	defaultConcurrency  = 4
 	defaultLease        = 30 * time.Second
@@ -55,15 +53,15 @@ const (
 // topic nobody asked for would run or consume work silently.
 func (c *Config) SetDefaults() {
 	setDefault(&c.Kafka.Group, defaultGroup)
-	setDefault(&c.Kafka.ClientID, DefaultClientID)
+	setDefault(&c.Kafka.ClientID, defaultClientID)
 	setDefault(&c.Kafka.Reset, defaultReset)
-	setDefault(&c.Kafka.FetchMaxRecords, DefaultFetchMaxRecords)
-	setDefault(&c.Kafka.SessionTimeout, Duration(DefaultSessionTimeout))
+	setDefault(&c.Kafka.FetchMaxRecords, defaultFetchMaxRecords)
+	setDefault(&c.Kafka.SessionTimeout, Duration(defaultSessionTimeout))
 	setDefault(&c.Kafka.GroupProtocol, "classic")
-	setDefault(&c.Postgres.MaxConns, DefaultMaxConns)
-	setDefault(&c.Postgres.Schema, DefaultSchema)
+	setDefault(&c.Postgres.MaxConns, defaultMaxConns)
+	setDefault(&c.Postgres.Schema, defaultSchema)
 	setDefault(&c.HTTP.Listen, defaultListen)
-	setDefault(&c.ShutdownGrace, Duration(DefaultShutdownGrace))
+	setDefault(&c.ShutdownGrace, Duration(defaultShutdownGrace))
 	if c.Retention == nil {
 		c.Retention = map[string]Duration{}
 	}

@@ -225,7 +225,7 @@ func TestPostgresUnreachableIs503(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		// Through a store of its own: this one's Postgres is "gone".
-		direct, err := pgstore.Open(context.Background(), pgstore.Config{URL: dbURL(t), Schema: schema})
+		direct, err := pgstore.Open(context.Background(), pgstore.Config{URL: dbURL(t), Schema: schema, MaxConns: 2})
 		if err == nil {
 			_ = direct.DropSchema(context.Background())
 			direct.Close()

@@ -176,6 +176,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	d, err := New(Config{
 		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: 5 * time.Second, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond}},
 		Backoff: map[string]Backoff{"r": {Initial: time.Millisecond, Max: time.Hour}},
+		Grace:   time.Second,
 		Resolve: func(*workers.Job) (workers.Handler, error) {
 			return workers.HandlerFunc(func(context.Context, *workers.Job) error {
 				return workers.RetryAfter(30*time.Minute, errors.New("429"))

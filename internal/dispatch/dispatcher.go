@@ -46,8 +46,8 @@ type Config struct {
 	// Resolve returns the handler for a job; an error makes the attempt
 	// fail permanently (no handler is a wiring bug retries cannot fix).
 	Resolve func(*workers.Job) (workers.Handler, error)
-	// Grace is how long in-flight jobs may finish after Stop. Defaults to
-	// 30s (config.DefaultShutdownGrace).
+	// Grace is how long in-flight jobs may finish after Stop
+	// (shutdown_grace). Required.
 	Grace time.Duration
 	// Retention is how long finished jobs are kept, by final state;
 	// states not listed (or 0) are kept forever.
@@ -84,8 +84,8 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 	if cfg.Resolve == nil {
 		return nil, errors.New("dispatch: Resolve is required")
 	}
-	if cfg.Grace == 0 {
-		cfg.Grace = config.DefaultShutdownGrace
+	if cfg.Grace <= 0 {
+		return nil, fmt.Errorf("shutdown_grace: %v is not positive", cfg.Grace)
 	}
 	minLease := time.Duration(0)
 	for _, q := range cfg.Queues {

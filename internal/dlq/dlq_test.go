@@ -48,7 +48,7 @@ func TestRedriveTruncatedRecordRereadsKafka(t *testing.T) {
 		&kgo.Record{Key: []byte("cust-1"), Value: []byte(big), Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("1")}}},
 		&kgo.Record{Key: []byte("cust-2"), Value: []byte(big)})
 	small := compile(t, config.Route{Topic: topic, Ordered: true, MaxRecordBytes: 1000, DLQMaxBytes: 100})
-	c, err := ingest.New(ingest.Config{Brokers: testenv.Brokers(t), Group: testenv.Name("g"), Routes: []*ingest.Route{small}},
+	c, err := ingest.New(ingest.Config{Kafka: testenv.KafkaBlock(testenv.Brokers(t), testenv.Name("g"), 0), Routes: []*ingest.Route{small}},
 		store, zaptest.NewLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)

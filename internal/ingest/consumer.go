@@ -23,34 +23,20 @@ import (
 
 // Config configures a Consumer.
 type Config struct {
-	// Brokers are the seed brokers. Required.
-	Brokers []string
-	// Group is the consumer group id. Required.
-	Group string
-	// ClientID defaults to "switchyard" (config.DefaultClientID).
-	ClientID string
-	// Reset is where a partition with neither a stored nor a committed
-	// offset starts: "earliest" or "latest". Defaults to earliest.
-	Reset string
-	// MaxPollRecords caps one poll, and so one transaction. Defaults to
-	// 10000 (config.DefaultFetchMaxRecords).
-	MaxPollRecords int
+	// Kafka is the config's kafka block as config.SetDefaults leaves it:
+	// brokers, group, reset, fetch size, group protocol, session timeout,
+	// static membership, TLS and SASL. The defaults live there only.
+	Kafka config.Kafka
+	// OAuthToken is an embedder's OAUTHBEARER hook (see ClientOpts).
+	OAuthToken OAuthTokenFunc
 	// Routes, one per topic. Required.
 	Routes []*Route
-	// SessionTimeout is how long the group waits for a silent member
-	// before handing its partitions to others. Defaults to 10s
-	// (config.DefaultSessionTimeout), as for the binary.
-	SessionTimeout time.Duration
-	// InstanceID enables static membership when set.
-	InstanceID string
-	// ServerSideAssignment selects the KIP-848 consumer group protocol.
-	ServerSideAssignment bool
 	// ResetOffsets allows resuming from Kafka's committed offsets for
 	// partitions that have none stored in Postgres. Without it such a
 	// partition stops the consumer: the database was lost or replaced, and
 	// silently resuming would skip whatever the old database held.
 	ResetOffsets bool
-	// Opts are extra franz-go options for embedders (TLS, SASL, tuning).
+	// Opts are extra franz-go options for embedders (tuning, dialers).
 	// They are applied after Switchyard's own.
 	Opts []kgo.Opt
 	// StuckAfter is how long a polled batch may go unstored (its
@@ -69,6 +55,7 @@ type tp struct {
 // Consumer turns records into job rows (see doc.go).
 type Consumer struct {
 	cfg     Config
+	opts    []kgo.Opt // from the kafka block: ClientOpts and groupOpts
 	store   *pgstore.Store
 	log     *zap.Logger
 	metrics *metrics.Metrics
@@ -103,28 +90,26 @@ type Consumer struct {
 
 // New validates cfg and builds a consumer; Start connects.
 func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) (*Consumer, error) {
-	if len(cfg.Brokers) == 0 {
+	k := cfg.Kafka
+	switch {
+	case len(k.Brokers) == 0:
 		return nil, errors.New("kafka.brokers: at least one broker is required")
-	}
-	if cfg.Group == "" {
+	case k.Group == "":
 		return nil, errors.New("kafka.group: required")
-	}
-	if len(cfg.Routes) == 0 {
+	case k.FetchMaxRecords <= 0:
+		return nil, fmt.Errorf("kafka.fetch_max_records: %d is not positive", k.FetchMaxRecords)
+	case len(cfg.Routes) == 0:
 		return nil, errors.New("routes: at least one route is required")
 	}
-	if cfg.ClientID == "" {
-		cfg.ClientID = config.DefaultClientID
+	opts, err := ClientOpts(k, cfg.OAuthToken)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.MaxPollRecords == 0 {
-		cfg.MaxPollRecords = config.DefaultFetchMaxRecords
-	}
-	if cfg.SessionTimeout == 0 {
-		cfg.SessionTimeout = config.DefaultSessionTimeout
-	}
+	opts = append(opts, groupOpts(k)...)
 	if cfg.StuckAfter == 0 {
 		cfg.StuckAfter = 30 * time.Second
 	}
-	c := &Consumer{cfg: cfg, store: store, log: log.Named("ingest"), metrics: m,
+	c := &Consumer{cfg: cfg, opts: opts, store: store, log: log.Named("ingest"), metrics: m,
 		routes: map[string]*Route{}, expected: map[tp]int64{}, stored: map[tp]time.Time{}}
 	for _, r := range cfg.Routes {
 		c.routes[r.Topic] = r
@@ -144,16 +129,10 @@ func (c *Consumer) topics() []string {
 // Start joins the group and begins consuming. It returns once the client
 // is created; Done reports when the loop ends.
 func (c *Consumer) Start(ctx context.Context) error {
-	reset := kgo.NewOffset().AtStart()
-	if c.cfg.Reset == "latest" {
-		reset = kgo.NewOffset().AtEnd()
-	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(c.cfg.Brokers...),
-		kgo.ClientID(c.cfg.ClientID),
-		kgo.ConsumerGroup(c.cfg.Group),
+	// The kafka block's options (ClientOpts, with the group's), then the
+	// consumer's own hooks, then the embedder's.
+	opts := append(slices.Clone(c.opts),
 		kgo.ConsumeTopics(c.topics()...),
-		kgo.ConsumeResetOffset(reset),
 		kgo.DisableAutoCommit(),
 		// No rebalance can revoke a partition between a poll and the end
 		// of its transaction, so we never commit for a partition we lost
@@ -164,14 +143,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 		kgo.OnPartitionsLost(c.forget),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.WithLogger(kgoLogger{c.log}),
-	}
-	opts = append(opts, kgo.SessionTimeout(c.cfg.SessionTimeout))
-	if c.cfg.InstanceID != "" {
-		opts = append(opts, kgo.InstanceID(c.cfg.InstanceID))
-	}
-	if c.cfg.ServerSideAssignment {
-		opts = append(opts, kgo.ServerSideBalancer())
-	}
+	)
 	cl, err := kgo.NewClient(append(opts, c.cfg.Opts...)...)
 	if err != nil {
 		return fmt.Errorf("kafka: %w", err)
@@ -229,7 +201,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 // adjustOffsets replaces Kafka's committed offsets with the positions
 // stored in Postgres, the source of truth (I1).
 func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	stored, err := c.store.OffsetLoad(ctx, c.cfg.Group, c.topics())
+	stored, err := c.store.OffsetLoad(ctx, c.cfg.Kafka.Group, c.topics())
 	if err != nil {
 		return nil, fmt.Errorf("load stored offsets: %w", err)
 	}
@@ -246,7 +218,7 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]
 				c.fatal = fmt.Errorf("partition %s/%d: Kafka group %q has committed offset %d but Postgres has no stored offset: "+
 					"the database looks lost or replaced, so resuming would silently skip its jobs; "+
 					"restart with --reset-offsets to resume from Kafka's committed offsets",
-					topic, p, c.cfg.Group, committed)
+					topic, p, c.cfg.Kafka.Group, committed)
 				return nil, c.fatal
 			}
 			c.expected[tp{topic, p}] = -1
@@ -274,7 +246,7 @@ func (c *Consumer) loop(ctx context.Context) error {
 	// at a bounded rate rather than at full speed.
 	failures := 0
 	for {
-		fetches := c.cl.PollRecords(ctx, c.cfg.MaxPollRecords)
+		fetches := c.cl.PollRecords(ctx, c.cfg.Kafka.FetchMaxRecords)
 		if ctx.Err() != nil {
 			c.cl.AllowRebalance()
 			return nil
@@ -397,7 +369,7 @@ type partCount struct{ jobs, poison int }
 
 func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset,
 	counts map[string]*partCount, stamps map[tp]time.Time, unknown map[tp]int64) {
-	batch = pgstore.IngestBatch{Group: c.cfg.Group}
+	batch = pgstore.IngestBatch{Group: c.cfg.Kafka.Group}
 	unknown = map[tp]int64{}
 	stamps = map[tp]time.Time{}
 	commits = map[string]map[int32]kgo.EpochOffset{}
@@ -541,7 +513,7 @@ func (c *Consumer) Lag(ctx context.Context) ([]PartitionLag, error) {
 // partition with no stored row goes back to the given offset (the first
 // record not stored), so nothing polled is ever skipped.
 func (c *Consumer) reseek(ctx context.Context, parts map[tp]int64) error {
-	stored, err := c.store.OffsetLoad(ctx, c.cfg.Group, c.topics())
+	stored, err := c.store.OffsetLoad(ctx, c.cfg.Kafka.Group, c.topics())
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func startConsumer(t *testing.T, store *pgstore.Store, group string, routes []*R
 
 func startConsumerMetrics(t *testing.T, store *pgstore.Store, group string, routes []*Route, crash func() bool, m *metrics.Metrics) *Consumer {
 	t.Helper()
-	return startWith(t, store, Config{Brokers: testenv.Brokers(t), Group: group, Routes: routes, MaxPollRecords: 50}, crash, m)
+	return startWith(t, store, Config{Kafka: testenv.KafkaBlock(testenv.Brokers(t), group, 50), Routes: routes}, crash, m)
 }
 
 func startWith(t *testing.T, store *pgstore.Store, cfg Config, crash func() bool, m *metrics.Metrics) *Consumer {
@@ -249,8 +249,8 @@ func TestServerSideGroupProtocol(t *testing.T) {
 	for p := range int32(4) {
 		testenv.Produce(t, topic, records(p, 0, 50)...)
 	}
-	cfg := Config{Brokers: testenv.Brokers(t), Group: group, Routes: []*Route{route(t, topic, "")},
-		MaxPollRecords: 20, ServerSideAssignment: true}
+	cfg := Config{Kafka: testenv.KafkaBlock(testenv.Brokers(t), group, 20), Routes: []*Route{route(t, topic, "")}}
+	cfg.Kafka.GroupProtocol = "consumer"
 	startWith(t, store, cfg, nil, nil)
 	startWith(t, store, cfg, nil, nil)
 	testenv.Eventually(t, 60*time.Second, "200 records stored", func() bool {

@@ -20,9 +20,10 @@ import (
 // OAuthTokenFunc returns a fresh OAUTHBEARER token for each authentication.
 type OAuthTokenFunc func(ctx context.Context) (string, error)
 
-// ClientOpts translates the kafka block of the config into franz-go
-// options: seeds, client id, TLS and SASL. It is the one place our YAML
-// becomes kgo options; everything else of kgo is left to embedders as is.
+// ClientOpts translates the kafka block of the config into the franz-go
+// options every client of ours shares: seeds, client id, TLS and SASL.
+// With groupOpts it is the one place our YAML becomes kgo options;
+// everything else of kgo is left to embedders as is.
 // tokenFn is the OAUTHBEARER hook for embedders; the file's token_file is
 // used when tokenFn is nil.
 func ClientOpts(k config.Kafka, tokenFn OAuthTokenFunc) ([]kgo.Opt, error) {
@@ -61,6 +62,24 @@ func ClientOpts(k config.Kafka, tokenFn OAuthTokenFunc) ([]kgo.Opt, error) {
 		}
 	}
 	return opts, nil
+}
+
+// groupOpts are the kafka block's consumer-group settings, which only the
+// ingest consumer uses: replay and re-read clients read partitions
+// directly and must never join the group.
+func groupOpts(k config.Kafka) []kgo.Opt {
+	reset := kgo.NewOffset().AtStart()
+	if k.Reset == "latest" {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	opts := []kgo.Opt{kgo.ConsumerGroup(k.Group), kgo.ConsumeResetOffset(reset), kgo.SessionTimeout(k.SessionTimeout.D())}
+	if k.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(k.InstanceID))
+	}
+	if k.GroupProtocol == "consumer" {
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
+	return opts
 }
 
 func tlsConfig(t config.KafkaTLS) (*tls.Config, error) {

@@ -72,8 +72,7 @@ func TestKafkaCommitFailuresLoseNothing(t *testing.T) {
 	})
 	core, logs := observer.New(zap.WarnLevel)
 	start := func(m *metrics.Metrics) *Consumer {
-		c, err := New(Config{Brokers: broker.ListenAddrs(), Group: group, Routes: []*Route{route(t, topic, "event")},
-			MaxPollRecords: 10}, store, zap.New(core), m)
+		c, err := New(Config{Kafka: testenv.KafkaBlock(broker.ListenAddrs(), group, 10), Routes: []*Route{route(t, topic, "event")}}, store, zap.New(core), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,8 +119,7 @@ func TestRevokeToANewMemberLosesNothing(t *testing.T) {
 	broker := fakeBroker(t, topic, n)
 	start := func() *metrics.Metrics {
 		m := metrics.New(prometheus.NewRegistry())
-		c, err := New(Config{Brokers: broker.ListenAddrs(), Group: group, Routes: []*Route{route(t, topic, "event")},
-			MaxPollRecords: 5}, store, zap.NewNop(), m)
+		c, err := New(Config{Kafka: testenv.KafkaBlock(broker.ListenAddrs(), group, 5), Routes: []*Route{route(t, topic, "event")}}, store, zap.NewNop(), m)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
 
 // A broker that refuses our SASL credentials makes an error-level log
@@ -40,7 +41,7 @@ func TestSASLFailureIsAnErrorThatSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zap.InfoLevel)
-	c, err := New(Config{Brokers: broker.ListenAddrs(), Group: "g", Routes: []*Route{route(t, "t", "")}, Opts: opts},
+	c, err := New(Config{Kafka: testenv.KafkaBlock(broker.ListenAddrs(), "g", 0), Routes: []*Route{route(t, "t", "")}, Opts: opts},
 		nil, zap.New(core), nil)
 	if err != nil {
 		t.Fatal(err)

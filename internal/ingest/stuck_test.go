@@ -32,7 +32,7 @@ func TestStuckIngestIsVisible(t *testing.T) {
 	testenv.Produce(t, topic, records(0, 0, 20)...)
 	core, logs := observer.New(zap.WarnLevel)
 	m := metrics.New(prometheus.NewRegistry())
-	c, err := New(Config{Brokers: testenv.Brokers(t), Group: testenv.Name("g"), Routes: []*Route{route(t, topic, "event")},
+	c, err := New(Config{Kafka: testenv.KafkaBlock(testenv.Brokers(t), testenv.Name("g"), 0), Routes: []*Route{route(t, topic, "event")},
 		StuckAfter: time.Second}, store, zap.New(core), m)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestStopClosesTheClientWhenItTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Produce(t, topic, records(0, 0, 5)...)
-	c, err := New(Config{Brokers: testenv.Brokers(t), Group: testenv.Name("g"), Routes: []*Route{route(t, topic, "event")},
+	c, err := New(Config{Kafka: testenv.KafkaBlock(testenv.Brokers(t), testenv.Name("g"), 0), Routes: []*Route{route(t, topic, "event")},
 		StuckAfter: 10 * time.Millisecond}, store, zap.NewNop(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/switchyard-dev/switchyard/config"
 )
 
 var (
@@ -49,9 +47,10 @@ type Store struct {
 type Config struct {
 	// URL is a libpq URL or DSN (TLS modes pass through it).
 	URL string
-	// Schema defaults to "switchyard".
+	// Schema holds the tables. Required: its default is the config's
+	// (postgres.schema), applied there only.
 	Schema string
-	// MaxConns defaults to 20.
+	// MaxConns caps the pool. Required (positive).
 	MaxConns int32
 	// StatementTimeoutMS is every connection's statement_timeout, in
 	// milliseconds. Defaults to 60000 (60s); it bounds a stuck query,
@@ -64,14 +63,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) { return open(ctx, cf
 
 // open is Open with extra settings for every connection (tests).
 func open(ctx context.Context, cfg Config, settings map[string]string) (*Store, error) {
-	if cfg.Schema == "" {
-		cfg.Schema = config.DefaultSchema
-	}
 	if !ValidSchema(cfg.Schema) {
 		return nil, fmt.Errorf("postgres.schema: %q is not a valid schema name", cfg.Schema)
 	}
-	if cfg.MaxConns == 0 {
-		cfg.MaxConns = config.DefaultMaxConns
+	if cfg.MaxConns <= 0 {
+		return nil, fmt.Errorf("postgres.max_conns: %d is not positive", cfg.MaxConns)
 	}
 	if cfg.StatementTimeoutMS == 0 {
 		cfg.StatementTimeoutMS = 60_000

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
@@ -123,6 +124,14 @@ func Topic(t testing.TB, partitions int32) string {
 		_, _ = adm.DeleteTopics(ctx, topic)
 	})
 	return topic
+}
+
+// KafkaBlock is a kafka config block with the file's defaults, as
+// config.Load leaves it; fetchMaxRecords 0 keeps the default.
+func KafkaBlock(brokers []string, group string, fetchMaxRecords int) config.Kafka {
+	c := config.Config{Kafka: config.Kafka{Brokers: brokers, Group: group, FetchMaxRecords: fetchMaxRecords}}
+	c.SetDefaults()
+	return c.Kafka
 }
 
 // Admin returns a kadm client, closed when the test ends.
