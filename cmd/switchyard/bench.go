@@ -30,6 +30,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.Rate, "rate", 1000, "e2e offered load, records/s")
 	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "how long e2e offers its load")
 	fs.IntVar(&c.Samples, "samples", 2000, "claims timed per claim latency figure")
+	maxConns := fs.Int("max-conns", 20, "the engine's Postgres pool size (postgres.max_conns)")
 	only := fs.String("only", "", "comma-separated figures or groups to run (default all): "+strings.Join(bench.Names(), ", "))
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -37,6 +38,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
+	if *maxConns < 1 || *maxConns > 10_000 {
+		return usagef("--max-conns: %d is not between 1 and 10000", *maxConns)
+	}
+	c.MaxConns = int32(*maxConns)
 	if *only != "" {
 		for _, name := range strings.Split(*only, ",") {
 			if name = strings.TrimSpace(name); name != "" {
