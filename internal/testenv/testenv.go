@@ -1,8 +1,9 @@
 // Package testenv gives tests the real services they run against: a
 // PostgreSQL schema of their own and Kafka topics of their own, on the
 // servers named by SWITCHYARD_DATABASE_URL and SWITCHYARD_KAFKA_BROKERS
-// (`make test` starts both with deploy/local/). A test never skips for
-// want of them: it fails and says how to get them.
+// (`make test` starts both with deploy/local/), or on a test's private
+// instances (StartPostgres, StartKafka) when it must stop or restart one.
+// A test never skips for want of them: it fails and says how to get them.
 package testenv
 
 import (
@@ -23,19 +24,23 @@ import (
 
 const howTo = "run `make test`, or start the services with `make services-up` and `source deploy/local/env.sh`"
 
-// DatabaseURL returns SWITCHYARD_DATABASE_URL or fails the test.
-func DatabaseURL(t testing.TB) string {
+// Services names a PostgreSQL server and a Kafka cluster: the shared ones
+// (Shared) or a test's private ones. Its methods give a test what it needs
+// on either.
+type Services struct {
+	DatabaseURL string
+	Brokers     []string
+}
+
+// Shared returns the services named by SWITCHYARD_DATABASE_URL and
+// SWITCHYARD_KAFKA_BROKERS, or fails the test. They serve every test
+// package at once: a test never stops or restarts them.
+func Shared(t testing.TB) Services {
 	t.Helper()
 	u := os.Getenv("SWITCHYARD_DATABASE_URL")
 	if u == "" {
 		t.Fatalf("SWITCHYARD_DATABASE_URL is not set: %s", howTo)
 	}
-	return u
-}
-
-// Brokers returns SWITCHYARD_KAFKA_BROKERS or fails the test.
-func Brokers(t testing.TB) []string {
-	t.Helper()
 	var bs []string
 	for _, b := range strings.Split(os.Getenv("SWITCHYARD_KAFKA_BROKERS"), ",") {
 		if b = strings.TrimSpace(b); b != "" {
@@ -45,7 +50,150 @@ func Brokers(t testing.TB) []string {
 	if len(bs) == 0 {
 		t.Fatalf("SWITCHYARD_KAFKA_BROKERS is not set: %s", howTo)
 	}
-	return bs
+	return Services{DatabaseURL: u, Brokers: bs}
+}
+
+// Env is the environment that points a child process at these services
+// (SWITCHYARD_DATABASE_URL, SWITCHYARD_KAFKA_BROKERS). Appended to the
+// test's own environment it wins, as os/exec keeps the last value of a
+// repeated key; and the binary's environment wins over its config file.
+func (s Services) Env() []string {
+	return []string{"SWITCHYARD_DATABASE_URL=" + s.DatabaseURL, "SWITCHYARD_KAFKA_BROKERS=" + strings.Join(s.Brokers, ",")}
+}
+
+// Store opens a store on the given schema, closed when the test ends.
+func (s Services) Store(t testing.TB, schema string) *pgstore.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := pgstore.Open(ctx, pgstore.Config{URL: s.DatabaseURL, Schema: schema, MaxConns: 8})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+// Schema creates a migrated schema of its own for the test and returns
+// its name; it is dropped when the test ends.
+func (s Services) Schema(t testing.TB) string {
+	t.Helper()
+	schema := Name("t")
+	st := s.Store(t, schema)
+	if _, err := st.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := st.DropSchema(ctx); err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+		}
+	})
+	return schema
+}
+
+// Topic creates a topic with the given partition count, deleted when the
+// test ends. The delete is short and its failure ignored: a private broker
+// may be down or gone by then, and a topic left on the shared one only
+// takes room.
+func (s Services) Topic(t testing.TB, partitions int32) string {
+	t.Helper()
+	topic := Name("topic")
+	adm := s.Admin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, topic)
+	})
+	return topic
+}
+
+// Admin returns a kadm client, closed when the test ends.
+func (s Services) Admin(t testing.TB) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.Brokers...))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+// Produce writes records synchronously and returns them with their
+// offsets. Records without a topic go to topic; a record's Timestamp, when
+// set, is kept (the client sets time.Now otherwise).
+func (s Services) Produce(t testing.TB, topic string, recs ...*kgo.Record) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.Brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatalf("kafka client: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	return recs
+}
+
+// DatabaseURL is Shared(t).DatabaseURL.
+func DatabaseURL(t testing.TB) string {
+	t.Helper()
+	return Shared(t).DatabaseURL
+}
+
+// Brokers is Shared(t).Brokers.
+func Brokers(t testing.TB) []string {
+	t.Helper()
+	return Shared(t).Brokers
+}
+
+// Schema is Shared(t).Schema(t).
+func Schema(t testing.TB) string {
+	t.Helper()
+	return Shared(t).Schema(t)
+}
+
+// Store is Shared(t).Store(t, schema).
+func Store(t testing.TB, schema string) *pgstore.Store {
+	t.Helper()
+	return Shared(t).Store(t, schema)
+}
+
+// MigratedStore is Store(t, Schema(t)).
+func MigratedStore(t testing.TB) *pgstore.Store {
+	t.Helper()
+	return Store(t, Schema(t))
+}
+
+// Topic is Shared(t).Topic(t, partitions).
+func Topic(t testing.TB, partitions int32) string {
+	t.Helper()
+	return Shared(t).Topic(t, partitions)
+}
+
+// Admin is Shared(t).Admin(t).
+func Admin(t testing.TB) *kadm.Client {
+	t.Helper()
+	return Shared(t).Admin(t)
+}
+
+// Produce is Shared(t).Produce(t, topic, recs...).
+func Produce(t testing.TB, topic string, recs ...*kgo.Record) []*kgo.Record {
+	t.Helper()
+	return Shared(t).Produce(t, topic, recs...)
 }
 
 // Name returns a unique lower-case name with the given prefix, usable as
@@ -65,67 +213,6 @@ func Noise(n int) string {
 	return hex.EncodeToString(b)[:n]
 }
 
-// Schema creates a migrated schema of its own for the test and returns
-// its name; it is dropped when the test ends.
-func Schema(t testing.TB) string {
-	t.Helper()
-	schema := Name("t")
-	s := Store(t, schema)
-	if _, err := s.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.DropSchema(ctx); err != nil {
-			t.Logf("drop schema %s: %v", schema, err)
-		}
-	})
-	return schema
-}
-
-// Store opens a store on the given schema, closed when the test ends.
-func Store(t testing.TB, schema string) *pgstore.Store {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := pgstore.Open(ctx, pgstore.Config{URL: DatabaseURL(t), Schema: schema, MaxConns: 8})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(s.Close)
-	return s
-}
-
-// MigratedStore is Store(t, Schema(t)).
-func MigratedStore(t testing.TB) *pgstore.Store {
-	t.Helper()
-	return Store(t, Schema(t))
-}
-
-// Topic creates a topic with the given partition count, deleted when the
-// test ends.
-func Topic(t testing.TB, partitions int32) string {
-	t.Helper()
-	topic := Name("topic")
-	adm := Admin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatalf("create topic: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, topic)
-	})
-	return topic
-}
-
 // KafkaBlock is a kafka config block with the file's defaults, as
 // config.Load leaves it; fetchMaxRecords 0 keeps the default.
 func KafkaBlock(brokers []string, group string, fetchMaxRecords int) config.Kafka {
@@ -134,44 +221,25 @@ func KafkaBlock(brokers []string, group string, fetchMaxRecords int) config.Kafk
 	return c.Kafka
 }
 
-// Admin returns a kadm client, closed when the test ends.
-func Admin(t testing.TB) *kadm.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers(t)...))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	t.Cleanup(cl.Close)
-	return kadm.NewClient(cl)
-}
-
-// Produce writes records synchronously and returns them with their
-// offsets. Records without a topic go to topic.
-func Produce(t testing.TB, topic string, recs ...*kgo.Record) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(Brokers(t)...), kgo.DefaultProduceTopic(topic),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatalf("produce: %v", err)
-	}
-	return recs
-}
-
 // Eventually polls cond every 20ms until it is true or the deadline
 // passes; tests wait on conditions, never on sleeps.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Until(within, cond) {
+		t.Fatalf("timed out after %s waiting for %s", within, what)
+	}
+}
+
+// Until is Eventually for a caller with more to say when the wait fails:
+// it polls cond every 20ms and reports whether cond came true within the
+// time given.
+func Until(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
