@@ -169,7 +169,7 @@ func TestCLIBadSSLMode(t *testing.T) {
 		{"file", []string{"SWITCHYARD_DATABASE_URL="}, []string{"migrate", "--config", file}, file},
 		{"environment", []string{"SWITCHYARD_CONFIG=", "SWITCHYARD_DATABASE_URL=" + bad}, []string{"migrate"}, "SWITCHYARD_DATABASE_URL"},
 	} {
-		p := startEnv(t, "migrate", c.env, c.args...)
+		p := start(t, "migrate", c.env, c.args...)
 		if code := p.wait(30 * time.Second); code != exitUsage {
 			t.Fatalf("%s: exit %d, want %d", c.name, code, exitUsage)
 		}
@@ -256,7 +256,7 @@ func TestCLIMigrateConcurrently(t *testing.T) {
 	const n = 4
 	procs := make([]*proc, n)
 	for i := range procs {
-		procs[i] = start(t, fmt.Sprintf("migrate-%d", i), "migrate", "--config", cfg)
+		procs[i] = start(t, fmt.Sprintf("migrate-%d", i), nil, "migrate", "--config", cfg)
 	}
 	applied := 0
 	for _, p := range procs {

@@ -74,7 +74,7 @@ func TestDevStopsWhatItStartedOnCtrlC(t *testing.T) {
 	for _, moment := range []string{"starting a throwaway Postgres", "after 1.5s", "Ctrl-C stops everything"} {
 		t.Run(moment, func(t *testing.T) {
 			tmp := devTemp(t)
-			p := startEnv(t, "dev", devEnv(tmp), "dev", "--kafka-port", "0", "--http", freeAddr(t))
+			p := start(t, "dev", devEnv(tmp), "dev", "--kafka-port", "0", "--http", freeAddr(t))
 			switch moment {
 			case "after 1.5s":
 				time.Sleep(1500 * time.Millisecond) // a moment of start-up, not a synchronisation
@@ -101,7 +101,7 @@ func TestDevReadsTheEnvironment(t *testing.T) {
 	t.Parallel()
 	tmp := devTemp(t)
 	addr := freeAddr(t)
-	p := startEnv(t, "dev", devEnv(tmp, "SWITCHYARD_DATABASE_URL="+testenv.DatabaseURL(t), "SWITCHYARD_ADMIN_TOKEN=dev-secret"),
+	p := start(t, "dev", devEnv(tmp, "SWITCHYARD_DATABASE_URL="+testenv.DatabaseURL(t), "SWITCHYARD_ADMIN_TOKEN=dev-secret"),
 		"dev", "--kafka-port", "0", "--http", addr)
 	testenv.Eventually(t, 60*time.Second, "the banner", func() bool { return strings.Contains(p.out.String(), "Ctrl-C stops everything") })
 	if strings.Contains(p.log.String(), "starting a throwaway Postgres") {
@@ -145,7 +145,7 @@ func TestDevChecksItsPortFirst(t *testing.T) {
 	}
 	defer ln.Close()
 	tmp := devTemp(t)
-	p := startEnv(t, "dev", devEnv(tmp), "dev", "--kafka-port", "0", "--http", ln.Addr().String())
+	p := start(t, "dev", devEnv(tmp), "dev", "--kafka-port", "0", "--http", ln.Addr().String())
 	if code := p.wait(30 * time.Second); code != exitUsage {
 		t.Fatalf("exit %d, want %d", code, exitUsage)
 	}

@@ -257,14 +257,10 @@ type proc struct {
 
 // start runs the binary with args; the process is killed (if still
 // running) when the test ends, and its log is shown if the test failed.
-func start(t *testing.T, name string, args ...string) *proc {
-	t.Helper()
-	return startEnv(t, name, nil, args...)
-}
-
-// startEnv is start with extra environment variables; they win over the
-// test's own (os/exec keeps the last value of a repeated key).
-func startEnv(t *testing.T, name string, env []string, args ...string) *proc {
+// env is added to the test's own environment and wins over it (os/exec
+// keeps the last value of a repeated key): e.g. the Env of services other
+// than the shared ones, which the test's environment names.
+func start(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, log: &syncBuffer{}, out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binPath, args...)
@@ -294,7 +290,7 @@ func startEnv(t *testing.T, name string, env []string, args ...string) *proc {
 // startRun starts `switchyard run --config cfg`.
 func startRun(t *testing.T, name, cfg string, args ...string) *proc {
 	t.Helper()
-	return start(t, name, append([]string{"run", "--config", cfg}, args...)...)
+	return start(t, name, nil, append([]string{"run", "--config", cfg}, args...)...)
 }
 
 func tail(s string, n int) string {

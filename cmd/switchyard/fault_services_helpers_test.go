@@ -1,26 +1,20 @@
 package main
 
-// Helpers of the service-fault tests (fault_services_test.go): private
-// PostgreSQL and Kafka instances started with the deploy/local scripts,
-// a switchyard process pointed at chosen services, a continuous producer,
-// a target behaviour that watches per-key order, and the final check of
-// the invariants with its FAULT-SUMMARY line.
-//
-// The shared services (SWITCHYARD_DATABASE_URL, SWITCHYARD_KAFKA_BROKERS)
-// serve every test package at once: nothing here ever stops or restarts
-// them. A scenario that restarts a service starts its own instance.
+// Helpers of the service-fault tests (fault_services_test.go): a
+// continuous producer, a target behaviour that watches per-key order, and
+// the final check of the invariants with its FAULT-SUMMARY line. A
+// scenario that restarts a service runs on a private instance of it
+// (testenv.StartPostgres, testenv.StartKafka): the shared ones serve
+// every test package at once and are never stopped or restarted.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -55,237 +49,11 @@ func serviceFaultCycles(t *testing.T, def int) int {
 }
 
 // ---------------------------------------------------------------------
-// Private services.
-
-// sfScript is the path of a deploy/local script (tests run in
-// cmd/switchyard).
-func sfScript(t *testing.T, name string) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "deploy", "local", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// sfRunScript runs `bash script args…` with extra environment and returns
-// its stdout; a failure reports the script's output.
-func sfRunScript(env []string, script string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s %s: %v\n%s%s", filepath.Base(script), strings.Join(args, " "), err,
-			stdout.String(), stderr.String())
-	}
-	return stdout.String(), nil
-}
-
-// sfEnvValue picks NAME=value out of a script's `env` output.
-func sfEnvValue(out, name string) string {
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+"="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// sfFreePorts returns n distinct free loopback ports. (Another process may
-// take one before the service binds it; the service then fails to start
-// and says so.)
-func sfFreePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
-// sfServiceDir makes a data root for a private service. Not t.TempDir:
-// Postgres runs as the postgres user, which must traverse the parents,
-// and t.TempDir's are 0700.
-func sfServiceDir(t *testing.T, prefix string) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// sfPostgres is a PostgreSQL cluster of one test on its own port
-// and data dir, run by deploy/local/postgres.sh.
-type sfPostgres struct {
-	t      *testing.T
-	script string
-	env    []string
-	URL    string
-}
-
-// sfStartPostgres starts a cluster that is stopped and deleted when
-// the test ends, whatever its outcome.
-func sfStartPostgres(t *testing.T) *sfPostgres {
-	t.Helper()
-	dir := sfServiceDir(t, "switchyard-fault-pg-")
-	pg := &sfPostgres{t: t, script: sfScript(t, "postgres.sh"),
-		env: []string{"SWITCHYARD_LOCAL_DIR=" + dir, fmt.Sprintf("PG_PORT=%d", sfFreePorts(t, 1)[0])}}
-	t.Cleanup(func() {
-		if _, err := sfRunScript(pg.env, pg.script, "stop", "--clean"); err != nil {
-			t.Errorf("stopping the private postgres: %v", err)
-		}
-		_ = os.RemoveAll(dir)
-	})
-	out := pg.start()
-	if pg.URL = sfEnvValue(out, "SWITCHYARD_DATABASE_URL"); pg.URL == "" {
-		t.Fatalf("postgres.sh start printed no SWITCHYARD_DATABASE_URL:\n%s", out)
-	}
-	return pg
-}
-
-func (pg *sfPostgres) start() string {
-	pg.t.Helper()
-	out, err := sfRunScript(pg.env, pg.script, "start")
-	if err != nil {
-		pg.t.Fatalf("start the private postgres: %v", err)
-	}
-	return out
-}
-
-// stop is `pg_ctl stop -m fast`: every session is terminated.
-func (pg *sfPostgres) stop() {
-	pg.t.Helper()
-	if _, err := sfRunScript(pg.env, pg.script, "stop"); err != nil {
-		pg.t.Fatalf("stop the private postgres: %v", err)
-	}
-}
-
-// sfKafka is a single-node KRaft broker of one test on its own ports
-// and data dir, run by deploy/local/kafka.sh.
-type sfKafka struct {
-	t       *testing.T
-	script  string
-	env     []string
-	Brokers []string
-}
-
-// sfStartKafka starts a broker that is stopped and deleted when the
-// test ends, whatever its outcome.
-func sfStartKafka(t *testing.T) *sfKafka {
-	t.Helper()
-	dir := sfServiceDir(t, "switchyard-fault-kafka-")
-	ports := sfFreePorts(t, 2)
-	k := &sfKafka{t: t, script: sfScript(t, "kafka.sh"), env: []string{"SWITCHYARD_LOCAL_DIR=" + dir,
-		fmt.Sprintf("KAFKA_PORT=%d", ports[0]), fmt.Sprintf("KAFKA_CONTROLLER_PORT=%d", ports[1]),
-		// Restarted after kill -9: re-registering waits out the old session.
-		"KAFKA_BROKER_SESSION_TIMEOUT_MS=6000"}}
-	t.Cleanup(func() {
-		if _, err := sfRunScript(k.env, k.script, "stop", "--clean"); err != nil {
-			t.Errorf("stopping the private kafka: %v", err)
-		}
-		_ = os.RemoveAll(dir)
-	})
-	out := k.start()
-	brokers := sfEnvValue(out, "SWITCHYARD_KAFKA_BROKERS")
-	if brokers == "" {
-		t.Fatalf("kafka.sh start printed no SWITCHYARD_KAFKA_BROKERS:\n%s", out)
-	}
-	k.Brokers = strings.Split(brokers, ",")
-	return k
-}
-
-func (k *sfKafka) start() string {
-	k.t.Helper()
-	out, err := sfRunScript(k.env, k.script, "start")
-	if err != nil {
-		k.t.Fatalf("start the private kafka: %v", err)
-	}
-	return out
-}
-
-// stop sends the broker SIGTERM (a controlled shutdown) and waits for it
-// to exit.
-func (k *sfKafka) stop() {
-	k.t.Helper()
-	if _, err := sfRunScript(k.env, k.script, "stop"); err != nil {
-		k.t.Fatalf("stop the private kafka: %v", err)
-	}
-}
-
-// sfKafkaAdmin returns an admin client of the given brokers, closed when
-// the test ends.
-func sfKafkaAdmin(t *testing.T, brokers []string) *kadm.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatalf("kafka client: %v", err)
-	}
-	t.Cleanup(cl.Close)
-	return kadm.NewClient(cl)
-}
-
-// sfCreateTopic creates a topic on the given brokers (left to the broker's
-// fate: private brokers are deleted whole, shared ones get testenv.Topic).
-func sfCreateTopic(t *testing.T, adm *kadm.Client, partitions int32) string {
-	t.Helper()
-	topic := testenv.Name("topic")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil {
-		t.Fatalf("create topic: %v", err)
-	}
-	return topic
-}
-
-// sfOpenStore opens a store on any database and migrates its schema.
-func sfOpenStore(t *testing.T, dbURL, schema string) *pgstore.Store {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := pgstore.Open(ctx, pgstore.Config{URL: dbURL, Schema: schema, MaxConns: 4})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(s.Close)
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return s
-}
-
-// ---------------------------------------------------------------------
 // Config and process.
-
-// sfServices names the Kafka and Postgres a process talks to.
-type sfServices struct {
-	Brokers     []string
-	DatabaseURL string
-}
-
-func sfShared(t *testing.T) sfServices {
-	return sfServices{Brokers: testenv.Brokers(t), DatabaseURL: testenv.DatabaseURL(t)}
-}
 
 // sfConfig is what varies between the scenarios' config files.
 type sfConfig struct {
-	sfServices
+	testenv.Services
 	Topic, Group, Schema, TargetURL string
 	MaxAttempts                     int
 	// Ordered makes the route ordered, keyed on the payload's "k".
@@ -323,16 +91,6 @@ routes:
 		t.Fatal(err)
 	}
 	return path
-}
-
-// sfStart starts the binary with args against the given services (the
-// environment wins over the config file, so it is set to them). Like
-// start, the process is killed when the test ends and its log shown if
-// the test failed.
-func sfStart(t *testing.T, svc sfServices, name string, args ...string) *proc {
-	t.Helper()
-	return startEnv(t, name, []string{"SWITCHYARD_DATABASE_URL=" + svc.DatabaseURL,
-		"SWITCHYARD_KAFKA_BROKERS=" + strings.Join(svc.Brokers, ",")}, args...)
 }
 
 // sfLogMark is a position in a process's log.

@@ -42,28 +42,28 @@ const (
 func TestFaultPostgresRestart(t *testing.T) {
 	t.Parallel()
 	cycles := serviceFaultCycles(t, 2)
-	pg := sfStartPostgres(t)
-	svc := sfServices{Brokers: testenv.Brokers(t), DatabaseURL: pg.URL}
-	schema := testenv.Name("t")
-	store := sfOpenStore(t, pg.URL, schema)
-	topic := testenv.Topic(t, sfPartitions)
+	pg := testenv.StartPostgres(t)
+	svc := testenv.Services{DatabaseURL: pg.URL, Brokers: testenv.Brokers(t)}
+	schema := svc.Schema(t)
+	store := svc.Store(t, schema)
+	topic := svc.Topic(t, sfPartitions)
 	group := testenv.Name("g")
 	watch := sfNewWatch(sfHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
 	// Each outage can cost a job an attempt (its lease expires while the
 	// completion cannot be written); never enough to make it dead.
-	cfg := sfWriteConfig(t, sfConfig{sfServices: svc, Topic: topic, Group: group, Schema: schema,
+	cfg := sfWriteConfig(t, sfConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
 		TargetURL: tg.URL(), Ordered: true, MaxAttempts: cycles + 10})
 
-	p := sfStart(t, svc, "run", "run", "--config", cfg)
+	p := start(t, "run", svc.Env(), "run", "--config", cfg)
 	pr := sfStartProducer(t, svc.Brokers, topic, "r", sfPartitions, sfKeys, sfBurst, sfTick)
 	sfWaitThrough(t, p, pr, store, time.Minute)
 	for i := 1; i <= cycles; i++ {
 		pr.waitProduced(t, pr.count(), 50, 30*time.Second)
 		mark := sfLogMark(p)
 		down := time.Now()
-		pg.stop()
+		pg.Stop()
 		// Both halves of the process hit the outage before it ends: ingest
 		// retries its batch, the rescuer (every lease/3) fails. Every other
 		// outage outlasts the 2s lease, so that leases expire meanwhile and
@@ -74,7 +74,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 		}
 		sfWaitLogCount(p, mark, 30*time.Second, "storing batch failed", 1)
 		sfWaitLogCount(p, mark, 30*time.Second, `"rescue failed"`, rescues)
-		pg.start()
+		pg.Start()
 		up := time.Now()
 		through := sfWaitThrough(t, p, pr, store, time.Minute)
 		t.Logf("restart %d/%d: postgres down for %s; a new record went through %s after it was back",
@@ -84,7 +84,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	pr.waitProduced(t, pr.count(), 50, 30*time.Second)
 	recs := pr.stop(t)
 
-	sum := sfCheck{p: p, store: store, adm: testenv.Admin(t), group: group, topic: topic, tg: tg, watch: watch, ordered: true}.
+	sum := sfCheck{p: p, store: store, adm: svc.Admin(t), group: group, topic: topic, tg: tg, watch: watch, ordered: true}.
 		verify(t, recs, 2*time.Minute)
 	sfStopClean(p)
 	sum.report(t, "postgres_restart")
@@ -104,22 +104,22 @@ func TestFaultPostgresRestart(t *testing.T) {
 func TestFaultConnectionsKilled(t *testing.T) {
 	t.Parallel()
 	rounds := 4 * serviceFaultCycles(t, 3)
-	svc := sfShared(t)
-	schema := testenv.Schema(t)
-	store := testenv.Store(t, schema)
-	topic := testenv.Topic(t, sfPartitions)
+	svc := testenv.Shared(t)
+	schema := svc.Schema(t)
+	store := svc.Store(t, schema)
+	topic := svc.Topic(t, sfPartitions)
 	group := testenv.Name("g")
 	watch := sfNewWatch(sfHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
-	cfg := sfWriteConfig(t, sfConfig{sfServices: svc, Topic: topic, Group: group, Schema: schema,
+	cfg := sfWriteConfig(t, sfConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
 		TargetURL: tg.URL(), Ordered: true, MaxAttempts: rounds + 10})
 
 	var startedAt time.Time
 	if err := store.Pool().QueryRow(context.Background(), `SELECT now()`).Scan(&startedAt); err != nil {
 		t.Fatal(err)
 	}
-	p := sfStart(t, svc, "run", "run", "--config", cfg)
+	p := start(t, "run", svc.Env(), "run", "--config", cfg)
 	pr := sfStartProducer(t, svc.Brokers, topic, "r", sfPartitions, sfKeys, sfBurst, sfTick)
 	sfWaitThrough(t, p, pr, store, time.Minute)
 	pr.waitProduced(t, pr.count(), 50, 30*time.Second)
@@ -156,7 +156,7 @@ func TestFaultConnectionsKilled(t *testing.T) {
 	pr.waitProduced(t, pr.count(), 50, 30*time.Second)
 	recs := pr.stop(t)
 
-	sum := sfCheck{p: p, store: store, adm: testenv.Admin(t), group: group, topic: topic, tg: tg, watch: watch, ordered: true}.
+	sum := sfCheck{p: p, store: store, adm: svc.Admin(t), group: group, topic: topic, tg: tg, watch: watch, ordered: true}.
 		verify(t, recs, 2*time.Minute)
 	sfStopClean(p)
 	sum.report(t, "connections_killed")
@@ -170,30 +170,30 @@ func TestFaultConnectionsKilled(t *testing.T) {
 func TestFaultKafkaRestart(t *testing.T) {
 	t.Parallel()
 	cycles := serviceFaultCycles(t, 1)
-	k := sfStartKafka(t)
-	adm := sfKafkaAdmin(t, k.Brokers)
-	topic := sfCreateTopic(t, adm, sfPartitions)
-	svc := sfServices{Brokers: k.Brokers, DatabaseURL: testenv.DatabaseURL(t)}
-	schema := testenv.Schema(t)
-	store := testenv.Store(t, schema)
+	k := testenv.StartKafka(t)
+	svc := testenv.Services{DatabaseURL: testenv.DatabaseURL(t), Brokers: k.Brokers}
+	adm := svc.Admin(t)
+	topic := svc.Topic(t, sfPartitions)
+	schema := svc.Schema(t)
+	store := svc.Store(t, schema)
 	group := testenv.Name("g")
 	watch := sfNewWatch(sfHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
-	cfg := sfWriteConfig(t, sfConfig{sfServices: svc, Topic: topic, Group: group, Schema: schema,
+	cfg := sfWriteConfig(t, sfConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
 		TargetURL: tg.URL(), Ordered: true, MaxAttempts: cycles + 10})
 
-	p := sfStart(t, svc, "run", "run", "--config", cfg)
+	p := start(t, "run", svc.Env(), "run", "--config", cfg)
 	pr := sfStartProducer(t, svc.Brokers, topic, "r", sfPartitions, sfKeys, sfBurst, sfTick)
 	sfWaitThrough(t, p, pr, store, time.Minute)
 	for i := 1; i <= cycles; i++ {
 		pr.waitProduced(t, pr.count(), 50, 30*time.Second)
 		mark := sfLogMark(p)
 		down := time.Now()
-		k.stop()
+		k.Stop()
 		// The consumer noticed the broker is gone.
 		sfWaitLogCount(p, mark, 30*time.Second, "connection refused", 1)
-		k.start()
+		k.Start()
 		up := time.Now()
 		through := sfWaitThrough(t, p, pr, store, 2*time.Minute)
 		t.Logf("restart %d/%d: kafka down for %s; a new record went through %s after it was back",
@@ -220,20 +220,20 @@ func TestFaultKafkaRestart(t *testing.T) {
 // so order_violations is 0 by construction.
 func TestFaultDatabaseReplaced(t *testing.T) {
 	t.Parallel()
-	svc := sfShared(t)
-	schema := testenv.Schema(t)
-	store := testenv.Store(t, schema)
-	topic := testenv.Topic(t, sfPartitions)
-	adm := testenv.Admin(t)
+	svc := testenv.Shared(t)
+	schema := svc.Schema(t)
+	store := svc.Store(t, schema)
+	topic := svc.Topic(t, sfPartitions)
+	adm := svc.Admin(t)
 	group := testenv.Name("g")
 	watch := sfNewWatch(sfHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
-	cfg := sfWriteConfig(t, sfConfig{sfServices: svc, Topic: topic, Group: group, Schema: schema,
+	cfg := sfWriteConfig(t, sfConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
 		TargetURL: tg.URL()})
 
 	// 1. Consume some records; Postgres and Kafka both hold positions.
-	p := sfStart(t, svc, "run-0", "run", "--config", cfg)
+	p := start(t, "run-0", svc.Env(), "run", "--config", cfg)
 	pr := sfStartProducer(t, svc.Brokers, topic, "a", sfPartitions, sfKeys, sfBurst, sfTick)
 	pr.waitProduced(t, 0, 100, 30*time.Second)
 	before := pr.stop(t)
@@ -259,7 +259,7 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 	after := pr.stop(t)
 
 	// 3. A plain run refuses.
-	refused := sfStart(t, svc, "run-1", "run", "--config", cfg)
+	refused := start(t, "run-1", svc.Env(), "run", "--config", cfg)
 	if code := refused.wait(30 * time.Second); code != exitFailure {
 		t.Errorf("run on the replaced database: exit code %d, want %d", code, exitFailure)
 	}
@@ -283,9 +283,9 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 	watch = sfNewWatch(sfHold)
 	tg = newTarget(t)
 	tg.setBehaviour(watch.behaviour)
-	cfg = sfWriteConfig(t, sfConfig{sfServices: svc, Topic: topic, Group: group, Schema: schema,
+	cfg = sfWriteConfig(t, sfConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
 		TargetURL: tg.URL()})
-	resumed := sfStart(t, svc, "run-2", "run", "--config", cfg, "--reset-offsets")
+	resumed := start(t, "run-2", svc.Env(), "run", "--config", cfg, "--reset-offsets")
 	pr = sfStartProducer(t, svc.Brokers, topic, "c", sfPartitions, sfKeys, sfBurst, sfTick)
 	pr.waitProduced(t, 0, 50, 30*time.Second)
 	after = append(after, pr.stop(t)...)

@@ -119,7 +119,7 @@ routes:
 	}
 
 	// A full run, and every admin endpoint, with and without the token.
-	p := startEnv(t, "run-secrets", env, "run", "--config", cfg)
+	p := start(t, "run-secrets", env, "run", "--config", cfg)
 	addr := adminAddr(t, p)
 	testenv.Eventually(t, 30*time.Second, "the produced job to succeed", func() bool {
 		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == 1
@@ -221,11 +221,11 @@ routes: [{topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/
 	// produce gives up only after its 30s timeout, so both run meanwhile.
 	var produces []*proc
 	for _, c := range cases {
-		produces = append(produces, startEnv(t, "produce-sasl-"+c.name, c.env,
+		produces = append(produces, start(t, "produce-sasl-"+c.name, c.env,
 			"produce", "--config", c.cfg, "--topic", topic, `{"id":"s-2"}`))
 	}
 	for _, c := range cases {
-		p := startEnv(t, "run-sasl-"+c.name, c.env, "run", "--config", c.cfg)
+		p := start(t, "run-sasl-"+c.name, c.env, "run", "--config", c.cfg)
 		addr := adminAddr(t, p)
 		var ready string
 		testenv.Eventually(t, 30*time.Second, "/readyz to report Kafka unreachable", func() bool {
