@@ -24,11 +24,11 @@ func TestAPIEnqueueRuns(t *testing.T) {
 		contentType = r.Header.Get("Content-Type")
 		return 0
 	})
-	cfg := writeYAML(t, yamlHead(t, group, schema, "127.0.0.1:0")+fmt.Sprintf(`queues:
+	cfg := writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
   q: {concurrency: 2, poll_interval: 100ms}
 routes:
   - {topic: %q, kind: order.sync, queue: q, target: {http: {url: %q, timeout: 5s}}}
-`, topic, tg.URL()))
+`, topic, tg.URL())})
 	p := startRun(t, "run-api", cfg)
 	addr := adminAddr(t, p)
 	post := func() int {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,16 +12,6 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
-
-// writeFile writes a config file of the given text for one test.
-func writeFile(t *testing.T, text string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // runCLI runs the CLI in this process.
 func runCLI(args ...string) (code int, stdout, stderr string) {
@@ -47,7 +36,7 @@ func TestCLIExitCodes(t *testing.T) {
 	// A config on a migrated schema of its own, for the verbs that reach
 	// the database.
 	schema := testenv.Schema(t)
-	good := writeConfig(t, e2eConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema,
+	good := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema,
 		TargetURL: "http://127.0.0.1:1/"})
 	head := "kafka: {brokers: [\"127.0.0.1:19092\"], group: g}\npostgres: {url: \"postgres://x@127.0.0.1/db\"}\n"
 	unknownKey := writeFile(t, head+`queues:
@@ -235,7 +224,7 @@ func wantAllMigrations(t *testing.T, s *pgstore.Store) {
 func TestCLIMigrateTwice(t *testing.T) {
 	t.Parallel()
 	schema, store := freshSchema(t)
-	cfg := writeConfig(t, e2eConfig{Topic: "t", Group: "g", Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	cfg := writeConfig(t, testConfig{Topic: "t", Group: "g", Schema: schema, TargetURL: "http://127.0.0.1:1/"})
 	code, stdout, stderr := runCLI("migrate", "--config", cfg)
 	if code != exitOK || !strings.Contains(stdout, "applied 0001_") {
 		t.Fatalf("first migrate: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
@@ -252,7 +241,7 @@ func TestCLIMigrateTwice(t *testing.T) {
 func TestCLIMigrateConcurrently(t *testing.T) {
 	t.Parallel()
 	schema, store := freshSchema(t)
-	cfg := writeConfig(t, e2eConfig{Topic: "t", Group: "g", Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	cfg := writeConfig(t, testConfig{Topic: "t", Group: "g", Schema: schema, TargetURL: "http://127.0.0.1:1/"})
 	const n = 4
 	procs := make([]*proc, n)
 	for i := range procs {

@@ -168,22 +168,67 @@ func (tg *target) callsFor(jobID int64) []call {
 // ---------------------------------------------------------------------
 // Config.
 
-// e2eConfig is what varies between the tests' config files.
-type e2eConfig struct {
-	Topic, Group, Schema, TargetURL string
-	Grace                           time.Duration // shutdown_grace; default 3s
-	Lease                           time.Duration // default 2s
-	Concurrency                     int           // default 8
-	MaxAttempts                     int           // default 3
-	Dedupe                          bool          // dedupe on the payload's "id"
-	GroupProtocol                   string        // kafka.group_protocol; default classic
+// testConfig is what varies between the tests' config files; writeConfig
+// fills in the rest. Without Body the file has one queue q and one route
+// of kind k from Topic to TargetURL, set by the fields below Body.
+type testConfig struct {
+	testenv.Services // zero: the shared services
+	// DatabaseURLFromEnv leaves postgres.url out of the file, for a
+	// process given it in SWITCHYARD_DATABASE_URL only.
+	DatabaseURLFromEnv bool
+	Group, Schema      string
+	GroupProtocol      string        // kafka.group_protocol; "": the default (classic)
+	KafkaExtra         string        // more of the kafka block, e.g. `, session_timeout: 10s`
+	MaxConns           int           // postgres.max_conns; 0: the default
+	Listen             string        // http.listen; default "off"
+	Grace              time.Duration // shutdown_grace; default 3s
+
+	// Body is the queues, routes and schedules part of the file, for a
+	// test that needs its own; the fields below are then unused.
+	Body string
+
+	Topic, TargetURL string
+	Lease            time.Duration // default 2s
+	Concurrency      int           // default 8
+	MaxAttempts      int           // default 3
+	BackoffMax       time.Duration // default 200ms; backoff starts at 50ms
+	Dedupe           bool          // dedupe on the payload's "id"
+	Ordered          bool          // an ordered route, keyed on the payload's "k"
 }
 
 // writeConfig writes a config file for one test and returns its path.
-func writeConfig(t *testing.T, c e2eConfig) string {
+func writeConfig(t *testing.T, c testConfig) string {
 	t.Helper()
+	if c.Services.DatabaseURL == "" && c.Services.Brokers == nil {
+		c.Services = testenv.Shared(t)
+	}
+	if c.Listen == "" {
+		c.Listen = "off"
+	}
 	if c.Grace == 0 {
 		c.Grace = 3 * time.Second
+	}
+	var b strings.Builder
+	brokers := make([]string, len(c.Brokers))
+	for i, br := range c.Brokers {
+		brokers[i] = strconv.Quote(br)
+	}
+	fmt.Fprintf(&b, "kafka: {brokers: [%s], group: %q", strings.Join(brokers, ", "), c.Group)
+	if c.GroupProtocol != "" {
+		fmt.Fprintf(&b, ", group_protocol: %s", c.GroupProtocol)
+	}
+	fmt.Fprintf(&b, "%s}\npostgres: {", c.KafkaExtra)
+	if !c.DatabaseURLFromEnv {
+		fmt.Fprintf(&b, "url: %q, ", c.DatabaseURL)
+	}
+	fmt.Fprintf(&b, "schema: %q", c.Schema)
+	if c.MaxConns != 0 {
+		fmt.Fprintf(&b, ", max_conns: %d", c.MaxConns)
+	}
+	fmt.Fprintf(&b, "}\nhttp: {listen: %q}\nshutdown_grace: %s\n", c.Listen, c.Grace)
+	if c.Body != "" {
+		b.WriteString(c.Body)
+		return writeFile(t, b.String())
 	}
 	if c.Lease == 0 {
 		c.Lease = 2 * time.Second
@@ -194,30 +239,36 @@ func writeConfig(t *testing.T, c e2eConfig) string {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 3
 	}
-	if c.GroupProtocol == "" {
-		c.GroupProtocol = "classic"
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 200 * time.Millisecond
 	}
-	dedupe := ""
+	route := ""
 	if c.Dedupe {
-		dedupe = "\n    dedupe: {field: id}"
+		route += "\n    dedupe: {field: id}"
 	}
-	body := fmt.Sprintf(`kafka: {brokers: [%q], group: %q, group_protocol: %s}
-postgres: {url: %q, schema: %q}
-http: {listen: "off"}
-shutdown_grace: %s
-queues:
+	if c.Ordered {
+		route += "\n    key: {field: k}\n    ordered: true"
+	}
+	fmt.Fprintf(&b, `queues:
   q: {concurrency: %d, lease: %s, max_runtime: 1m, poll_interval: 100ms}
 routes:
   - topic: %q
     kind: k
     queue: q%s
     max_attempts: %d
-    backoff: {initial: 50ms, max: 200ms}
+    backoff: {initial: 50ms, max: %s}
     target: {http: {url: %q, timeout: 5s}}
-`, strings.Join(testenv.Brokers(t), ","), c.Group, c.GroupProtocol, testenv.DatabaseURL(t), c.Schema, c.Grace,
-		c.Concurrency, c.Lease, c.Topic, dedupe, c.MaxAttempts, c.TargetURL)
+`, c.Concurrency, c.Lease, c.Topic, route, c.MaxAttempts, c.BackoffMax, c.TargetURL)
+	return writeFile(t, b.String())
+}
+
+// writeFile writes a config file of the given text for one test and
+// returns its path: for a file writeConfig would not write, such as a
+// deliberately bad one.
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "switchyard.yaml")
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

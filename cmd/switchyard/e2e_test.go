@@ -132,7 +132,7 @@ func TestFaultKill9WhileProducing(t *testing.T) {
 	})
 	// Kills alone must never exhaust a job's attempts: this test is about
 	// ingest, and every job must end succeeded.
-	cfg := writeConfig(t, e2eConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(),
+	cfg := writeConfig(t, testConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(),
 		Dedupe: true, MaxAttempts: cycles + 2, Lease: 2 * time.Second})
 
 	// Spread the records over about the time the kill cycles take.
@@ -274,7 +274,7 @@ func TestFaultJobKillsWorker(t *testing.T) {
 		<-r.Context().Done() // the test kills the process meanwhile
 		return http.StatusInternalServerError
 	})
-	cfg := writeConfig(t, e2eConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(),
+	cfg := writeConfig(t, testConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(),
 		Dedupe: true, MaxAttempts: 3, Lease: time.Second})
 
 	p := startRun(t, "run-0", cfg)
@@ -382,7 +382,7 @@ func TestSIGTERMWithJobsInFlight(t *testing.T) {
 		}
 		return 0
 	})
-	cfg := writeConfig(t, e2eConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(),
+	cfg := writeConfig(t, testConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(),
 		Dedupe: true, Grace: grace})
 
 	p := startRun(t, "run-0", cfg)
@@ -463,7 +463,7 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 		<-r.Context().Done()
 		return 0
 	})
-	cfg := writeConfig(t, e2eConfig{Topic: topic, Group: testenv.Name("g"), Schema: schema, TargetURL: tg.URL(),
+	cfg := writeConfig(t, testConfig{Topic: topic, Group: testenv.Name("g"), Schema: schema, TargetURL: tg.URL(),
 		Grace: time.Minute})
 	p := startRun(t, "run-0", cfg)
 	testenv.Produce(t, topic, &kgo.Record{Partition: 0, Value: []byte(`{"id":"hang"}`)})

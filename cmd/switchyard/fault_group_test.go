@@ -77,7 +77,7 @@ func groupChurn(t *testing.T, protocol string) {
 			kills++
 		}
 	}
-	cfg := writeConfig(t, e2eConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(),
+	cfg := writeConfig(t, testConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(),
 		Dedupe: true, MaxAttempts: 2 + kills, Lease: 2 * time.Second, GroupProtocol: protocol})
 
 	// Records arrive for about 3s per churn cycle, longer than a cycle
@@ -276,7 +276,7 @@ func TestFaultSIGSTOPPastLease(t *testing.T) {
 		}
 		return 0
 	}))
-	cfg := writeYAML(t, yamlHead(t, group, schema, "127.0.0.1:0")+fmt.Sprintf(`queues:
+	cfg := writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
   q: {concurrency: 4, lease: 2s, max_runtime: 1m, poll_interval: 100ms}
 routes:
   - topic: %q
@@ -286,7 +286,7 @@ routes:
     max_attempts: 3
     backoff: {initial: 50ms, max: 200ms}
     target: {http: {url: %q, timeout: 1m}}
-`, topic, tg.URL()))
+`, topic, tg.URL())})
 	nextHold := func(what string) held {
 		t.Helper()
 		select {

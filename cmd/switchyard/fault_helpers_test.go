@@ -3,8 +3,7 @@ package main
 // Helpers of the fault tests (fault_*_test.go, secrets_test.go): a span
 // log that records when each target request opened and closed, a raw
 // target for tests that need headers or a hijacked connection, processes
-// with their own environment, config files the e2eConfig cannot express,
-// /metrics scraping, eviction of one killed member of a multi-process
+// with their own environment, /metrics scraping, eviction of one killed member of a multi-process
 // group, and the FAULT-SUMMARY line.
 
 import (
@@ -16,7 +15,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -438,30 +436,6 @@ func adminAddr(t *testing.T, p *proc) string {
 		t.Fatalf("%s: no admin address in its log", p.name)
 	}
 	return m[1]
-}
-
-// ---------------------------------------------------------------------
-// Config files.
-
-// writeYAML writes a config file and returns its path.
-func writeYAML(t *testing.T, body string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// yamlHead is the kafka, postgres, http and shutdown part of a config
-// file; listen is an address, or "off".
-func yamlHead(t *testing.T, group, schema, listen string) string {
-	t.Helper()
-	return fmt.Sprintf(`kafka: {brokers: [%q], group: %q}
-postgres: {url: %q, schema: %q}
-http: {listen: %q}
-shutdown_grace: 3s
-`, strings.Join(testenv.Brokers(t), ","), group, testenv.DatabaseURL(t), schema, listen)
 }
 
 // ---------------------------------------------------------------------

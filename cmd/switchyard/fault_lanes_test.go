@@ -62,7 +62,7 @@ func TestFaultKillMidLane(t *testing.T) {
 		return 0
 	}))
 	// Kills alone must never exhaust a job's attempts.
-	cfg := writeYAML(t, yamlHead(t, group, schema, "off")+fmt.Sprintf(`queues:
+	cfg := writeConfig(t, testConfig{Group: group, Schema: schema, Body: fmt.Sprintf(`queues:
   q: {concurrency: 8, lease: 2s, max_runtime: 1m, poll_interval: 100ms}
 routes:
   - topic: %q
@@ -73,7 +73,7 @@ routes:
     max_attempts: %d
     backoff: {initial: 50ms, max: 200ms}
     target: {http: {url: %q, timeout: 5s}}
-`, topic, cycles+3, tg.URL()))
+`, topic, cycles+3, tg.URL())})
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.Brokers(t)...), kgo.DefaultProduceTopic(topic))
 	if err != nil {

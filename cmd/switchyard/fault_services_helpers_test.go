@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -50,48 +49,6 @@ func serviceFaultCycles(t *testing.T, def int) int {
 
 // ---------------------------------------------------------------------
 // Config and process.
-
-// sfConfig is what varies between the scenarios' config files.
-type sfConfig struct {
-	testenv.Services
-	Topic, Group, Schema, TargetURL string
-	MaxAttempts                     int
-	// Ordered makes the route ordered, keyed on the payload's "k".
-	Ordered bool
-}
-
-// sfWriteConfig writes a config: dedupe on the payload's "id", a 2s
-// lease, 8 workers, fast retries.
-func sfWriteConfig(t *testing.T, c sfConfig) string {
-	t.Helper()
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 10
-	}
-	ordered := ""
-	if c.Ordered {
-		ordered = "\n    key: {field: k}\n    ordered: true"
-	}
-	body := fmt.Sprintf(`kafka: {brokers: [%q], group: %q, session_timeout: 10s}
-postgres: {url: %q, schema: %q, max_conns: 10}
-http: {listen: "off"}
-shutdown_grace: 3s
-queues:
-  q: {concurrency: 8, lease: 2s, max_runtime: 1m, poll_interval: 100ms}
-routes:
-  - topic: %q
-    kind: k
-    queue: q
-    dedupe: {field: id}%s
-    max_attempts: %d
-    backoff: {initial: 50ms, max: 500ms}
-    target: {http: {url: %q, timeout: 5s}}
-`, strings.Join(c.Brokers, ","), c.Group, c.DatabaseURL, c.Schema, c.Topic, ordered, c.MaxAttempts, c.TargetURL)
-	path := filepath.Join(t.TempDir(), "switchyard.yaml")
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // sfLogMark is a position in a process's log.
 func sfLogMark(p *proc) int { return len(p.log.String()) }

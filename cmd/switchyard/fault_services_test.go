@@ -33,6 +33,17 @@ const (
 	sfHold       = 20 * time.Millisecond
 )
 
+// scenarioConfig completes the config of a scenario: dedupe on the
+// payload's "id", retries backing off to 500ms, a pool of 10 connections
+// and the (default) 10s session timeout written out.
+func scenarioConfig(c testConfig) testConfig {
+	c.Dedupe = true
+	c.BackoffMax = 500 * time.Millisecond
+	c.MaxConns = 10
+	c.KafkaExtra = ", session_timeout: 10s"
+	return c
+}
+
 // TestFaultPostgresRestart restarts the process's Postgres (pg_ctl stop
 // -m fast, then start: every session is cut) while records arrive and
 // jobs run on an ordered route. The process must notice (ingest and the
@@ -53,8 +64,8 @@ func TestFaultPostgresRestart(t *testing.T) {
 	tg.setBehaviour(watch.behaviour)
 	// Each outage can cost a job an attempt (its lease expires while the
 	// completion cannot be written); never enough to make it dead.
-	cfg := sfWriteConfig(t, sfConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
-		TargetURL: tg.URL(), Ordered: true, MaxAttempts: cycles + 10})
+	cfg := writeConfig(t, scenarioConfig(testConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
+		TargetURL: tg.URL(), Ordered: true, MaxAttempts: cycles + 10}))
 
 	p := start(t, "run", svc.Env(), "run", "--config", cfg)
 	pr := sfStartProducer(t, svc.Brokers, topic, "r", sfPartitions, sfKeys, sfBurst, sfTick)
@@ -112,8 +123,8 @@ func TestFaultConnectionsKilled(t *testing.T) {
 	watch := sfNewWatch(sfHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
-	cfg := sfWriteConfig(t, sfConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
-		TargetURL: tg.URL(), Ordered: true, MaxAttempts: rounds + 10})
+	cfg := writeConfig(t, scenarioConfig(testConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
+		TargetURL: tg.URL(), Ordered: true, MaxAttempts: rounds + 10}))
 
 	var startedAt time.Time
 	if err := store.Pool().QueryRow(context.Background(), `SELECT now()`).Scan(&startedAt); err != nil {
@@ -180,8 +191,8 @@ func TestFaultKafkaRestart(t *testing.T) {
 	watch := sfNewWatch(sfHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
-	cfg := sfWriteConfig(t, sfConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
-		TargetURL: tg.URL(), Ordered: true, MaxAttempts: cycles + 10})
+	cfg := writeConfig(t, scenarioConfig(testConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
+		TargetURL: tg.URL(), Ordered: true, MaxAttempts: cycles + 10}))
 
 	p := start(t, "run", svc.Env(), "run", "--config", cfg)
 	pr := sfStartProducer(t, svc.Brokers, topic, "r", sfPartitions, sfKeys, sfBurst, sfTick)
@@ -229,8 +240,8 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 	watch := sfNewWatch(sfHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
-	cfg := sfWriteConfig(t, sfConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
-		TargetURL: tg.URL()})
+	cfg := writeConfig(t, scenarioConfig(testConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
+		TargetURL: tg.URL(), MaxAttempts: 10}))
 
 	// 1. Consume some records; Postgres and Kafka both hold positions.
 	p := start(t, "run-0", svc.Env(), "run", "--config", cfg)
@@ -283,8 +294,8 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 	watch = sfNewWatch(sfHold)
 	tg = newTarget(t)
 	tg.setBehaviour(watch.behaviour)
-	cfg = sfWriteConfig(t, sfConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
-		TargetURL: tg.URL()})
+	cfg = writeConfig(t, scenarioConfig(testConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
+		TargetURL: tg.URL(), MaxAttempts: 10}))
 	resumed := start(t, "run-2", svc.Env(), "run", "--config", cfg, "--reset-offsets")
 	pr = sfStartProducer(t, svc.Brokers, topic, "c", sfPartitions, sfKeys, sfBurst, sfTick)
 	pr.waitProduced(t, 0, 50, 30*time.Second)

@@ -96,10 +96,10 @@ func TestFaultTargetMisbehaves(t *testing.T) {
     target: {http: {url: %q, timeout: %s, follow_redirects: %v}}
 `, topic, maxAttempts, rt.srv.URL+path, timeout, follow)
 	}
-	cfg := writeYAML(t, yamlHead(t, group, schema, "off")+`queues:
+	cfg := writeConfig(t, testConfig{Group: group, Schema: schema, Body: `queues:
   q: {concurrency: 8, lease: 5s, max_runtime: 1m, poll_interval: 100ms}
 routes:
-`+route(topicA, "/a", false)+route(topicB, "/b", true))
+` + route(topicA, "/a", false) + route(topicB, "/b", true)})
 
 	p := startRun(t, "run-0", cfg)
 	var recs []*kgo.Record

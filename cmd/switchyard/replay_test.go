@@ -19,7 +19,7 @@ func TestReplay(t *testing.T) {
 	t.Parallel()
 	schema, topic := testenv.Schema(t), testenv.Topic(t, 2)
 	store := testenv.Store(t, schema)
-	cfg := writeConfig(t, e2eConfig{Topic: topic, Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	cfg := writeConfig(t, testConfig{Topic: topic, Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
 	produce := func(from, to int) {
 		var recs []*kgo.Record
 		for i := from; i < to; i++ {

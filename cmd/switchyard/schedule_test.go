@@ -17,13 +17,13 @@ func TestScheduleRunsOncePerSlot(t *testing.T) {
 	schema, topic, group := testenv.Schema(t), testenv.Topic(t, 1), testenv.Name("g")
 	store := testenv.Store(t, schema)
 	tg := newTarget(t)
-	cfg := writeYAML(t, yamlHead(t, group, schema, "off")+fmt.Sprintf(`queues:
+	cfg := writeConfig(t, testConfig{Group: group, Schema: schema, Body: fmt.Sprintf(`queues:
   q: {concurrency: 2, poll_interval: 100ms}
 routes:
   - {topic: %q, kind: report.rebuild, queue: q, target: {http: {url: %q, timeout: 5s}}}
 schedules:
   - {name: rebuild, cron: "* * * * *", kind: report.rebuild, queue: q, overlap: allow}
-`, topic, tg.URL()))
+`, topic, tg.URL())})
 	startRun(t, "run-a", cfg)
 	startRun(t, "run-b", cfg)
 	testenv.Eventually(t, 90*time.Second, "the scheduled job delivered", func() bool { return len(tg.received()) >= 1 })
@@ -43,13 +43,13 @@ schedules:
 func TestScheduleKindWithoutHandler(t *testing.T) {
 	t.Parallel()
 	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
-	cfg := writeYAML(t, yamlHead(t, testenv.Name("g"), schema, "off")+fmt.Sprintf(`queues:
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Body: fmt.Sprintf(`queues:
   q: {concurrency: 1}
 routes:
   - {topic: %q, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
 schedules:
   - {name: orphan, cron: "0 * * * *", kind: nobody.runs.this, queue: q}
-`, topic))
+`, topic)})
 	p := startRun(t, "run-orphan", cfg)
 	if code := p.wait(30 * time.Second); code == 0 {
 		t.Fatal("run started with a schedule nothing can run")

@@ -86,23 +86,14 @@ func TestSecretsNeverLogged(t *testing.T) {
 	}
 	env := []string{"SWITCHYARD_DATABASE_URL=" + secretURL, "SWITCHYARD_ADMIN_TOKEN=" + tokenSecret,
 		"SWITCHYARD_LOG_LEVEL=debug"}
-	body := func(group, kafkaExtra string) string {
-		return fmt.Sprintf(`kafka: {brokers: [%q], group: %q%s}
-postgres: {schema: %q}
-http: {listen: "127.0.0.1:0"}
-shutdown_grace: 3s
-queues:
-  q: {concurrency: 2, lease: 2s, max_runtime: 1m, poll_interval: 100ms}
-routes:
-  - topic: %q
-    kind: k
-    queue: q
-    max_attempts: 2
-    backoff: {initial: 50ms, max: 200ms}
-    target: {http: {url: %q, timeout: 5s}}
-`, strings.Join(testenv.Brokers(t), ","), group, kafkaExtra, schema, topic, tg.URL())
+	// postgres.url is left out: the URL, with its password, comes from
+	// the environment.
+	cfgWith := func(kafkaExtra string) string {
+		return writeConfig(t, testConfig{DatabaseURLFromEnv: true, Group: testenv.Name("g"), Schema: schema,
+			KafkaExtra: kafkaExtra, Listen: "127.0.0.1:0", Topic: topic, TargetURL: tg.URL(),
+			Concurrency: 2, Lease: 2 * time.Second, MaxAttempts: 2})
 	}
-	cfg := writeYAML(t, body(testenv.Name("g"), ""))
+	cfg := cfgWith("")
 
 	// The CLI verbs, with the password in the URL from the environment.
 	for _, args := range [][]string{
@@ -186,7 +177,7 @@ routes:
 		fmt.Sprintf("postgres: {url: %q, bogus: 1}", closedURL),
 		fmt.Sprintf("postgres: {url: %q, max_conns: -1}", bad[1]),
 	} {
-		badFile := writeYAML(t, fmt.Sprintf(`kafka: {brokers: [%q]}
+		badFile := writeFile(t, fmt.Sprintf(`kafka: {brokers: [%q]}
 %s
 queues: {q: {concurrency: 1}}
 routes: [{topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}]
@@ -215,7 +206,7 @@ routes: [{topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/
 		{"plain", fmt.Sprintf(`, sasl: {mechanism: PLAIN, username: u, password: %q}`, saslSecret), nil},
 		{"scram", `, sasl: {mechanism: SCRAM-SHA-512, username: u}`, []string{"SWITCHYARD_KAFKA_SASL_PASSWORD=" + saslSecret}},
 	} {
-		cases = append(cases, saslCase{c.name, writeYAML(t, body(testenv.Name("g"), c.block)),
+		cases = append(cases, saslCase{c.name, cfgWith(c.block),
 			append(append([]string(nil), env...), c.env...)})
 	}
 	// produce gives up only after its 30s timeout, so both run meanwhile.
