@@ -408,23 +408,41 @@ func (p *proc) waitLog(within time.Duration, s string) {
 // jobRow is what the tests read of a job.
 type jobRow struct {
 	ID         int64
+	Route      string
 	State      string
 	Attempts   int
+	Token      int64 // 0 before the first claim
+	Key        string
+	Version    int64 // -1 when none
 	DedupeKey  string
-	Partition  int32
-	Offset     int64
+	Partition  int32 // -1 when not from a record
+	Offset     int64 // -1 when not from a record
 	Payload    []byte
 	LastError  string
-	StartedAt  *time.Time
-	FinishedAt *time.Time
+	StartedAt  *time.Time // nil while no attempt runs
+	FinishedAt *time.Time // nil while unfinished
 }
 
+func (j jobRow) String() string {
+	at := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.Format("15:04:05.000")
+	}
+	return fmt.Sprintf("{job %d route %s %s attempts %d token %d key %q version %d dedupe %q from %d/%d payload %q error %q started %s finished %s}",
+		j.ID, j.Route, j.State, j.Attempts, j.Token, j.Key, j.Version, j.DedupeKey, j.Partition, j.Offset, j.Payload,
+		j.LastError, at(j.StartedAt), at(j.FinishedAt))
+}
+
+// jobs reads every job of the store's schema, by id.
 func jobs(t *testing.T, s *pgstore.Store) []jobRow {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := s.Pool().Query(ctx, `SELECT id, state, attempts, dedupe_key, coalesce(src_partition, -1),
-		coalesce(src_offset, -1), payload, coalesce(last_error, ''), started_at, finished_at FROM jobs ORDER BY id`)
+	rows, err := s.Pool().Query(ctx, `SELECT id, route, state, attempts, coalesce(token, 0), key,
+		coalesce(version, -1), dedupe_key, coalesce(src_partition, -1), coalesce(src_offset, -1), payload,
+		coalesce(last_error, ''), started_at, finished_at FROM jobs ORDER BY id`)
 	if err != nil {
 		t.Fatalf("read jobs: %v", err)
 	}
@@ -432,8 +450,8 @@ func jobs(t *testing.T, s *pgstore.Store) []jobRow {
 	var out []jobRow
 	for rows.Next() {
 		var j jobRow
-		if err := rows.Scan(&j.ID, &j.State, &j.Attempts, &j.DedupeKey, &j.Partition, &j.Offset,
-			&j.Payload, &j.LastError, &j.StartedAt, &j.FinishedAt); err != nil {
+		if err := rows.Scan(&j.ID, &j.Route, &j.State, &j.Attempts, &j.Token, &j.Key, &j.Version, &j.DedupeKey,
+			&j.Partition, &j.Offset, &j.Payload, &j.LastError, &j.StartedAt, &j.FinishedAt); err != nil {
 			t.Fatalf("scan job: %v", err)
 		}
 		out = append(out, j)
@@ -442,6 +460,18 @@ func jobs(t *testing.T, s *pgstore.Store) []jobRow {
 		t.Fatalf("read jobs: %v", err)
 	}
 	return out
+}
+
+// jobByID reads one job, which must exist.
+func jobByID(t *testing.T, s *pgstore.Store, id int64) jobRow {
+	t.Helper()
+	for _, j := range jobs(t, s) {
+		if j.ID == id {
+			return j
+		}
+	}
+	t.Fatalf("job %d does not exist", id)
+	return jobRow{}
 }
 
 // jobByDedupe returns the job whose dedupe key is key, or nil.

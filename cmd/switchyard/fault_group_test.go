@@ -189,7 +189,7 @@ func groupChurn(t *testing.T, protocol string) {
 		term(t, p, 30*time.Second)
 	}
 
-	rows := faultJobs(t, store)
+	rows := jobs(t, store)
 	produced := map[[2]int64]bool{}
 	bySource := map[[2]int64]producedRec{}
 	for _, r := range recs {
@@ -323,12 +323,12 @@ routes:
 	// J1: the row is re-claimed (a new token), and the target receives a
 	// second call carrying that higher token, which succeeds.
 	testenv.Eventually(t, 30*time.Second, "J1 to be re-claimed with a new token", func() bool {
-		return faultJob(t, store, j1).Token != a1.c.Token
+		return jobByID(t, store, j1).Token != a1.c.Token
 	})
 	testenv.Eventually(t, 30*time.Second, "J1 to succeed on run-2", func() bool {
-		return faultJob(t, store, j1).State == "succeeded"
+		return jobByID(t, store, j1).State == "succeeded"
 	})
-	after1 := faultJob(t, store, j1)
+	after1 := jobByID(t, store, j1)
 	calls1 := spans.ofJob(j1)
 	if len(calls1) != 2 || calls1[1].Attempt != 2 || calls1[1].Token != after1.Token || calls1[1].Token <= a1.c.Token {
 		t.Fatalf("J1: calls %v, row token %d; want a second call with attempt 2 and the row's new token above %d",
@@ -342,7 +342,7 @@ routes:
 	if b2.c.JobID != j2 || b2.c.Attempt != 2 || b2.c.Token <= a2.c.Token {
 		t.Fatalf("J2's second call %v; want attempt 2 with a token above %d", b2.c, a2.c.Token)
 	}
-	running2 := faultJob(t, store, j2)
+	running2 := jobByID(t, store, j2)
 	if running2.State != "running" || running2.Token != b2.c.Token {
 		t.Fatalf("J2: state %s token %d; want running under run-2's token %d", running2.State, running2.Token, b2.c.Token)
 	}
@@ -397,29 +397,29 @@ routes:
 	// changed, which the checks below report.
 	testenv.Eventually(t, 30*time.Second, `run-1 to count both stale attempts as outcome="lease_lost"`, func() bool {
 		return metricSum(t, addr1, "switchyard_job_attempts_total", `outcome="lease_lost"`) >= 2 ||
-			!sameRow(faultJob(t, store, j1), after1) || !sameRow(faultJob(t, store, j2), running2)
+			!sameRow(jobByID(t, store, j1), after1) || !sameRow(jobByID(t, store, j2), running2)
 	})
 	t.Logf("run-1 submitted %v of its 2 stale completions (a heartbeat that won the race cancels instead); log says lease lost: %v",
 		submitted, strings.Contains(p1.log.String(), "lease lost"))
 
 	stale := 0
-	if got := faultJob(t, store, j1); !sameRow(got, after1) {
+	if got := jobByID(t, store, j1); !sameRow(got, after1) {
 		stale++
 		t.Errorf("I4: J1 changed after run-1 woke: %+v, was %+v", got, after1)
 	}
-	if got := faultJob(t, store, j2); !sameRow(got, running2) {
+	if got := jobByID(t, store, j2); !sameRow(got, running2) {
 		stale++
 		t.Errorf("I4: J2 changed by run-1's stale completion: %+v, was %+v (still run-2's)", got, running2)
 	}
 
 	close(b2.release)
 	testenv.Eventually(t, 30*time.Second, "J2 to succeed on run-2", func() bool {
-		return faultJob(t, store, j2).State == "succeeded"
+		return jobByID(t, store, j2).State == "succeeded"
 	})
 	term(t, p2, 30*time.Second)
 	term(t, p1, 30*time.Second)
 
-	rows := faultJobs(t, store)
+	rows := jobs(t, store)
 	for _, j := range rows {
 		if j.State != "succeeded" || j.Attempts != 2 {
 			t.Errorf("job %d (%s): state %s attempts %d, want succeeded after 2 attempts", j.ID, j.DedupeKey, j.State, j.Attempts)

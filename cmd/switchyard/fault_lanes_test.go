@@ -122,7 +122,7 @@ routes:
 		term(t, p, 30*time.Second)
 	}
 
-	rows := faultJobs(t, store)
+	rows := jobs(t, store)
 	produced := map[[2]int64]bool{}
 	bySource := map[[2]int64]*kgo.Record{}
 	for _, r := range recs {

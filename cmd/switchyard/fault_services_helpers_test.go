@@ -282,39 +282,6 @@ func (w *sfWatch) answeredAt(job, token int64) (time.Time, bool) {
 // ---------------------------------------------------------------------
 // Final check.
 
-// sfJob is what the final check reads of a job.
-type sfJob struct {
-	ID         int64
-	State      string
-	DedupeKey  string
-	Key        string
-	Partition  int32
-	Offset     int64
-	Payload    []byte
-	Token      int64
-	LastError  string
-	FinishedAt *time.Time
-}
-
-func sfJobs(ctx context.Context, s *pgstore.Store) ([]sfJob, error) {
-	rows, err := s.Pool().Query(ctx, `SELECT id, state, dedupe_key, key, coalesce(src_partition, -1),
-		coalesce(src_offset, -1), payload, coalesce(token, 0), coalesce(last_error, ''), finished_at FROM jobs ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []sfJob
-	for rows.Next() {
-		var j sfJob
-		if err := rows.Scan(&j.ID, &j.State, &j.DedupeKey, &j.Key, &j.Partition, &j.Offset, &j.Payload,
-			&j.Token, &j.LastError, &j.FinishedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
-}
-
 // sfTryCount is count without failing: while a service comes back, a
 // pooled connection may still be a dead one.
 func sfTryCount(s *pgstore.Store, query string, args ...any) (int, error) {
@@ -466,10 +433,7 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rows, err := sfJobs(ctx, c.store)
-	if err != nil {
-		t.Fatalf("read jobs: %v", err)
-	}
+	rows := jobs(t, c.store)
 	parked := map[[2]int64]bool{}
 	dlq, err := c.store.Pool().Query(ctx, `SELECT src_partition, src_offset FROM dlq_entries WHERE src_topic = $1`, c.topic)
 	if err != nil {
@@ -486,12 +450,12 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 	}
 
 	sum := sfSummary{Produced: len(recs), Jobs: len(rows)}
-	byDedupe := map[string][]sfJob{}
+	byDedupe := map[string][]jobRow{}
 	type src struct {
 		partition int32
 		offset    int64
 	}
-	bySource := map[src][]sfJob{}
+	bySource := map[src][]jobRow{}
 	for _, j := range rows {
 		byDedupe[j.DedupeKey] = append(byDedupe[j.DedupeKey], j)
 		bySource[src{j.Partition, j.Offset}] = append(bySource[src{j.Partition, j.Offset}], j)

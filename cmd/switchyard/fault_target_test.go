@@ -115,8 +115,8 @@ routes:
 	})
 	term(t, p, 30*time.Second)
 
-	rows := faultJobs(t, store)
-	byID := map[string]faultRow{}
+	rows := jobs(t, store)
+	byID := map[string]jobRow{}
 	for _, j := range rows {
 		byID[j.DedupeKey] = j
 	}
@@ -257,8 +257,8 @@ routes:
 }
 
 // onlyRoute returns the rows of one route (routes are named by topic).
-func onlyRoute(rows []faultRow, topic string) []faultRow {
-	var out []faultRow
+func onlyRoute(rows []jobRow, topic string) []jobRow {
+	var out []jobRow
 	for _, j := range rows {
 		if j.Route == topic {
 			out = append(out, j)
