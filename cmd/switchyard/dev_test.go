@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -34,14 +35,10 @@ func devTemp(t *testing.T) string {
 	return tmp
 }
 
+// freeAddr is a loopback address nothing listens on, for --http.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0])
 }
 
 // leftovers lists what a stopped dev left behind: entries of its

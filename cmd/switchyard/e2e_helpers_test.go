@@ -344,6 +344,12 @@ func startRun(t *testing.T, name, cfg string, args ...string) *proc {
 	return start(t, name, nil, append([]string{"run", "--config", cfg}, args...)...)
 }
 
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
 func tail(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -399,6 +405,21 @@ func (p *proc) waitLog(within time.Duration, s string) {
 			p.t.Fatalf("%s exited (code %d) before logging %q", p.name, p.code, s)
 		}
 		return strings.Contains(p.log.String(), s)
+	})
+}
+
+// logMark is a position in the process's log, for waitLogCount.
+func (p *proc) logMark() int { return len(p.log.String()) }
+
+// waitLogCount waits until the log written after mark holds sub n times;
+// the process must stay up meanwhile.
+func (p *proc) waitLogCount(mark int, within time.Duration, sub string, n int) {
+	p.t.Helper()
+	testenv.Eventually(p.t, within, fmt.Sprintf("%s to log %q %d times", p.name, sub, n), func() bool {
+		if p.exited() {
+			p.t.Fatalf("%s exited (code %d) while waiting for it to log %q", p.name, p.code, sub)
+		}
+		return strings.Count(p.log.String()[mark:], sub) >= n
 	})
 }
 

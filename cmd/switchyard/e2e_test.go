@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,20 +23,6 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
-
-// faultCycles is the number of kill cycles: 5, or SWITCHYARD_FAULT_CYCLES
-// (`make test-faults` sets 20).
-func faultCycles(t *testing.T) int {
-	s := os.Getenv("SWITCHYARD_FAULT_CYCLES")
-	if s == "" {
-		return 5
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		t.Fatalf("SWITCHYARD_FAULT_CYCLES: %q is not a positive number", s)
-	}
-	return n
-}
 
 // producedRec is one record the test wrote, with where it landed.
 type producedRec struct {
@@ -76,7 +60,7 @@ func produceInBursts(topic string, brokers []string, partitions, n, burst int, t
 			return out, err
 		}
 		for _, r := range recs {
-			out = append(out, producedRec{id: string(r.Value[7 : len(r.Value)-2]), value: r.Value,
+			out = append(out, producedRec{id: recordID(r.Value), value: r.Value,
 				partition: r.Partition, offset: r.Offset})
 		}
 		select {
@@ -116,7 +100,7 @@ func TestFaultKill9WhileProducing(t *testing.T) {
 		records    = 600
 		burst      = 20
 	)
-	cycles := faultCycles(t)
+	cycles := faultCycles(t, 5)
 	schema := testenv.Schema(t)
 	store := testenv.Store(t, schema)
 	topic := testenv.Topic(t, partitions)

@@ -49,7 +49,7 @@ func groupChurn(t *testing.T, protocol string) {
 	if protocol == "consumer" {
 		joined = `"msg":"new group session begun`
 	}
-	cycles := faultCycles(t)
+	cycles := faultCycles(t, 5)
 	records := 240 * cycles
 	schema := testenv.Schema(t)
 	store := testenv.Store(t, schema)
@@ -238,8 +238,8 @@ func groupChurn(t *testing.T, protocol string) {
 	}
 	t.Logf("%d cycles: %d clean leaves (%d of members that had been assigned partitions), %d joins, %d kill -9; %d processes in all",
 		cycles, leaves, consumingLeaves, joins, len(killed), started)
-	faultSummary{scenario: "group_churn_" + protocol, produced: len(recs), jobs: len(rows), lost: lost, duplicateJobs: dups,
-		orderViolations: len(violations) + stale, staleCompletionsAccepted: accepted, redeliveries: redeliveries(all)}.report(t)
+	faultSummary{produced: len(recs), jobs: len(rows), lost: lost, duplicateJobs: dups,
+		orderViolations: len(violations) + stale, staleCompletionsAccepted: accepted, redeliveries: redeliveries(all)}.report(t, "group_churn_"+protocol)
 }
 
 // TestFaultSIGSTOPPastLease: a process frozen (SIGSTOP) while the target
@@ -449,6 +449,6 @@ routes:
 	for _, w := range why {
 		t.Errorf("I4: %s", w)
 	}
-	faultSummary{scenario: "sigstop_past_lease", produced: len(produced), jobs: len(rows), lost: lost, duplicateJobs: dups,
-		orderViolations: len(violations), staleCompletionsAccepted: stale + accepted, redeliveries: redeliveries(all)}.report(t)
+	faultSummary{produced: len(produced), jobs: len(rows), lost: lost, duplicateJobs: dups,
+		orderViolations: len(violations), staleCompletionsAccepted: stale + accepted, redeliveries: redeliveries(all)}.report(t, "sigstop_past_lease")
 }

@@ -1,10 +1,10 @@
 package main
 
-// Helpers of the fault tests (fault_*_test.go, secrets_test.go): a span
-// log that records when each target request opened and closed, a raw
-// target for tests that need headers or a hijacked connection, processes
-// with their own environment, /metrics scraping, eviction of one killed member of a multi-process
-// group, and the FAULT-SUMMARY line.
+// Helpers of the fault tests (fault_*_test.go, secrets_test.go): how many
+// cycles to run, a span log that records when each target request opened
+// and closed, a raw target for tests that need headers or a hijacked
+// connection, one-shot commands, /metrics scraping, eviction of one killed
+// member of a multi-process group, and the FAULT-SUMMARY line.
 
 import (
 	"context"
@@ -27,6 +27,21 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
+
+// faultCycles is how many times a scenario injects its fault: def, or
+// SWITCHYARD_FAULT_CYCLES when set (`make test-faults` sets 20).
+func faultCycles(t *testing.T, def int) int {
+	t.Helper()
+	s := os.Getenv("SWITCHYARD_FAULT_CYCLES")
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("SWITCHYARD_FAULT_CYCLES: %q is not a positive number", s)
+	}
+	return n
+}
 
 // ---------------------------------------------------------------------
 // Spans: every request with the time it opened and closed.
@@ -417,8 +432,13 @@ func stopProc(t *testing.T, p *proc, sig syscall.Signal) {
 }
 
 // term sends SIGTERM and checks the process stops cleanly (I7): exit 0.
+// It must still be running: a process that exited by itself did not
+// recover from what the test did to it.
 func term(t *testing.T, p *proc, within time.Duration) {
 	t.Helper()
+	if p.exited() {
+		t.Fatalf("%s exited by itself with code %d; it should have recovered and kept running", p.name, p.code)
+	}
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(within); code != 0 {
 		t.Errorf("%s exited with code %d after SIGTERM, want 0 (I7)", p.name, code)
@@ -601,15 +621,27 @@ func redeliveries(ss []span) int {
 //   - redeliveries: attempts (distinct tokens) that reached the target
 //     past each job's first.
 type faultSummary struct {
-	scenario                                             string
 	produced, jobs, lost, duplicateJobs, orderViolations int
 	staleCompletionsAccepted, redeliveries               int
 }
 
-func (s faultSummary) report(t *testing.T) {
+// add counts o, another run of the same scenario, in s.
+func (s *faultSummary) add(o faultSummary) {
+	s.produced += o.produced
+	s.jobs += o.jobs
+	s.lost += o.lost
+	s.duplicateJobs += o.duplicateJobs
+	s.orderViolations += o.orderViolations
+	s.staleCompletionsAccepted += o.staleCompletionsAccepted
+	s.redeliveries += o.redeliveries
+}
+
+// report prints the line to the test log and to stdout, and fails the
+// test unless the invariant counters are 0.
+func (s faultSummary) report(t *testing.T, scenario string) {
 	t.Helper()
 	line := fmt.Sprintf("FAULT-SUMMARY scenario=%s produced=%d jobs=%d lost=%d duplicate_jobs=%d order_violations=%d stale_completions_accepted=%d redeliveries=%d",
-		s.scenario, s.produced, s.jobs, s.lost, s.duplicateJobs, s.orderViolations, s.staleCompletionsAccepted, s.redeliveries)
+		scenario, s.produced, s.jobs, s.lost, s.duplicateJobs, s.orderViolations, s.staleCompletionsAccepted, s.redeliveries)
 	t.Log(line)
 	fmt.Println(line)
 	if s.lost != 0 || s.duplicateJobs != 0 || s.orderViolations != 0 || s.staleCompletionsAccepted != 0 {

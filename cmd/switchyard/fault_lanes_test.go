@@ -45,7 +45,7 @@ func TestFaultKillMidLane(t *testing.T) {
 		keys       = 50
 		versions   = 10
 	)
-	cycles := faultCycles(t)
+	cycles := faultCycles(t, 5)
 	schema := testenv.Schema(t)
 	store := testenv.Store(t, schema)
 	topic := testenv.Topic(t, partitions)
@@ -197,7 +197,7 @@ routes:
 	}
 	t.Logf("%d kills, cutting off %d calls in flight; %d processes in all; states %v; %d superseded stale holders",
 		len(killed), cut, started, states, stale)
-	faultSummary{scenario: "kill_mid_lane", produced: len(recs), jobs: len(rows), lost: lost, duplicateJobs: dups,
+	faultSummary{produced: len(recs), jobs: len(rows), lost: lost, duplicateJobs: dups,
 		orderViolations: len(violations) + backwards, staleCompletionsAccepted: accepted,
-		redeliveries: redeliveries(all)}.report(t)
+		redeliveries: redeliveries(all)}.report(t, "kill_mid_lane")
 }

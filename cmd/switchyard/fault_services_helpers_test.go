@@ -32,66 +32,13 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
 
-// serviceFaultCycles is how many times a scenario injects its fault:
-// def, or SWITCHYARD_FAULT_CYCLES when set (`make test-faults` sets 20).
-func serviceFaultCycles(t *testing.T, def int) int {
-	t.Helper()
-	s := os.Getenv("SWITCHYARD_FAULT_CYCLES")
-	if s == "" {
-		return def
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		t.Fatalf("SWITCHYARD_FAULT_CYCLES: %q is not a positive number", s)
-	}
-	return n
-}
-
-// ---------------------------------------------------------------------
-// Config and process.
-
-// sfLogMark is a position in a process's log.
-func sfLogMark(p *proc) int { return len(p.log.String()) }
-
-// sfWaitLogCount waits until the log written after mark holds sub n
-// times; the process must stay up meanwhile.
-func sfWaitLogCount(p *proc, mark int, within time.Duration, sub string, n int) {
-	p.t.Helper()
-	testenv.Eventually(p.t, within, fmt.Sprintf("%s to log %q %d times", p.name, sub, n), func() bool {
-		if p.exited() {
-			p.t.Fatalf("%s exited (code %d) while waiting for it to log %q", p.name, p.code, sub)
-		}
-		return strings.Count(p.log.String()[mark:], sub) >= n
-	})
-}
-
-// sfStopClean sends SIGTERM and expects a clean exit (I7).
-func sfStopClean(p *proc) {
-	p.t.Helper()
-	if p.exited() {
-		p.t.Fatalf("%s exited by itself with code %d; it should have recovered and kept running", p.name, p.code)
-	}
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(30 * time.Second); code != 0 {
-		p.t.Errorf("%s: exit code %d after SIGTERM, want 0", p.name, code)
-	}
-}
-
 // ---------------------------------------------------------------------
 // Producer.
 
-// sfRecord is one record the producer wrote and where it landed.
-type sfRecord struct {
-	id        string
-	value     []byte
-	partition int32
-	offset    int64
-}
-
-// sfProducer writes records {"id":"<prefix><i>","k":"k<i mod keys>"} until
+// producer writes records {"id":"<prefix><i>","k":"k<i mod keys>"} until
 // stopped, burst records per tick. All records of a key go to one
 // partition, so a key's offsets are its production order.
-type sfProducer struct {
+type producer struct {
 	prefix string
 	burst  int
 
@@ -101,14 +48,14 @@ type sfProducer struct {
 	done    chan struct{}
 
 	mu   sync.Mutex
-	recs []sfRecord
+	recs []producedRec
 	err  error
 }
 
-// sfStartProducer begins producing to topic on brokers; the test's end
+// startProducer begins producing to topic on brokers; the test's end
 // stops it.
-func sfStartProducer(t *testing.T, brokers []string, topic, prefix string, partitions, keys, burst int,
-	tick time.Duration) *sfProducer {
+func startProducer(t *testing.T, brokers []string, topic, prefix string, partitions, keys, burst int,
+	tick time.Duration) *producer {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -116,7 +63,7 @@ func sfStartProducer(t *testing.T, brokers []string, topic, prefix string, parti
 		t.Fatalf("kafka client: %v", err)
 	}
 	base, abort := context.WithCancel(context.Background())
-	pr := &sfProducer{prefix: prefix, burst: burst, stopC: make(chan struct{}), abort: abort, done: make(chan struct{})}
+	pr := &producer{prefix: prefix, burst: burst, stopC: make(chan struct{}), abort: abort, done: make(chan struct{})}
 	go func() {
 		defer close(pr.done)
 		defer cl.Close()
@@ -141,7 +88,7 @@ func sfStartProducer(t *testing.T, brokers []string, topic, prefix string, parti
 					pr.err = fmt.Errorf("produce %s: %w", r.Record.Value, r.Err)
 					continue
 				}
-				pr.recs = append(pr.recs, sfRecord{id: sfRecordID(r.Record.Value), value: r.Record.Value,
+				pr.recs = append(pr.recs, producedRec{id: recordID(r.Record.Value), value: r.Record.Value,
 					partition: r.Record.Partition, offset: r.Record.Offset})
 			}
 			failed := pr.err != nil
@@ -162,44 +109,45 @@ func sfStartProducer(t *testing.T, brokers []string, topic, prefix string, parti
 	return pr
 }
 
-func (pr *sfProducer) stopOnce() {
+func (pr *producer) stopOnce() {
 	pr.stopped.Do(func() { close(pr.stopC) })
 	<-pr.done
 }
 
 // stop ends production and returns every record written.
-func (pr *sfProducer) stop(t *testing.T) []sfRecord {
+func (pr *producer) stop(t *testing.T) []producedRec {
 	t.Helper()
 	pr.stopOnce()
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	if pr.err != nil {
-		t.Fatalf("sfProducer: %v", pr.err)
+		t.Fatalf("producer: %v", pr.err)
 	}
 	return slices.Clone(pr.recs)
 }
 
 // count is how many records were written so far.
-func (pr *sfProducer) count() int {
+func (pr *producer) count() int {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	return len(pr.recs)
 }
 
 // waitProduced waits until n more records than mark were written.
-func (pr *sfProducer) waitProduced(t *testing.T, mark, n int, within time.Duration) {
+func (pr *producer) waitProduced(t *testing.T, mark, n int, within time.Duration) {
 	t.Helper()
 	testenv.Eventually(t, within, fmt.Sprintf("%d more records to be produced", n), func() bool {
 		pr.mu.Lock()
 		defer pr.mu.Unlock()
 		if pr.err != nil {
-			t.Fatalf("sfProducer: %v", pr.err)
+			t.Fatalf("producer: %v", pr.err)
 		}
 		return len(pr.recs) >= mark+n
 	})
 }
 
-func sfRecordID(v []byte) string {
+// recordID is the "id" of a record value {"id":"…",…} the tests wrote.
+func recordID(v []byte) string {
 	_, rest, _ := strings.Cut(string(v), `"id":"`)
 	id, _, _ := strings.Cut(rest, `"`)
 	return id
@@ -208,12 +156,12 @@ func sfRecordID(v []byte) string {
 // ---------------------------------------------------------------------
 // Target behaviour watching deliveries.
 
-// sfWatch is a target behaviour: it holds each request a little (so that
-// faults find jobs in flight; a retry for a second), answers 200, and
-// records when each attempt was answered and whether a job started while
-// another job of its key was still being handled (I3, for ordered
-// routes).
-type sfWatch struct {
+// deliveryWatch is a target behaviour: it holds each request a little
+// (so that faults find jobs in flight; a retry for a second), answers
+// 200, and records when each attempt was answered and whether a job
+// started while another job of its key was still being handled (I3, for
+// ordered routes).
+type deliveryWatch struct {
 	maxDelay time.Duration
 
 	mu       sync.Mutex
@@ -222,11 +170,11 @@ type sfWatch struct {
 	answered map[[2]int64]time.Time // (job, token) → when its 200 was sent
 }
 
-func sfNewWatch(maxDelay time.Duration) *sfWatch {
-	return &sfWatch{maxDelay: maxDelay, inFlight: map[string]map[int64]int{}, answered: map[[2]int64]time.Time{}}
+func newDeliveryWatch(maxDelay time.Duration) *deliveryWatch {
+	return &deliveryWatch{maxDelay: maxDelay, inFlight: map[string]map[int64]int{}, answered: map[[2]int64]time.Time{}}
 }
 
-func (w *sfWatch) behaviour(r *http.Request, c call) int {
+func (w *deliveryWatch) behaviour(r *http.Request, c call) int {
 	w.mu.Lock()
 	jobs := w.inFlight[c.Key]
 	if jobs == nil {
@@ -265,14 +213,14 @@ func (w *sfWatch) behaviour(r *http.Request, c call) int {
 	return 0
 }
 
-func (w *sfWatch) violations() []string {
+func (w *deliveryWatch) violations() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.overlaps)
 }
 
 // answeredAt is when the attempt (job, token) was answered 200.
-func (w *sfWatch) answeredAt(job, token int64) (time.Time, bool) {
+func (w *deliveryWatch) answeredAt(job, token int64) (time.Time, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	at, ok := w.answered[[2]int64{job, token}]
@@ -282,9 +230,9 @@ func (w *sfWatch) answeredAt(job, token int64) (time.Time, bool) {
 // ---------------------------------------------------------------------
 // Final check.
 
-// sfTryCount is count without failing: while a service comes back, a
+// tryCount is count without failing: while a service comes back, a
 // pooled connection may still be a dead one.
-func sfTryCount(s *pgstore.Store, query string, args ...any) (int, error) {
+func tryCount(s *pgstore.Store, query string, args ...any) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var n int
@@ -292,10 +240,10 @@ func sfTryCount(s *pgstore.Store, query string, args ...any) (int, error) {
 	return n, err
 }
 
-// sfWaitThrough waits until a record produced from now on has gone all
+// waitThrough waits until a record produced from now on has gone all
 // the way through (its job succeeded), and returns how long that took:
 // the process works again, for new records as well as old ones.
-func sfWaitThrough(t *testing.T, p *proc, pr *sfProducer, s *pgstore.Store, within time.Duration) time.Duration {
+func waitThrough(t *testing.T, p *proc, pr *producer, s *pgstore.Store, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	// At most one burst is in flight: this one is produced after now.
@@ -304,12 +252,12 @@ func sfWaitThrough(t *testing.T, p *proc, pr *sfProducer, s *pgstore.Store, with
 		if p.exited() {
 			t.Fatalf("%s exited (code %d); it should recover by itself", p.name, p.code)
 		}
-		n, err := sfTryCount(s, `SELECT count(*) FROM jobs WHERE dedupe_key = $1 AND state = 'succeeded'`, id)
+		n, err := tryCount(s, `SELECT count(*) FROM jobs WHERE dedupe_key = $1 AND state = 'succeeded'`, id)
 		if err == nil && n == 1 {
 			return time.Since(start)
 		}
 		if time.Now().After(deadline) {
-			sfDiagnose(t, s, id)
+			diagnose(t, s, id)
 			// A goroutine dump of the stuck process says where it waits.
 			p.signal(syscall.SIGQUIT)
 			p.wait(30 * time.Second)
@@ -321,10 +269,10 @@ func sfWaitThrough(t *testing.T, p *proc, pr *sfProducer, s *pgstore.Store, with
 	}
 }
 
-// sfDiagnose logs what the database says about a job that did not get
+// diagnose logs what the database says about a job that did not get
 // through: its row, its lane, the queue by state, the stored offsets and
 // what the server is busy with.
-func sfDiagnose(t *testing.T, s *pgstore.Store, id string) {
+func diagnose(t *testing.T, s *pgstore.Store, id string) {
 	t.Helper()
 	for _, q := range []string{
 		`SELECT row_to_json(j)::text FROM (SELECT id, state, key, attempts, token, lease_expires_at, scheduled_at, src_partition, src_offset FROM jobs WHERE dedupe_key = $1) j`,
@@ -347,38 +295,15 @@ func sfDiagnose(t *testing.T, s *pgstore.Store, id string) {
 	}
 }
 
-// sfSummary is the outcome of one scenario.
-type sfSummary struct {
-	Produced, Jobs, Lost, DuplicateJobs, OrderViolations, StaleCompletions, Redeliveries int
-}
-
-func (s *sfSummary) add(o sfSummary) {
-	s.Produced += o.Produced
-	s.Jobs += o.Jobs
-	s.Lost += o.Lost
-	s.DuplicateJobs += o.DuplicateJobs
-	s.OrderViolations += o.OrderViolations
-	s.StaleCompletions += o.StaleCompletions
-	s.Redeliveries += o.Redeliveries
-}
-
-// report prints the summary line to the test log and to stdout.
-func (s sfSummary) report(t *testing.T, scenario string) {
-	line := fmt.Sprintf("FAULT-SUMMARY scenario=%s produced=%d jobs=%d lost=%d duplicate_jobs=%d order_violations=%d stale_completions_accepted=%d redeliveries=%d",
-		scenario, s.Produced, s.Jobs, s.Lost, s.DuplicateJobs, s.OrderViolations, s.StaleCompletions, s.Redeliveries)
-	t.Log(line)
-	fmt.Println(line)
-}
-
-// sfCheck is what the final check looks at.
-type sfCheck struct {
+// finalCheck is what the final check looks at.
+type finalCheck struct {
 	p            *proc
 	store        *pgstore.Store
 	adm          *kadm.Client
 	group, topic string
 	tg           *target
-	watch        *sfWatch // the target's behaviour
-	ordered      bool     // the route is ordered: check I3
+	watch        *deliveryWatch // the target's behaviour
+	ordered      bool           // the route is ordered: check I3
 }
 
 // verify waits until the process has ingested every record of the topic
@@ -404,7 +329,7 @@ type sfCheck struct {
 //
 // Every job must have succeeded, and no job may exist that recs does not
 // account for.
-func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfSummary {
+func (c finalCheck) verify(t *testing.T, recs []producedRec, within time.Duration) faultSummary {
 	t.Helper()
 	end := endOffsets(t, c.adm, c.topic)
 	var stored map[int32]int64
@@ -422,7 +347,7 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 		if !offsetsCovered(stored, end) {
 			return false
 		}
-		n, err := sfTryCount(c.store, `SELECT count(*) FROM jobs WHERE state IN ('waiting','queued','running','retrying')`)
+		n, err := tryCount(c.store, `SELECT count(*) FROM jobs WHERE state IN ('waiting','queued','running','retrying')`)
 		return err == nil && n == 0
 	})
 	for p, e := range end {
@@ -449,7 +374,7 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 		t.Errorf("%d DLQ entries, want none", len(parked))
 	}
 
-	sum := sfSummary{Produced: len(recs), Jobs: len(rows)}
+	sum := faultSummary{produced: len(recs), jobs: len(rows)}
 	byDedupe := map[string][]jobRow{}
 	type src struct {
 		partition int32
@@ -469,12 +394,12 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 		js := byDedupe[r.id]
 		switch {
 		case len(js) == 0 && !parked[[2]int64{int64(r.partition), r.offset}]:
-			sum.Lost++
-			if sum.Lost <= 10 {
+			sum.lost++
+			if sum.lost <= 10 {
 				t.Errorf("I1: record %s at %d/%d has no job and no DLQ entry", r.id, r.partition, r.offset)
 			}
 		case len(js) > 1:
-			sum.DuplicateJobs++
+			sum.duplicateJobs++
 			t.Errorf("I2: record %s has %d jobs", r.id, len(js))
 		case len(js) == 1 && !bytes.Equal(js[0].Payload, r.value):
 			t.Errorf("job %d: payload %q, want %q", js[0].ID, js[0].Payload, r.value)
@@ -482,7 +407,7 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 	}
 	for s, js := range bySource {
 		if len(js) > 1 {
-			sum.DuplicateJobs++
+			sum.duplicateJobs++
 			t.Errorf("I2: %d jobs come from %d/%d", len(js), s.partition, s.offset)
 		}
 	}
@@ -508,7 +433,7 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 	for _, j := range rows {
 		cs := calls[j.ID]
 		if len(cs) > 1 {
-			sum.Redeliveries += len(cs) - 1
+			sum.redeliveries += len(cs) - 1
 		}
 		if j.State != "succeeded" {
 			continue
@@ -521,7 +446,7 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 		var why string
 		switch {
 		case j.Token != newest:
-			why = fmt.Sprintf("job %d succeeded with token %d; the target was called with tokens %v", j.ID, j.Token, sfTokens(cs))
+			why = fmt.Sprintf("job %d succeeded with token %d; the target was called with tokens %v", j.ID, j.Token, tokensOf(cs))
 		case !ok:
 			why = fmt.Sprintf("job %d succeeded with token %d, which the target never answered 200", j.ID, j.Token)
 		case j.FinishedAt == nil || j.FinishedAt.Before(answered):
@@ -529,16 +454,16 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 				"the outcome recorded is not that attempt's", j.ID, j.FinishedAt, j.Token, answered)
 		}
 		if why != "" {
-			sum.StaleCompletions++
-			if sum.StaleCompletions <= 10 {
+			sum.staleCompletionsAccepted++
+			if sum.staleCompletionsAccepted <= 10 {
 				t.Errorf("I4: %s", why)
 			}
 		}
 	}
 	if c.ordered {
 		for _, v := range c.watch.violations() {
-			sum.OrderViolations++
-			if sum.OrderViolations <= 10 {
+			sum.orderViolations++
+			if sum.orderViolations <= 10 {
 				t.Errorf("I3: %s", v)
 			}
 		}
@@ -553,8 +478,8 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 				continue
 			}
 			if prev, ok := started[cl.Key]; ok && off < prev {
-				sum.OrderViolations++
-				if sum.OrderViolations <= 10 {
+				sum.orderViolations++
+				if sum.orderViolations <= 10 {
 					t.Errorf("I3: key %s: job %d (offset %d) started after offset %d of its key", cl.Key, cl.JobID, off, prev)
 				}
 			}
@@ -564,7 +489,7 @@ func (c sfCheck) verify(t *testing.T, recs []sfRecord, within time.Duration) sfS
 	return sum
 }
 
-func sfTokens(cs []call) []int64 {
+func tokensOf(cs []call) []int64 {
 	out := make([]int64, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, c.Token)
@@ -573,11 +498,11 @@ func sfTokens(cs []call) []int64 {
 	return out
 }
 
-// sfBackendPorts returns the local TCP ports of pid's connections to
+// backendPorts returns the local TCP ports of pid's connections to
 // 127.0.0.1:port, read from /proc: pid's socket inodes matched against
 // the kernel's TCP table. They are the client_port of the process's
 // backends in pg_stat_activity.
-func sfBackendPorts(pid, port int) ([]int, error) {
+func backendPorts(pid, port int) ([]int, error) {
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
 		return nil, err
@@ -614,9 +539,9 @@ func sfBackendPorts(pid, port int) ([]int, error) {
 	return ports, nil
 }
 
-// sfURLPort is the port of a libpq URL whose host is 127.0.0.1 (the
-// only address sfBackendPorts looks for).
-func sfURLPort(t *testing.T, raw string) int {
+// urlPort is the port of a libpq URL whose host is 127.0.0.1 (the
+// only address backendPorts looks for).
+func urlPort(t *testing.T, raw string) int {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {

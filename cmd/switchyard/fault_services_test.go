@@ -26,11 +26,11 @@ import (
 // The load of every scenario: 100 records/s over 3 partitions and 24 keys,
 // each job held 0–20ms by the target.
 const (
-	sfPartitions = 3
-	sfKeys       = 24
-	sfBurst      = 5
-	sfTick       = 50 * time.Millisecond
-	sfHold       = 20 * time.Millisecond
+	loadPartitions = 3
+	loadKeys       = 24
+	loadBurst      = 5
+	loadTick       = 50 * time.Millisecond
+	loadHold       = 20 * time.Millisecond
 )
 
 // scenarioConfig completes the config of a scenario: dedupe on the
@@ -52,14 +52,14 @@ func scenarioConfig(c testConfig) testConfig {
 // at the end offsets, and per-key order kept.
 func TestFaultPostgresRestart(t *testing.T) {
 	t.Parallel()
-	cycles := serviceFaultCycles(t, 2)
+	cycles := faultCycles(t, 2)
 	pg := testenv.StartPostgres(t)
 	svc := testenv.Services{DatabaseURL: pg.URL, Brokers: testenv.Brokers(t)}
 	schema := svc.Schema(t)
 	store := svc.Store(t, schema)
-	topic := svc.Topic(t, sfPartitions)
+	topic := svc.Topic(t, loadPartitions)
 	group := testenv.Name("g")
-	watch := sfNewWatch(sfHold)
+	watch := newDeliveryWatch(loadHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
 	// Each outage can cost a job an attempt (its lease expires while the
@@ -68,11 +68,11 @@ func TestFaultPostgresRestart(t *testing.T) {
 		TargetURL: tg.URL(), Ordered: true, MaxAttempts: cycles + 10}))
 
 	p := start(t, "run", svc.Env(), "run", "--config", cfg)
-	pr := sfStartProducer(t, svc.Brokers, topic, "r", sfPartitions, sfKeys, sfBurst, sfTick)
-	sfWaitThrough(t, p, pr, store, time.Minute)
+	pr := startProducer(t, svc.Brokers, topic, "r", loadPartitions, loadKeys, loadBurst, loadTick)
+	waitThrough(t, p, pr, store, time.Minute)
 	for i := 1; i <= cycles; i++ {
 		pr.waitProduced(t, pr.count(), 50, 30*time.Second)
-		mark := sfLogMark(p)
+		mark := p.logMark()
 		down := time.Now()
 		pg.Stop()
 		// Both halves of the process hit the outage before it ends: ingest
@@ -83,11 +83,11 @@ func TestFaultPostgresRestart(t *testing.T) {
 		if i%2 == 0 {
 			rescues = 6
 		}
-		sfWaitLogCount(p, mark, 30*time.Second, "storing batch failed", 1)
-		sfWaitLogCount(p, mark, 30*time.Second, `"rescue failed"`, rescues)
+		p.waitLogCount(mark, 30*time.Second, "storing batch failed", 1)
+		p.waitLogCount(mark, 30*time.Second, `"rescue failed"`, rescues)
 		pg.Start()
 		up := time.Now()
-		through := sfWaitThrough(t, p, pr, store, time.Minute)
+		through := waitThrough(t, p, pr, store, time.Minute)
 		t.Logf("restart %d/%d: postgres down for %s; a new record went through %s after it was back",
 			i, cycles, up.Sub(down).Round(time.Millisecond), through.Round(time.Millisecond))
 	}
@@ -95,9 +95,9 @@ func TestFaultPostgresRestart(t *testing.T) {
 	pr.waitProduced(t, pr.count(), 50, 30*time.Second)
 	recs := pr.stop(t)
 
-	sum := sfCheck{p: p, store: store, adm: svc.Admin(t), group: group, topic: topic, tg: tg, watch: watch, ordered: true}.
+	sum := finalCheck{p: p, store: store, adm: svc.Admin(t), group: group, topic: topic, tg: tg, watch: watch, ordered: true}.
 		verify(t, recs, 2*time.Minute)
-	sfStopClean(p)
+	term(t, p, 30*time.Second)
 	sum.report(t, "postgres_restart")
 }
 
@@ -106,7 +106,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 // shared server. Only this process's backends are terminated: other test
 // packages connect with the same user and application_name (the store
 // sets application_name=switchyard itself, overriding one in the URL),
-// so they are picked by their TCP connection. sfBackendPorts reads, from
+// so they are picked by their TCP connection. backendPorts reads, from
 // /proc, the local ports of the process's own sockets connected to the
 // server; a backend's (client_addr, client_port) is exactly that socket's
 // address. To guard against a port freed and reused by another client
@@ -114,13 +114,13 @@ func TestFaultPostgresRestart(t *testing.T) {
 // the process did and belong to this database and user.
 func TestFaultConnectionsKilled(t *testing.T) {
 	t.Parallel()
-	rounds := 4 * serviceFaultCycles(t, 3)
+	rounds := 4 * faultCycles(t, 3)
 	svc := testenv.Shared(t)
 	schema := svc.Schema(t)
 	store := svc.Store(t, schema)
-	topic := svc.Topic(t, sfPartitions)
+	topic := svc.Topic(t, loadPartitions)
 	group := testenv.Name("g")
-	watch := sfNewWatch(sfHold)
+	watch := newDeliveryWatch(loadHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
 	cfg := writeConfig(t, scenarioConfig(testConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
@@ -131,16 +131,16 @@ func TestFaultConnectionsKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := start(t, "run", svc.Env(), "run", "--config", cfg)
-	pr := sfStartProducer(t, svc.Brokers, topic, "r", sfPartitions, sfKeys, sfBurst, sfTick)
-	sfWaitThrough(t, p, pr, store, time.Minute)
+	pr := startProducer(t, svc.Brokers, topic, "r", loadPartitions, loadKeys, loadBurst, loadTick)
+	waitThrough(t, p, pr, store, time.Minute)
 	pr.waitProduced(t, pr.count(), 50, 30*time.Second)
-	pgPort := sfURLPort(t, svc.DatabaseURL) // on 127.0.0.1, checked by sfURLPort
-	mark := sfLogMark(p)
+	pgPort := urlPort(t, svc.DatabaseURL) // on 127.0.0.1, checked by urlPort
+	mark := p.logMark()
 	killed := 0
 	for i := 1; i <= rounds; i++ {
 		// At a random moment, so that kills land mid-transaction too.
 		<-time.After(rand.N(400 * time.Millisecond))
-		ports, err := sfBackendPorts(p.cmd.Process.Pid, pgPort)
+		ports, err := backendPorts(p.cmd.Process.Pid, pgPort)
 		if err != nil {
 			t.Fatalf("find the process's connections: %v", err)
 		}
@@ -157,7 +157,7 @@ func TestFaultConnectionsKilled(t *testing.T) {
 		}
 		killed += n
 		// It recovers: new records go through before the next round.
-		sfWaitThrough(t, p, pr, store, time.Minute)
+		waitThrough(t, p, pr, store, time.Minute)
 	}
 	if killed == 0 {
 		t.Fatal("no backend of the process was ever terminated: the test tested nothing")
@@ -167,9 +167,9 @@ func TestFaultConnectionsKilled(t *testing.T) {
 	pr.waitProduced(t, pr.count(), 50, 30*time.Second)
 	recs := pr.stop(t)
 
-	sum := sfCheck{p: p, store: store, adm: svc.Admin(t), group: group, topic: topic, tg: tg, watch: watch, ordered: true}.
+	sum := finalCheck{p: p, store: store, adm: svc.Admin(t), group: group, topic: topic, tg: tg, watch: watch, ordered: true}.
 		verify(t, recs, 2*time.Minute)
-	sfStopClean(p)
+	term(t, p, 30*time.Second)
 	sum.report(t, "connections_killed")
 }
 
@@ -180,42 +180,42 @@ func TestFaultConnectionsKilled(t *testing.T) {
 // nothing is lost or doubled.
 func TestFaultKafkaRestart(t *testing.T) {
 	t.Parallel()
-	cycles := serviceFaultCycles(t, 1)
+	cycles := faultCycles(t, 1)
 	k := testenv.StartKafka(t)
 	svc := testenv.Services{DatabaseURL: testenv.DatabaseURL(t), Brokers: k.Brokers}
 	adm := svc.Admin(t)
-	topic := svc.Topic(t, sfPartitions)
+	topic := svc.Topic(t, loadPartitions)
 	schema := svc.Schema(t)
 	store := svc.Store(t, schema)
 	group := testenv.Name("g")
-	watch := sfNewWatch(sfHold)
+	watch := newDeliveryWatch(loadHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
 	cfg := writeConfig(t, scenarioConfig(testConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
 		TargetURL: tg.URL(), Ordered: true, MaxAttempts: cycles + 10}))
 
 	p := start(t, "run", svc.Env(), "run", "--config", cfg)
-	pr := sfStartProducer(t, svc.Brokers, topic, "r", sfPartitions, sfKeys, sfBurst, sfTick)
-	sfWaitThrough(t, p, pr, store, time.Minute)
+	pr := startProducer(t, svc.Brokers, topic, "r", loadPartitions, loadKeys, loadBurst, loadTick)
+	waitThrough(t, p, pr, store, time.Minute)
 	for i := 1; i <= cycles; i++ {
 		pr.waitProduced(t, pr.count(), 50, 30*time.Second)
-		mark := sfLogMark(p)
+		mark := p.logMark()
 		down := time.Now()
 		k.Stop()
 		// The consumer noticed the broker is gone.
-		sfWaitLogCount(p, mark, 30*time.Second, "connection refused", 1)
+		p.waitLogCount(mark, 30*time.Second, "connection refused", 1)
 		k.Start()
 		up := time.Now()
-		through := sfWaitThrough(t, p, pr, store, 2*time.Minute)
+		through := waitThrough(t, p, pr, store, 2*time.Minute)
 		t.Logf("restart %d/%d: kafka down for %s; a new record went through %s after it was back",
 			i, cycles, up.Sub(down).Round(time.Millisecond), through.Round(time.Millisecond))
 	}
 	pr.waitProduced(t, pr.count(), 50, time.Minute)
 	recs := pr.stop(t)
 
-	sum := sfCheck{p: p, store: store, adm: adm, group: group, topic: topic, tg: tg, watch: watch, ordered: true}.
+	sum := finalCheck{p: p, store: store, adm: adm, group: group, topic: topic, tg: tg, watch: watch, ordered: true}.
 		verify(t, recs, 2*time.Minute)
-	sfStopClean(p)
+	term(t, p, 30*time.Second)
 	sum.report(t, "kafka_restart")
 }
 
@@ -234,10 +234,10 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 	svc := testenv.Shared(t)
 	schema := svc.Schema(t)
 	store := svc.Store(t, schema)
-	topic := svc.Topic(t, sfPartitions)
+	topic := svc.Topic(t, loadPartitions)
 	adm := svc.Admin(t)
 	group := testenv.Name("g")
-	watch := sfNewWatch(sfHold)
+	watch := newDeliveryWatch(loadHold)
 	tg := newTarget(t)
 	tg.setBehaviour(watch.behaviour)
 	cfg := writeConfig(t, scenarioConfig(testConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
@@ -245,16 +245,16 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 
 	// 1. Consume some records; Postgres and Kafka both hold positions.
 	p := start(t, "run-0", svc.Env(), "run", "--config", cfg)
-	pr := sfStartProducer(t, svc.Brokers, topic, "a", sfPartitions, sfKeys, sfBurst, sfTick)
+	pr := startProducer(t, svc.Brokers, topic, "a", loadPartitions, loadKeys, loadBurst, loadTick)
 	pr.waitProduced(t, 0, 100, 30*time.Second)
 	before := pr.stop(t)
-	run := sfCheck{p: p, store: store, adm: adm, group: group, topic: topic, tg: tg, watch: watch}
+	run := finalCheck{p: p, store: store, adm: adm, group: group, topic: topic, tg: tg, watch: watch}
 	sum := run.verify(t, before, time.Minute)
 	end := endOffsets(t, adm, topic)
 	testenv.Eventually(t, 30*time.Second, "Kafka's committed offsets to reach the end offsets", func() bool {
-		return offsetsCovered(sfCommittedOffsets(t, adm, group, topic), end)
+		return offsetsCovered(committedOffsets(t, adm, group, topic), end)
 	})
-	sfStopClean(p)
+	term(t, p, 30*time.Second)
 
 	// 2. The database is replaced by an empty one; records arrive meanwhile.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -265,7 +265,7 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 	if _, err := store.Migrate(ctx); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	pr = sfStartProducer(t, svc.Brokers, topic, "b", sfPartitions, sfKeys, sfBurst, sfTick)
+	pr = startProducer(t, svc.Brokers, topic, "b", loadPartitions, loadKeys, loadBurst, loadTick)
 	pr.waitProduced(t, 0, 50, 30*time.Second)
 	after := pr.stop(t)
 
@@ -275,7 +275,7 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 		t.Errorf("run on the replaced database: exit code %d, want %d", code, exitFailure)
 	}
 	msg := refused.log.String()
-	t.Logf("the refusal: %s", sfLastLine(msg))
+	t.Logf("the refusal: %s", lastLine(msg))
 	for _, want := range []string{"Postgres has no stored offset", "--reset-offsets", topic, group} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("run on the replaced database: the error does not mention %q:\n%s", want, tail(msg, 4<<10))
@@ -291,29 +291,23 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 	// 4. --reset-offsets resumes from Kafka's committed offsets. Job ids
 	// start again at 1 in the new schema, so a new target tells the
 	// deliveries of its jobs from those of the old ones.
-	watch = sfNewWatch(sfHold)
+	watch = newDeliveryWatch(loadHold)
 	tg = newTarget(t)
 	tg.setBehaviour(watch.behaviour)
 	cfg = writeConfig(t, scenarioConfig(testConfig{Services: svc, Topic: topic, Group: group, Schema: schema,
 		TargetURL: tg.URL(), MaxAttempts: 10}))
 	resumed := start(t, "run-2", svc.Env(), "run", "--config", cfg, "--reset-offsets")
-	pr = sfStartProducer(t, svc.Brokers, topic, "c", sfPartitions, sfKeys, sfBurst, sfTick)
+	pr = startProducer(t, svc.Brokers, topic, "c", loadPartitions, loadKeys, loadBurst, loadTick)
 	pr.waitProduced(t, 0, 50, 30*time.Second)
 	after = append(after, pr.stop(t)...)
 	run.p, run.tg, run.watch = resumed, tg, watch
 	sum.add(run.verify(t, after, time.Minute))
-	sfStopClean(resumed)
+	term(t, resumed, 30*time.Second)
 	sum.report(t, "database_replaced")
 }
 
-// sfLastLine is the last non-empty line of a log.
-func sfLastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
-
-// sfCommittedOffsets returns the group's committed offsets in Kafka.
-func sfCommittedOffsets(t *testing.T, adm *kadm.Client, group, topic string) map[int32]int64 {
+// committedOffsets returns the group's committed offsets in Kafka.
+func committedOffsets(t *testing.T, adm *kadm.Client, group, topic string) map[int32]int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

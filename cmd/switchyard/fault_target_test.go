@@ -251,9 +251,9 @@ routes:
 	for _, w := range why {
 		t.Errorf("I4: %s", w)
 	}
-	faultSummary{scenario: "target_misbehaves", produced: len(recs), jobs: len(rows), lost: lostA + lostB,
+	faultSummary{produced: len(recs), jobs: len(rows), lost: lostA + lostB,
 		duplicateJobs: dupsA + dupsB, orderViolations: len(violations), staleCompletionsAccepted: accepted,
-		redeliveries: redeliveries(all)}.report(t)
+		redeliveries: redeliveries(all)}.report(t, "target_misbehaves")
 }
 
 // onlyRoute returns the rows of one route (routes are named by topic).

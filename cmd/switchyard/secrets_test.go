@@ -6,7 +6,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -34,12 +33,6 @@ func noSecrets(t *testing.T, what, text string) {
 	}
 }
 
-// lastLine is the last non-empty line of s.
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
-
 // withPassword returns the URL with the password set (the local server
 // trusts local connections, so any password works).
 func withPassword(t *testing.T, raw, password string) string {
@@ -54,18 +47,6 @@ func withPassword(t *testing.T, raw, password string) string {
 	}
 	u.User = url.UserPassword(user, password)
 	return u.String()
-}
-
-// closedPort returns a local port nothing listens on.
-func closedPort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	return port
 }
 
 // TestSecretsNeverLogged runs the binary with secrets in every place
@@ -139,7 +120,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 
 	// Postgres unreachable: the connection error path.
 	closedURL := fmt.Sprintf("postgres://switchyard:%s@127.0.0.1:%d/switchyard?sslmode=disable&connect_timeout=5",
-		pgSecret, closedPort(t))
+		pgSecret, testenv.FreePorts(t, 1)[0]) // a port nothing listens on
 	// URLs that cannot be parsed, in both forms pgx takes.
 	bad := []string{
 		closedURL,
