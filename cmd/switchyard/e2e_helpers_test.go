@@ -127,12 +127,18 @@ func (tg *target) setBehaviour(b behaviour) {
 	tg.mu.Unlock()
 }
 
-func (tg *target) serve(w http.ResponseWriter, r *http.Request) {
+// readCall reads the call a request carries (SPEC §5's headers, the body).
+func readCall(r *http.Request) call {
 	body, _ := io.ReadAll(r.Body)
 	c := call{Key: r.Header.Get("Switchyard-Key"), Source: r.Header.Get("Switchyard-Source"), Body: body}
 	c.JobID, _ = strconv.ParseInt(r.Header.Get("Switchyard-Job-Id"), 10, 64)
 	c.Attempt, _ = strconv.Atoi(r.Header.Get("Switchyard-Attempt"))
 	c.Token, _ = strconv.ParseInt(r.Header.Get("Switchyard-Token"), 10, 64)
+	return c
+}
+
+func (tg *target) serve(w http.ResponseWriter, r *http.Request) {
+	c := readCall(r)
 	tg.mu.Lock()
 	tg.calls = append(tg.calls, c)
 	b := tg.behave

@@ -8,8 +8,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -321,34 +323,67 @@ func connKey(s span) string {
 }
 
 // localPorts returns the connections process pid has open, as
-// "localport>remoteport", read from /proc/<pid>/fd and /proc/net/tcp{,6}.
+// "localport>remoteport".
 func localPorts(pid int) map[string]bool {
+	ports := map[string]bool{}
+	conns, _ := tcpConns(pid) // what was read, if not all
+	for _, c := range conns {
+		ports[strconv.Itoa(c.localPort)+">"+strconv.Itoa(c.remotePort)] = true
+	}
+	return ports
+}
+
+// tcpConn is one TCP connection of a process, as /proc/net/tcp{,6}
+// shows it: the remote address in the kernel's hex and byte order
+// (127.0.0.1 is 0100007F), the state in hex (01: ESTABLISHED).
+type tcpConn struct {
+	localPort, remotePort int
+	remoteAddr, state     string
+}
+
+// tcpConns returns the TCP connections of process pid: the socket inodes
+// of /proc/<pid>/fd matched against the kernel's TCP tables. The error
+// is the first thing that could not be read.
+func tcpConns(pid int) ([]tcpConn, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, err
+	}
 	inodes := map[string]bool{}
-	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	for _, fd := range fds {
 		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-		if err == nil && strings.HasPrefix(link, "socket:[") {
-			inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] = true
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if inode, ok := strings.CutPrefix(link, "socket:["); ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
 		}
 	}
-	ports := map[string]bool{}
+	var out []tcpConn
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, _ := os.ReadFile(f)
+		b, err := os.ReadFile(f)
+		if errors.Is(err, fs.ErrNotExist) && f == "/proc/net/tcp6" {
+			continue // no IPv6 on this machine
+		}
+		if err != nil {
+			return out, err
+		}
 		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
 			fields := strings.Fields(line)
 			if len(fields) < 10 || !inodes[fields[9]] {
 				continue
 			}
 			_, hexLocal, _ := strings.Cut(fields[1], ":")
-			_, hexRemote, _ := strings.Cut(fields[2], ":")
+			remote, hexRemote, _ := strings.Cut(fields[2], ":")
 			l, err1 := strconv.ParseUint(hexLocal, 16, 16)
 			r, err2 := strconv.ParseUint(hexRemote, 16, 16)
 			if err1 == nil && err2 == nil {
-				ports[strconv.FormatUint(l, 10)+">"+strconv.FormatUint(r, 10)] = true
+				out = append(out, tcpConn{localPort: int(l), remotePort: int(r), remoteAddr: remote, state: fields[3]})
 			}
 		}
 	}
-	return ports
+	return out, nil
 }
 
 // ---------------------------------------------------------------------
@@ -369,11 +404,7 @@ func newRawTarget(t *testing.T, h rawHandler) *rawTarget {
 	t.Helper()
 	rt := &rawTarget{}
 	rt.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		c := call{Key: r.Header.Get("Switchyard-Key"), Source: r.Header.Get("Switchyard-Source"), Body: body}
-		c.JobID, _ = strconv.ParseInt(r.Header.Get("Switchyard-Job-Id"), 10, 64)
-		c.Attempt, _ = strconv.Atoi(r.Header.Get("Switchyard-Attempt"))
-		c.Token, _ = strconv.ParseInt(r.Header.Get("Switchyard-Token"), 10, 64)
+		c := readCall(r)
 		i := rt.spans.opened(r, c)
 		status := h(w, r, c)
 		rt.spans.closed(i, r, status)

@@ -14,7 +14,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -499,42 +498,18 @@ func tokensOf(cs []call) []int64 {
 }
 
 // backendPorts returns the local TCP ports of pid's connections to
-// 127.0.0.1:port, read from /proc: pid's socket inodes matched against
-// the kernel's TCP table. They are the client_port of the process's
+// 127.0.0.1:port, established. They are the client_port of the process's
 // backends in pg_stat_activity.
 func backendPorts(pid, port int) ([]int, error) {
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	conns, err := tcpConns(pid)
 	if err != nil {
 		return nil, err
 	}
-	inodes := map[string]bool{}
-	for _, fd := range fds {
-		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-		if err != nil {
-			continue // closed meanwhile
-		}
-		if inode, ok := strings.CutPrefix(link, "socket:["); ok {
-			inodes[strings.TrimSuffix(inode, "]")] = true
-		}
-	}
-	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
-	if err != nil {
-		return nil, err
-	}
-	remote := fmt.Sprintf("0100007F:%04X", port) // 127.0.0.1 in the kernel's byte order
 	var ports []int
-	for _, line := range strings.Split(string(table), "\n")[1:] {
-		f := strings.Fields(line)
-		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-		if len(f) < 10 || f[2] != remote || f[3] != "01" || !inodes[f[9]] { // 01: ESTABLISHED
-			continue
+	for _, c := range conns {
+		if c.remoteAddr == "0100007F" && c.remotePort == port && c.state == "01" {
+			ports = append(ports, c.localPort)
 		}
-		_, hexPort, _ := strings.Cut(f[1], ":")
-		p, err := strconv.ParseInt(hexPort, 16, 32)
-		if err != nil {
-			return nil, err
-		}
-		ports = append(ports, int(p))
 	}
 	return ports, nil
 }
