@@ -189,7 +189,11 @@ func (e *env) work(ctx context.Context) error {
 	return e.burnDown(ctx, "work_jobs_per_s", e.route("work"), e.cfg.Jobs)
 }
 
-// http: the same through the HTTP target to a loopback no-op server.
+// http: the same through the HTTP target to a loopback no-op server,
+// after the bare loop it is compared with: cfg.Concurrency goroutines
+// sending the same requests through the same target code to the same
+// server, with no queue in between (http_bare_requests_per_s). Their
+// ratio is what the queue costs an HTTP job.
 func (e *env) http(ctx context.Context) error {
 	url, stop, err := e.httpTarget()
 	if err != nil {
@@ -198,7 +202,47 @@ func (e *env) http(ctx context.Context) error {
 	defer stop()
 	route := e.route("http")
 	route.Target = config.Target{HTTP: &config.HTTPTarget{URL: url}}
+	if err := e.bareHTTP(ctx, route, e.cfg.HTTPJobs); err != nil {
+		return err
+	}
 	return e.burnDown(ctx, "http_jobs_per_s", route, e.cfg.HTTPJobs)
+}
+
+// bareHTTP calls route's HTTP target for records 0..n-1 of route from
+// cfg.Concurrency goroutines, as workers would, without Postgres.
+func (e *env) bareHTTP(ctx context.Context, route config.Route, n int) error {
+	jobs, err := e.jobs(route, 0, n)
+	if err != nil {
+		return err
+	}
+	target, err := workers.NewHTTPTarget(workers.HTTPTargetConfig{URL: route.Target.HTTP.URL, Timeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	var next atomic.Int64
+	var failed firstError
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range e.cfg.Concurrency {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				j := jobs[i]
+				job := &workers.Job{ID: i + 1, Kind: j.Kind, Queue: j.Queue, Route: j.Route, Key: j.Key, Attempt: 1,
+					MaxAttempts: j.MaxAttempts, Token: i + 1, Payload: j.Payload, CreatedAt: start,
+					Source: workers.Source{Topic: j.Topic, Partition: j.Partition, Offset: j.Offset}}
+				if err := target.Handle(ctx, job); err != nil {
+					failed.record(nil, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := failed.get(); err != nil {
+		return fmt.Errorf("http_bare_requests_per_s: %w", err)
+	}
+	e.report("http_bare_requests_per_s", float64(n)/time.Since(start).Seconds(), "requests/s")
+	return nil
 }
 
 // ordered: the same as work over an ordered route with cfg.Keys lanes.
