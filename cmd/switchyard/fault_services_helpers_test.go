@@ -247,25 +247,24 @@ func waitThrough(t *testing.T, p *proc, pr *producer, s *pgstore.Store, within t
 	start := time.Now()
 	// At most one burst is in flight: this one is produced after now.
 	id := fmt.Sprintf("%s%d", pr.prefix, pr.count()+pr.burst)
-	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+	through := testenv.Until(within, func() bool {
 		if p.exited() {
 			t.Fatalf("%s exited (code %d); it should recover by itself", p.name, p.code)
 		}
 		n, err := tryCount(s, `SELECT count(*) FROM jobs WHERE dedupe_key = $1 AND state = 'succeeded'`, id)
-		if err == nil && n == 1 {
-			return time.Since(start)
+		return err == nil && n == 1
+	})
+	if !through {
+		diagnose(t, s, id)
+		// A goroutine dump of the stuck process says where it waits.
+		p.signal(syscall.SIGQUIT)
+		p.wait(30 * time.Second)
+		if i := strings.Index(p.log.String(), "goroutine "); i >= 0 {
+			t.Logf("goroutines of %s:\n%s", p.name, p.log.String()[i:])
 		}
-		if time.Now().After(deadline) {
-			diagnose(t, s, id)
-			// A goroutine dump of the stuck process says where it waits.
-			p.signal(syscall.SIGQUIT)
-			p.wait(30 * time.Second)
-			if i := strings.Index(p.log.String(), "goroutine "); i >= 0 {
-				t.Logf("goroutines of %s:\n%s", p.name, p.log.String()[i:])
-			}
-			t.Fatalf("timed out after %s waiting for the job of record %s to succeed", within, id)
-		}
+		t.Fatalf("timed out after %s waiting for the job of record %s to succeed", within, id)
 	}
+	return time.Since(start)
 }
 
 // diagnose logs what the database says about a job that did not get

@@ -20,18 +20,20 @@ func TestReplay(t *testing.T) {
 	schema, topic := testenv.Schema(t), testenv.Topic(t, 2)
 	store := testenv.Store(t, schema)
 	cfg := writeConfig(t, testConfig{Topic: topic, Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
-	produce := func(from, to int) {
+	// The records carry timestamps of the test's choosing, on either side
+	// of a whole second (--from-time takes seconds), rather than the
+	// clock's at producing: no waiting for the clock to pass a mark.
+	mark := time.Now().UTC().Truncate(time.Second).Add(-time.Minute)
+	produce := func(from, to int, at time.Time) {
 		var recs []*kgo.Record
 		for i := from; i < to; i++ {
-			recs = append(recs, &kgo.Record{Partition: int32(i % 2), Value: fmt.Appendf(nil, `{"id":"r%d"}`, i)})
+			recs = append(recs, &kgo.Record{Partition: int32(i % 2), Timestamp: at,
+				Value: fmt.Appendf(nil, `{"id":"r%d"}`, i)})
 		}
 		testenv.Produce(t, topic, recs...)
 	}
-	produce(0, 10)
-	time.Sleep(1100 * time.Millisecond) // record timestamps are milliseconds
-	mark := time.Now().UTC().Truncate(time.Second).Add(time.Second)
-	time.Sleep(time.Until(mark) + 100*time.Millisecond)
-	produce(10, 20)
+	produce(0, 10, mark.Add(-500*time.Millisecond))
+	produce(10, 20, mark)
 
 	replay := func(args ...string) string {
 		t.Helper()

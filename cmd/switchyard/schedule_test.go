@@ -28,7 +28,10 @@ schedules:
 	startRun(t, "run-b", cfg)
 	testenv.Eventually(t, 90*time.Second, "the scheduled job delivered", func() bool { return len(tg.received()) >= 1 })
 	// Both processes have seen the slot by the time its job ran; give the
-	// slower one a moment more to try to enqueue it again.
+	// slower one two of its 1s ticks more to try to enqueue it again. Not
+	// a synchronisation: what is awaited is a second job that must never
+	// come, and a process that finds the slot's job there already makes
+	// no sign of it (no log line, no row).
 	time.Sleep(2 * time.Second)
 	if n, slots := count(t, store, `SELECT count(*) FROM jobs`), count(t, store, `SELECT count(DISTINCT dedupe_key) FROM jobs`); n != slots {
 		t.Fatalf("%d jobs for %d slots, want one per slot", n, slots)

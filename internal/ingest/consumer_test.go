@@ -302,7 +302,7 @@ func TestLagWhileIngestIsStuck(t *testing.T) {
 		stuck = lag()
 		return stuck.Records == 15
 	})
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond) // the passage of time under test: lag seconds grow while stuck
 	if later := lag(); later.Records != 15 || later.Seconds < stuck.Seconds+1 {
 		t.Fatalf("lag while stuck went from %+v to %+v; want 15 records and a second older", stuck, later)
 	}
