@@ -51,7 +51,6 @@ test-faults: vet ## Fault-injection tests (-run Fault, SWITCHYARD_FAULT_CYCLES=2
 		$(WITH_SERVICES) $(GO) test -race -count=1 -v -run Fault -timeout $(FAULT_TIMEOUT) $(GOTESTFLAGS) $(PKGS) \
 		> faults.log 2>&1 || { tail -200 faults.log; exit 1; }
 	@grep -E '^(FAULT-SUMMARY|--- FAIL|FAIL|ok )' faults.log
-	$(WITH_SERVICES) bash $(LOCAL)/schemathesis.sh
 
 lint: ## gofmt check + go vet
 	@unformatted="$$(gofmt -l .)"; \

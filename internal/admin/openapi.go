@@ -5,7 +5,8 @@ import (
 	"net/http"
 )
 
-// openAPI describes this API; schemathesis fuzzes the server against it.
+// openAPI describes this API; cmd/switchyard's TestAdminAPIMatchesItsOpenAPI
+// fuzzes a real process against it with schemathesis.
 //
 //go:embed openapi.json
 var openAPI []byte
