@@ -26,7 +26,7 @@ import (
 
 // ingest: records already in Kafka → committed job rows with stored
 // offsets, by the engine with role ingest from a fresh group; then the
-// same rows by plain COPY into the same (emptied) table.
+// same rows by plain COPY into the same (emptied) tables.
 func (e *env) ingest(ctx context.Context) error {
 	n := e.cfg.Records
 	route := e.route("ingest")
@@ -81,12 +81,12 @@ func (e *env) ingest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rows := copyRows(jobs)
+	jobRows, keyRows := copyRows(jobs)
 	if err := e.reset(ctx); err != nil {
 		return err
 	}
 	start = time.Now()
-	copied, err := e.copyJobs(ctx, rows)
+	copied, err := e.copyJobs(ctx, jobRows, keyRows)
 	elapsed = time.Since(start)
 	if err != nil {
 		return fmt.Errorf("copy: %w", err)

@@ -79,7 +79,7 @@ type JobFilter struct {
 func (s *Store) JobList(ctx context.Context, f JobFilter) ([]JobRow, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
 		WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR queue = $2)
-		  AND ($3::text IS NULL OR key = $3) AND id > $4
+		  AND ($3::text IS NULL OR id IN (SELECT job_id FROM job_keys WHERE key = $3 AND job_id > $4)) AND id > $4
 		  AND ($6::text IS NULL OR route = $6)
 		ORDER BY id LIMIT $5`, nullable(string(f.State)), nullable(f.Queue), nullable(f.Key), f.After, f.Limit,
 		nullable(f.Route))

@@ -27,6 +27,21 @@
 // either the migrations or the functions are not this binary's
 // (SchemaCheck).
 //
+// # What a job's row carries
+//
+// A job is written three times — enqueued, claimed, finished — and each
+// write that changes its state is a new row version with an entry in
+// every index whose predicate it meets. So jobs has only indexes whose
+// entries a state change must move anyway: the partial indexes of the
+// runnable, running, waiting, finished and deadline paths, and the
+// primary key. What never changes after the insert and is looked up —
+// the dedupe key (I2), the key the admin API lists by — lives in
+// job_keys, one row per job, written in the same statement or
+// transaction as the job and deleted with it by retention (JobPrune);
+// TestJobKeysFollowJobs holds every path to that. The ids come first
+// (drawJobIDs, or the staging table's default) so that both rows carry
+// the job's id.
+//
 // Reading lanes_advance therefore never needs the history of the
 // migrations that once defined it: they keep their numbers and their
 // reasons, and point here.

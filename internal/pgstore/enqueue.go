@@ -43,18 +43,23 @@ func (s *Store) JobEnqueue(ctx context.Context, j NewJob, runAt time.Time) (Enqu
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		e = Enqueued{}
 		err := tx.QueryRow(ctx, `
-			INSERT INTO jobs (origin, route, kind, queue, state, key, version, dedupe_key, payload,
+			WITH k AS (
+				INSERT INTO job_keys (job_id, route, origin, dedupe_key, key)
+				VALUES (nextval('jobs_id_seq'), $2, $1, $8, $6)
+				ON CONFLICT (route, origin, dedupe_key) DO NOTHING
+				RETURNING job_id
+			)
+			INSERT INTO jobs (id, origin, route, kind, queue, state, key, version, dedupe_key, payload,
 				header_keys, header_values, max_attempts, deadline, scheduled_at, lane)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, coalesce($14, now()), $15)
-			ON CONFLICT (route, origin, dedupe_key) DO NOTHING
+			SELECT k.job_id, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, coalesce($14, now()), $15 FROM k
 			RETURNING id`,
 			j.origin(), j.Route, j.Kind, j.Queue, state, j.Key, j.Version, j.DedupeKey, nonNilByte(j.Payload),
 			nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline, at, j.Lane != nil).Scan(&e.ID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The conflict waited for the row's transaction to end, so a
 			// new statement sees it.
-			return tx.QueryRow(ctx, `SELECT id, state, payload = $4 FROM jobs
-				WHERE route = $1 AND origin = $2 AND dedupe_key = $3`,
+			return tx.QueryRow(ctx, `SELECT j.id, j.state, j.payload = $4 FROM job_keys k JOIN jobs j ON j.id = k.job_id
+				WHERE k.route = $1 AND k.origin = $2 AND k.dedupe_key = $3`,
 				j.Route, j.origin(), j.DedupeKey, nonNilByte(j.Payload)).Scan(&e.ID, &e.State, &e.SamePayload)
 		}
 		if err != nil {
@@ -85,8 +90,8 @@ func (s *Store) JobEnqueue(ctx context.Context, j NewJob, runAt time.Time) (Enqu
 // JobFind returns the job of a dedupe key in an origin's namespace, or
 // ErrNotFound.
 func (s *Store) JobFind(ctx context.Context, route, origin, dedupeKey string) (JobRow, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE route = $1 AND origin = $2 AND dedupe_key = $3`, route, origin, dedupeKey)
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = (SELECT job_id FROM job_keys
+		WHERE route = $1 AND origin = $2 AND dedupe_key = $3)`, route, origin, dedupeKey)
 	if err != nil {
 		return JobRow{}, err
 	}
@@ -107,7 +112,7 @@ func (s *Store) QueueFull(ctx context.Context, queue string, limit int) (bool, e
 // retained jobs ("" when it has none): the schedule's last enqueued slot.
 func (s *Store) RouteLastDedupeKey(ctx context.Context, route string) (string, error) {
 	var k *string
-	err := s.pool.QueryRow(ctx, `SELECT max(dedupe_key COLLATE "C") FROM jobs
+	err := s.pool.QueryRow(ctx, `SELECT max(dedupe_key COLLATE "C") FROM job_keys
 		WHERE route = $1 AND origin = 'schedule'`, route).Scan(&k)
 	if k == nil {
 		return "", err

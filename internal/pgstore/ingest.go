@@ -157,8 +157,10 @@ func (r *IngestResult) add(o IngestResult) {
 	}
 }
 
+// stageDDL is the staging table of the conflict path; each staged row
+// draws its job id as it is copied in.
 const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS ingest_stage (
-	origin text, route text, kind text, queue text, key text, version bigint, dedupe_key text,
+	id bigint DEFAULT nextval('jobs_id_seq'), origin text, route text, kind text, queue text, key text, version bigint, dedupe_key text,
 	payload bytea, header_keys text[], header_values bytea[], max_attempts integer,
 	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint, lane boolean
 ) ON COMMIT DELETE ROWS`
@@ -223,12 +225,14 @@ func (s *Store) IngestCommit(ctx context.Context, b IngestBatch) (IngestResult, 
 // sharing a database do not wake each other.
 func (s *Store) Channel() string { return s.schema + "_jobs" }
 
-// insertJobs inserts a batch of job rows, skipping dedupe-key conflicts
-// (I2), and creates the lanes of its ordered jobs. Conflicts are rare
-// outside redelivery and replay, so it first COPYs straight into jobs —
-// as fast as a plain COPY — and only when the unique index objects does
-// it roll back and take the staged path: COPY into a temp table, then
-// one INSERT … ON CONFLICT DO NOTHING.
+// insertJobs inserts a batch of job rows and their job_keys rows (see
+// 0009_job_keys.sql), skipping dedupe-key conflicts (I2), and creates the
+// lanes of its ordered jobs. Conflicts are rare outside redelivery and
+// replay, so it first draws the batch's ids and COPYs straight into
+// job_keys and jobs — as fast as a plain COPY — and only when the unique
+// index of job_keys objects does it roll back and take the staged path:
+// COPY into a temp table, then one statement inserting what does not
+// conflict (ON CONFLICT DO NOTHING) into both.
 //
 // Rows that Postgres refuses for their data (a value no check in decode
 // foresaw) come back as refused instead of failing the batch: the
@@ -239,10 +243,20 @@ func (s *Store) Channel() string { return s.schema + "_jobs" }
 func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult) ([]refused[NewJob], error) {
 	return bisect(ctx, tx, jobs, func(jobs []NewJob) error {
 		var part IngestResult
-		n, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, copyColumns, jobRows(jobs, true))
+		ids, err := drawJobIDs(ctx, tx, len(jobs))
+		if err != nil {
+			return err
+		}
+		_, err = tx.CopyFrom(ctx, pgx.Identifier{"job_keys"}, keyColumns, keyRows(jobs, ids))
+		if err == nil {
+			_, err = tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, append([]string{"id"}, copyColumns...), jobRows(jobs, ids))
+			if err != nil {
+				return fmt.Errorf("copy jobs: %w", err)
+			}
+		}
 		switch {
 		case err == nil:
-			part.Inserted = n
+			part.Inserted = int64(len(jobs))
 			part.InsertedByTopic = map[string]int64{}
 			for _, j := range jobs {
 				part.InsertedByTopic[j.Topic]++
@@ -258,7 +272,7 @@ func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult
 				return err
 			}
 		default:
-			return fmt.Errorf("copy jobs: %w", err)
+			return fmt.Errorf("copy job keys: %w", err)
 		}
 		if err := upsertLanes(ctx, tx, jobs); err != nil {
 			return err
@@ -350,16 +364,18 @@ var copyColumns = []string{"origin", "route", "kind", "queue", "key", "version",
 	"payload", "header_keys", "header_values", "max_attempts", "deadline",
 	"src_topic", "src_partition", "src_offset", "lane", "state"}
 
-// jobRows yields COPY rows for jobs (withState: for the jobs table itself,
-// which needs the initial state; the staging table derives it).
-func jobRows(jobs []NewJob, withState bool) pgx.CopyFromSource {
+// jobRows yields COPY rows for jobs: with ids, for the jobs table itself
+// (its id first, then copyColumns with the initial state); without, for
+// the staging table, which draws the id and derives the state.
+func jobRows(jobs []NewJob, ids []int64) pgx.CopyFromSource {
 	return pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
 		j := &jobs[i]
 		// nil slices would COPY as NULL into NOT NULL columns.
 		row := []any{j.origin(), j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey,
 			nonNilByte(j.Payload), nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline,
 			j.Topic, j.Partition, j.Offset, j.Lane != nil}
-		if withState {
+		if ids != nil {
+			row = append([]any{ids[i]}, row...)
 			state := jobstate.Queued
 			if j.Lane != nil {
 				state = jobstate.Waiting
@@ -370,25 +386,51 @@ func jobRows(jobs []NewJob, withState bool) pgx.CopyFromSource {
 	})
 }
 
+// keyColumns are the job_keys columns, in keyRows' order.
+var keyColumns = []string{"job_id", "route", "origin", "dedupe_key", "key"}
+
+// keyRows yields the job_keys rows of jobs, under their drawn ids.
+func keyRows(jobs []NewJob, ids []int64) pgx.CopyFromSource {
+	return pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
+		j := &jobs[i]
+		return []any{ids[i], j.Route, j.origin(), j.DedupeKey, j.Key}, nil
+	})
+}
+
+// drawJobIDs draws n job ids from the jobs' sequence in one round trip:
+// a job's id exists before its rows, which carry it.
+func drawJobIDs(ctx context.Context, tx pgx.Tx, n int) ([]int64, error) {
+	rows, err := tx.Query(ctx, `SELECT nextval('jobs_id_seq') FROM generate_series(1, $1)`, n)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
 func insertStaged(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult) error {
 	if _, err := tx.Exec(ctx, stageDDL); err != nil {
 		return err
 	}
-	staged, err := tx.CopyFrom(ctx, pgx.Identifier{"ingest_stage"}, copyColumns[:len(copyColumns)-1], jobRows(jobs, false))
+	staged, err := tx.CopyFrom(ctx, pgx.Identifier{"ingest_stage"}, copyColumns[:len(copyColumns)-1], jobRows(jobs, nil))
 	if err != nil {
 		return fmt.Errorf("copy jobs: %w", err)
 	}
 	rows, err := tx.Query(ctx, `
-		WITH ins AS (
-			INSERT INTO jobs (origin, route, kind, queue, state, key, version, dedupe_key, payload,
+		WITH k AS (
+			INSERT INTO job_keys (job_id, route, origin, dedupe_key, key)
+			-- No ORDER BY: rows are staged in offset order per partition
+			-- already, so the first of two rows with one dedupe key wins,
+			-- and sorting wide rows cost ~30% of ingest.
+			SELECT id, route, origin, dedupe_key, key FROM ingest_stage
+			ON CONFLICT (route, origin, dedupe_key) DO NOTHING
+			RETURNING job_id
+		), ins AS (
+			INSERT INTO jobs (id, origin, route, kind, queue, state, key, version, dedupe_key, payload,
 				header_keys, header_values, max_attempts, deadline, src_topic, src_partition, src_offset, lane)
-			SELECT origin, route, kind, queue, CASE WHEN lane THEN 'waiting' ELSE 'queued' END, key, version,
+			SELECT s.id, origin, route, kind, queue, CASE WHEN lane THEN 'waiting' ELSE 'queued' END, key, version,
 				dedupe_key, payload, header_keys, header_values, max_attempts, deadline,
 				src_topic, src_partition, src_offset, lane
-			-- No ORDER BY: rows are staged in offset order per partition
-			-- already, and sorting wide rows cost ~30% of ingest.
-			FROM ingest_stage
-			ON CONFLICT (route, origin, dedupe_key) DO NOTHING
+			FROM ingest_stage s JOIN k ON k.job_id = s.id
 			RETURNING queue, src_topic
 		)
 		SELECT queue, src_topic, count(*) FROM ins GROUP BY queue, src_topic`)

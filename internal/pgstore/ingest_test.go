@@ -167,4 +167,10 @@ func TestMigrationMovesJobsToTheirOrigin(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after 0008: %q, want %q", got, want)
 	}
+	// 0009 gives each its job_keys row.
+	var keyed int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs j JOIN job_keys k ON k.job_id = j.id
+		AND (k.route, k.origin, k.dedupe_key, k.key) = (j.route, j.origin, j.dedupe_key, j.key)`).Scan(&keyed); err != nil || keyed != 4 {
+		t.Fatalf("after 0009: %d jobs with their job_keys row, %v; want 4", keyed, err)
+	}
 }

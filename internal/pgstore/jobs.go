@@ -472,12 +472,21 @@ func (s *Store) JobCancel(ctx context.Context, id int64) error {
 // dedupe key, so the retention of a state is also the window in which a
 // replay is deduplicated against it.
 func (s *Store) JobPrune(ctx context.Context, state string, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM jobs WHERE id IN (
-			SELECT j.id FROM jobs j
-			WHERE j.state = $1 AND j.finished_at < now() - $2::bigint * interval '1 millisecond'
-			  AND NOT EXISTS (SELECT 1 FROM dlq_entries d WHERE d.job_id = j.id)
-			ORDER BY j.finished_at LIMIT $3
-			FOR UPDATE SKIP LOCKED)`, state, olderThan.Milliseconds(), limit)
-	return tag.RowsAffected(), err
+	// A job's job_keys row goes with it: its dedupe key is held as long as
+	// the job is retained, as before job_keys had rows of their own.
+	var n int64
+	err := s.pool.QueryRow(ctx, `
+		WITH d AS (
+			DELETE FROM jobs WHERE id IN (
+				SELECT j.id FROM jobs j
+				WHERE j.state = $1 AND j.finished_at < now() - $2::bigint * interval '1 millisecond'
+				  AND NOT EXISTS (SELECT 1 FROM dlq_entries d WHERE d.job_id = j.id)
+				ORDER BY j.finished_at LIMIT $3
+				FOR UPDATE SKIP LOCKED)
+			RETURNING id
+		), k AS (
+			DELETE FROM job_keys WHERE job_id IN (SELECT id FROM d)
+		)
+		SELECT count(*) FROM d`, state, olderThan.Milliseconds(), limit).Scan(&n)
+	return n, err
 }

@@ -190,7 +190,7 @@ func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob)
 		if err := promoteLanes(ctx, tx, jobs); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT id FROM jobs WHERE route = $1 AND origin = $2 AND dedupe_key = $3`,
+		if err := tx.QueryRow(ctx, `SELECT job_id FROM job_keys WHERE route = $1 AND origin = $2 AND dedupe_key = $3`,
 			job.Route, job.origin(), job.DedupeKey).Scan(&jobID); err != nil {
 			return err
 		}
@@ -234,7 +234,8 @@ func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string)
 					lease_expires_at = NULL,
 					state = CASE WHEN NOT j.lane OR EXISTS (SELECT 1 FROM lanes l
 						WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id) THEN 'queued' ELSE 'waiting' END
-				WHERE j.route = $1 AND j.origin = 'kafka' AND j.dedupe_key = ANY($2::text[])
+				WHERE j.id IN (SELECT job_id FROM job_keys
+					WHERE route = $1 AND origin = 'kafka' AND dedupe_key = ANY($2::text[]))
 				  AND j.state IN ('succeeded', 'dead', 'cancelled', 'skipped', 'expired')
 				RETURNING j.id, j.queue, j.state, j.key
 			), d AS (

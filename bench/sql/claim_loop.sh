@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Server-side cost of a job's claim and completion, by index set: one
+# Postgres session claims 100 jobs (FOR UPDATE SKIP LOCKED from its last
+# position, as JobClaim does) and completes them, 1,000 times over 100,000
+# queued jobs, committing each round (synchronous_commit off, so the
+# figure is CPU and WAL, not fsync). No client work is in it: it is the
+# ceiling the schema sets, which `switchyard bench` figures sit under.
+#
+# Usage: bench/sql/claim_loop.sh [rounds]
+#   with SWITCHYARD_DATABASE_URL set (source deploy/local/env.sh). Prints,
+#   for each round, jobs/s with the index set of the jobs table before
+#   migration 0009 ("before") and after it ("after").
+set -euo pipefail
+ROUNDS="${1:-3}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+: "${SWITCHYARD_DATABASE_URL:?set it (source deploy/local/env.sh)}"
+psql() { command psql -X -q -v ON_ERROR_STOP=1 "$SWITCHYARD_DATABASE_URL" "$@"; }
+
+# The jobs table as the migrations leave it, for its columns.
+BASE="claimloop_base_$$"
+CFG="$(mktemp)"
+trap 'rm -f "$CFG"; psql -c "DROP SCHEMA IF EXISTS $BASE CASCADE" >/dev/null 2>&1 || true' EXIT
+printf 'postgres: {schema: %s}\nqueues: {q: {concurrency: 1}}\nroutes: [{topic: t, kind: k, queue: q, target: {go: true}}]\n' "$BASE" >"$CFG"
+(cd "$ROOT" && go run ./cmd/switchyard migrate --config "$CFG" >/dev/null)
+
+RUNNABLE="CREATE INDEX ON jobs (queue, scheduled_at, id) WHERE state IN ('queued', 'retrying');"
+RUNNING="CREATE INDEX ON jobs (lease_expires_at) WHERE state = 'running';"
+LANE="CREATE INDEX ON jobs (route, key, version NULLS FIRST, src_offset, id) WHERE state = 'waiting';"
+FINISHED="CREATE INDEX ON jobs (state, finished_at) WHERE state IN ('succeeded', 'skipped', 'cancelled', 'expired', 'dead');"
+DEADLINE="CREATE INDEX ON jobs (deadline) WHERE deadline IS NOT NULL AND state IN ('queued', 'retrying');"
+STATE="CREATE INDEX ON jobs (state, id);"
+KEY="CREATE INDEX ON jobs (key, id) WHERE key <> '';"
+DEDUPE="CREATE UNIQUE INDEX ON jobs (route, origin, dedupe_key);"
+AFTER="$RUNNABLE $RUNNING $LANE $FINISHED $DEADLINE"
+BEFORE="$AFTER $STATE $KEY $DEDUPE"
+
+run() { # name, index DDL
+  local s="claimloop_$1_$$"
+  psql >/dev/null <<SQL
+CREATE SCHEMA $s;
+SET search_path = $s;
+CREATE SEQUENCE job_token_seq;
+CREATE TABLE jobs (LIKE $BASE.jobs INCLUDING DEFAULTS INCLUDING IDENTITY) WITH (autovacuum_enabled = false);
+ALTER TABLE jobs ADD PRIMARY KEY (id);
+$2
+INSERT INTO jobs (route, kind, queue, state, key, dedupe_key, payload, max_attempts, src_topic, src_partition, src_offset)
+SELECT 'r', 'k', 'q', 'queued', 'k' || (i % 10000), i::text, convert_to(repeat('x', 100), 'UTF8'), 8, 't', 0, i
+FROM generate_series(1, 100000) i;
+VACUUM ANALYZE jobs;
+SQL
+  psql <<SQL 2>&1 | sed -n 's/^NOTICE:  //p'
+SET search_path = $s;
+SET synchronous_commit = off;
+DO \$\$
+DECLARE t0 timestamptz := clock_timestamp(); ids bigint[]; n int := 0;
+        last_id bigint := 0; last_at timestamptz := '-infinity';
+BEGIN
+  LOOP
+    WITH c AS (SELECT id FROM jobs WHERE queue = 'q' AND state IN ('queued', 'retrying') AND scheduled_at <= now()
+                 AND (scheduled_at, id) > (last_at, last_id)
+               ORDER BY scheduled_at, id LIMIT 100 FOR UPDATE SKIP LOCKED),
+    u AS (UPDATE jobs j SET state = 'running', attempts = j.attempts + 1, token = nextval('job_token_seq'),
+            started_at = now(), lease_expires_at = now() + interval '30 seconds'
+          FROM c WHERE j.id = c.id RETURNING j.id, j.scheduled_at)
+    SELECT array_agg(id), max(scheduled_at), max(id) INTO ids, last_at, last_id FROM u;
+    EXIT WHEN ids IS NULL;
+    UPDATE jobs SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
+    WHERE id = ANY(ids) AND state = 'running';
+    n := n + array_length(ids, 1);
+    COMMIT;
+  END LOOP;
+  RAISE NOTICE '$1 % jobs/s', round(n / extract(epoch FROM clock_timestamp() - t0));
+END \$\$;
+SQL
+  psql -c "DROP SCHEMA $s CASCADE" >/dev/null 2>&1
+}
+
+for ((r = 1; r <= ROUNDS; r++)); do
+  run before "$BEFORE"
+  run after "$AFTER"
+done
