@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -31,6 +33,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "how long e2e offers its load")
 	fs.IntVar(&c.Samples, "samples", 2000, "claims timed per claim latency figure")
 	maxConns := fs.Int("max-conns", 20, "the engine's Postgres pool size (postgres.max_conns)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	only := fs.String("only", "", "comma-separated figures or groups to run (default all): "+strings.Join(bench.Names(), ", "))
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -71,6 +74,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() { <-ctx.Done(); stop() }()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return usagef("--cpuprofile: %v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	err = bench.Run(ctx, c)
 	if errors.Is(err, context.Canceled) {
 		return errors.New("interrupted; the bench schema and topics were removed")

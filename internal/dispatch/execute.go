@@ -92,8 +92,7 @@ func (p *pool) invoke(ctx context.Context, job *workers.Job) (err error) {
 	if err != nil {
 		return workers.Permanent(err)
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, p.q.MaxRuntime,
-		fmt.Errorf("max_runtime %s exceeded", p.q.MaxRuntime))
+	ctx, cancel := context.WithTimeoutCause(ctx, p.q.MaxRuntime, p.overRuntime)
 	defer cancel()
 	return h.Handle(ctx, job)
 }

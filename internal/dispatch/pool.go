@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -29,12 +30,15 @@ type poolEnv struct {
 
 // pool is one queue's workers in this process.
 type pool struct {
-	env   poolEnv
-	q     Queue
-	log   *zap.Logger
-	wakeC chan struct{}
-	freed chan struct{}
-	jobs  sync.WaitGroup // running handlers
+	env poolEnv
+	q   Queue
+	log *zap.Logger
+	// overRuntime is the cause of an attempt's context past max_runtime,
+	// made once: a fmt.Errorf per attempt was a tenth of the pool's CPU.
+	overRuntime error
+	wakeC       chan struct{}
+	freed       chan struct{}
+	jobs        sync.WaitGroup // running handlers
 	// claimsDone is closed when the pool has stopped claiming: after it,
 	// no job starts and jobs.Wait is safe.
 	claimsDone chan struct{}
@@ -81,7 +85,8 @@ type running struct {
 
 func newPool(env poolEnv, log *zap.Logger, q Queue) *pool {
 	return &pool{env: env, q: q, log: log.With(zap.String("queue", q.Name)),
-		wakeC: make(chan struct{}, 1), freed: make(chan struct{}, 1), claimsDone: make(chan struct{}),
+		overRuntime: fmt.Errorf("max_runtime %s exceeded", q.MaxRuntime),
+		wakeC:       make(chan struct{}, 1), freed: make(chan struct{}, 1), claimsDone: make(chan struct{}),
 		leases: map[int64]*running{}, handoffWindow: laneHandoffWindow}
 }
 

@@ -347,7 +347,13 @@ const completeSQL = `
 					jsonb_build_object('attempt', j.attempts, 'error', left(t.err, 1024), 'at', now())) END
 			FROM o AS t
 			WHERE ` + heldSQL + `
-			RETURNING j.*, t.reason
+			-- What the DLQ entry of a dead job needs; its bytes for dead
+			-- jobs only, as no other row needs them.
+			RETURNING j.id, j.token, j.state, j.route, j.queue, j.src_topic, j.src_partition, j.src_offset,
+				j.attempts, j.last_error, j.errors, t.reason,
+				CASE WHEN j.state = 'dead' THEN j.payload END AS payload,
+				CASE WHEN j.state = 'dead' THEN j.header_keys END AS header_keys,
+				CASE WHEN j.state = 'dead' THEN j.header_values END AS header_values
 		), d AS (
 			INSERT INTO dlq_entries (reason, route, queue, job_id, src_topic, src_partition, src_offset,
 				attempts, last_error, errors, payload, header_keys, header_values)
