@@ -31,8 +31,9 @@ DEADLINE="CREATE INDEX ON jobs (deadline) WHERE deadline IS NOT NULL AND state I
 STATE="CREATE INDEX ON jobs (state, id);"
 KEY="CREATE INDEX ON jobs (key, id) WHERE key <> '';"
 DEDUPE="CREATE UNIQUE INDEX ON jobs (route, origin, dedupe_key);"
-AFTER="$RUNNABLE $RUNNING $LANE $FINISHED $DEADLINE"
-BEFORE="$AFTER $STATE $KEY $DEDUPE"
+ACTIVE="CREATE INDEX ON jobs (state, id) WHERE state IN ('waiting', 'queued', 'running', 'retrying');"
+AFTER="$RUNNABLE $RUNNING $LANE $FINISHED $DEADLINE $ACTIVE"
+BEFORE="$RUNNABLE $RUNNING $LANE $FINISHED $DEADLINE $STATE $KEY $DEDUPE"
 
 run() { # name, index DDL
   local s="claimloop_$1_$$"

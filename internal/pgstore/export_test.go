@@ -8,6 +8,7 @@ var (
 	CompleteSQL  = completeSQL
 	HeartbeatSQL = heartbeatSQL
 	ReleaseSQL   = releaseSQL
+	JobListSQL   = jobListSQL
 )
 
 // MigrateTo applies the migrations up to last, for tests of a migration

@@ -171,3 +171,53 @@ func TestLanesAdvanceJoinsByKey(t *testing.T) {
 		t.Error("lanes_advance did not read jobs by primary key: is the test still measuring it?")
 	}
 }
+
+// A page of jobs in an unfinished state reads jobs_active_idx, never the
+// primary key through the finished history before them, with the
+// generic plan a prepared statement gets once it has run a few times.
+func TestJobListReadsTheStatesIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO jobs (route, kind, queue, state, dedupe_key, payload, max_attempts, finished_at)
+		SELECT 'r', 'k', 'q', 'succeeded', g::text, '', 1, now() FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	var batch pgstore.IngestBatch
+	for i := range 100 {
+		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q",
+			DedupeKey: fmt.Sprint("q", i), Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i)})
+	}
+	if _, err := s.IngestCommit(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, q := range []string{`ANALYZE jobs`, `SET plan_cache_mode = force_generic_plan`,
+		`PREPARE list AS ` + pgstore.JobListSQL("queued", false)} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer conn.Exec(ctx, `DEALLOCATE list; RESET plan_cache_mode`) //nolint:errcheck
+	var plan []string
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE list('queued', NULL, NULL, 0, 50, NULL)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "jobs_active_idx") || strings.Contains(text, "jobs_pkey") {
+		t.Fatalf("a page of queued jobs does not read jobs_active_idx alone:\n%s", text)
+	}
+}
