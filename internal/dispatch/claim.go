@@ -27,18 +27,32 @@ func (p *pool) free() int {
 	return max(0, min(p.q.Concurrency-p.busy-len(p.ready), leaseCap*p.q.Concurrency-len(p.leases))-p.reserved)
 }
 
-// reserve sets n worker slots aside for a claim in flight.
-func (p *pool) reserve(n int) {
+// prefetchable is how many jobs a pool under a backlog may claim beyond
+// its idle workers, to wait in ready for the next ones: up to one more
+// pool's worth, within the lease cap. Claims then come in larger batches
+// and a freed worker takes its next job without a round trip.
+func (p *pool) prefetchable() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	room := leaseCap*p.q.Concurrency - len(p.leases) - p.reserved - p.prefetching
+	return max(0, min(p.q.Concurrency-len(p.ready)-p.prefetching, room))
+}
+
+// reserve sets n worker slots aside for a claim in flight, and extra
+// places in ready for the jobs it may get beyond them.
+func (p *pool) reserve(n, extra int) {
 	p.mu.Lock()
 	p.reserved += n
+	p.prefetching += extra
 	p.mu.Unlock()
 }
 
 // settleClaim returns a finished claim's reservation: the jobs it got
-// hold their slots as busy workers by now.
+// hold their slots as busy workers, or wait in ready, by now.
 func (p *pool) settleClaim(r claimResult) {
 	p.mu.Lock()
 	p.reserved -= r.asked
+	p.prefetching -= r.extra
 	p.startReady()
 	p.mu.Unlock()
 }
@@ -66,6 +80,7 @@ const claimLookBack = 100 * time.Millisecond
 
 type claimResult struct {
 	asked, got int
+	extra      int // asked for beyond the idle workers (prefetch)
 	own        int // of got, from the pool's own queue
 	last       pgstore.ClaimPosition
 	err        error
@@ -112,11 +127,15 @@ func (p *pool) claimLoop() {
 			if !backlog || time.Since(fromStart) >= fromStartEvery {
 				after, fromStart = pgstore.ClaimPosition{}, time.Now()
 			}
-			p.reserve(free)
+			extra := 0
+			if backlog {
+				extra = p.prefetchable()
+			}
+			p.reserve(free, extra)
 			inFlight++
 			news = backlog // under a backlog the next claim may start at once
 			go func() {
-				r, err := p.claim(free, after)
+				r, err := p.claim(free, extra, after)
 				r.err = err
 				results <- r
 			}()
@@ -142,12 +161,12 @@ func (p *pool) claimLoop() {
 				}
 				backoff = min(backoff*2, 5*time.Second)
 				news = true
-			case r.got == r.asked:
+			case r.got == r.asked+r.extra:
 				backoff = 100 * time.Millisecond
 				backlog = true // every slot filled: there is probably more work
 				news = true
 				switch {
-				case r.own < r.asked: // its own queue came back short
+				case r.own < r.asked+r.extra: // its own queue came back short
 					cursor = pgstore.ClaimPosition{}
 				case cursor.Before(r.last):
 					cursor = r.last
@@ -188,14 +207,17 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	t.Reset(d)
 }
 
-// claim claims up to n jobs for reserved slots: from the pool's own
-// queue past after, then, for slots still free, from the queues it may
-// steal from, in their order. It starts the jobs and says how many it got
-// in all and from its own queue, and where the own claim ended.
-func (p *pool) claim(n int, after pgstore.ClaimPosition) (claimResult, error) {
+// claim claims up to n jobs for reserved slots and extra more to wait in
+// ready: from the pool's own queue past after, then, for slots still
+// free, from the queues it may steal from, in their order. It starts the
+// jobs (the first n; the others wait in ready for a worker) and says how
+// many it got in all and from its own queue, and where the own claim
+// ended.
+func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult, error) {
 	ctx, cancel := context.WithTimeout(p.env.jobCtx, 30*time.Second)
 	defer cancel()
-	r := claimResult{asked: n, last: after}
+	n := slots + extra
+	r := claimResult{asked: slots, extra: extra, last: after}
 	jobs, last, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
 		Queue: p.q.Name, Limit: n, Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime, After: after})
 	if err != nil {
@@ -218,10 +240,18 @@ func (p *pool) claim(n int, after pgstore.ClaimPosition) (claimResult, error) {
 	}
 	now := time.Now()
 	p.mu.Lock()
-	for _, j := range jobs {
-		// Reserved slots: a claim's jobs always start. Stop waits for the
-		// claims in flight before it closes the pool.
-		p.start(p.hold(workerJob(j), now))
+	for i, j := range jobs {
+		// Reserved slots: a claim's first jobs always start; the rest wait
+		// in ready, heartbeated like them, and are released by Stop if no
+		// worker takes them. Stop waits for the claims in flight before it
+		// closes the pool.
+		r := p.hold(workerJob(j), now)
+		if i < slots {
+			p.start(r)
+			continue
+		}
+		r.waiting = now
+		p.ready = append(p.ready, r)
 	}
 	p.mu.Unlock()
 	r.got = len(jobs)

@@ -54,8 +54,9 @@ type pool struct {
 	// handler returns, not when the completer has written the outcome, so
 	// the completer's batching never idles a worker.
 	busy int
-	// reserved counts the slots asked for by claims in flight.
-	reserved int
+	// reserved counts the slots asked for by claims in flight, and
+	// prefetching the places in ready they asked for beyond them.
+	reserved, prefetching int
 	// ready holds lane jobs handed off to the pool while every worker was
 	// busy or reserved; the next worker to free takes the first. They
 	// are leased and heartbeated like running jobs.
