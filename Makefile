@@ -38,8 +38,9 @@ help: ## Show this help
 build: ## Build bin/switchyard
 	$(GO) build -o bin/switchyard ./cmd/switchyard
 
-vet: ## Run go vet
+vet: ## Run go vet (and vet and test bench/peers, a module of its own)
 	$(GO) vet $(PKGS)
+	cd bench/peers && $(GO) vet . && $(GO) test -count=1 .
 
 test: vet ## go vet + all tests (-race) against real Kafka, Postgres and headless Chromium
 	bash $(LOCAL)/chromium.sh ensure
