@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
@@ -60,29 +61,29 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 		{"heartbeat", pgstore.HeartbeatSQL, idArr + ", " + tokArr + ", 60000, 3600000"},
 		{"release", pgstore.ReleaseSQL, idArr + ", " + tokArr},
 	} {
-		name := fmt.Sprintf("p%d", i)
-		if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+c.sql); err != nil {
-			t.Fatalf("%s: prepare: %v", c.name, err)
-		}
-		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+"("+c.args+")")
-		if err != nil {
-			t.Fatalf("%s: explain: %v", c.name, err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatalf("%s: explain: %v", c.name, err)
-		}
-		if p := plan.String(); !strings.Contains(p, "jobs_pkey") {
+		if p := preparedPlan(ctx, t, conn, fmt.Sprintf("p%d", i), c.sql, c.args); !strings.Contains(p, "jobs_pkey") {
 			t.Errorf("%s does not join by primary key:\n%s", c.name, p)
 		}
 	}
+}
+
+// preparedPlan prepares sql as name on conn and returns the plan of its
+// execution with args (with plan_cache_mode = force_generic_plan set on
+// conn, the generic plan a pool's repeated statement gets).
+func preparedPlan(ctx context.Context, t *testing.T, conn *pgxpool.Conn, name, sql, args string) string {
+	t.Helper()
+	if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+sql); err != nil {
+		t.Fatalf("%s: prepare: %v", name, err)
+	}
+	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+"("+args+")")
+	if err != nil {
+		t.Fatalf("%s: explain: %v", name, err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%s: explain: %v", name, err)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // lanes_advance's statements join the ended heads to jobs and lanes by
@@ -197,26 +198,11 @@ func TestJobListReadsTheStatesIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	for _, q := range []string{`ANALYZE jobs`, `SET plan_cache_mode = force_generic_plan`,
-		`PREPARE list AS ` + pgstore.JobListSQL("queued", false)} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer conn.Exec(ctx, `DEALLOCATE list; RESET plan_cache_mode`) //nolint:errcheck
-	var plan []string
-	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE list('queued', NULL, NULL, 0, 50, NULL)`)
-	if err != nil {
+	if _, err := conn.Exec(ctx, `ANALYZE jobs; SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	text := strings.Join(plan, "\n")
+	defer conn.Exec(ctx, `DEALLOCATE list; RESET plan_cache_mode`) //nolint:errcheck
+	text := preparedPlan(ctx, t, conn, "list", pgstore.JobListSQL("queued", false), `'queued', NULL, NULL, 0, 50, NULL`)
 	if !strings.Contains(text, "jobs_active_idx") || strings.Contains(text, "jobs_pkey") {
 		t.Fatalf("a page of queued jobs does not read jobs_active_idx alone:\n%s", text)
 	}
