@@ -25,19 +25,7 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	var batch pgstore.IngestBatch
-	for i := range 2000 {
-		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: fmt.Sprint(i),
-			DedupeKey: fmt.Sprint(i), Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i)})
-	}
-	if _, err := s.IngestCommit(ctx, batch); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := s.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := queuedJobs(ctx, t, s, 2000)
 	if _, err := conn.Exec(ctx, `ANALYZE jobs`); err != nil { // nothing running yet
 		t.Fatal(err)
 	}
@@ -65,6 +53,26 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 			t.Errorf("%s does not join by primary key:\n%s", c.name, p)
 		}
 	}
+}
+
+// queuedJobs ingests n queued jobs of queue q (keys and dedupe keys
+// 0..n-1) and returns a connection of s, released when the test ends.
+func queuedJobs(ctx context.Context, t *testing.T, s *pgstore.Store, n int) *pgxpool.Conn {
+	t.Helper()
+	var batch pgstore.IngestBatch
+	for i := range n {
+		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: fmt.Sprint(i),
+			DedupeKey: fmt.Sprint(i), Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i)})
+	}
+	if _, err := s.IngestCommit(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	return conn
 }
 
 // preparedPlan prepares sql as name on conn and returns the plan of its
@@ -185,19 +193,7 @@ func TestJobListReadsTheStatesIndex(t *testing.T) {
 		SELECT 'r', 'k', 'q', 'succeeded', g::text, '', 1, now() FROM generate_series(1, 20000) g`); err != nil {
 		t.Fatal(err)
 	}
-	var batch pgstore.IngestBatch
-	for i := range 100 {
-		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q",
-			DedupeKey: fmt.Sprint("q", i), Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i)})
-	}
-	if _, err := s.IngestCommit(ctx, batch); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := s.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := queuedJobs(ctx, t, s, 100)
 	if _, err := conn.Exec(ctx, `ANALYZE jobs; SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
 	}
