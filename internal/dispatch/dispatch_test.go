@@ -295,6 +295,50 @@ func TestStopReleasesUnfinishedJobs(t *testing.T) {
 	}
 }
 
+// Under a backlog a claim takes jobs beyond the idle workers: they wait
+// leased (running in the table) without running, the pool never runs
+// more than its concurrency, and at shutdown the waiting ones go back to
+// queued with their attempt handed back (I5, I7), as the running ones do.
+func TestPrefetchedJobsWaitAndGoBackAtStop(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 50, 5)
+	release := make(chan struct{})
+	var running, calls, peak atomic.Int64
+	d := start(t, store, 2, 5*time.Second, workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		calls.Add(1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	testenv.Eventually(t, 30*time.Second, "both workers busy", func() bool { return calls.Load() == 2 })
+	release <- struct{}{} // one job ends: the freed worker's claim comes under a backlog
+	testenv.Eventually(t, 30*time.Second, "jobs leased beyond the workers", func() bool {
+		return calls.Load() == 3 && states(t, store)["running"] > 2
+	})
+	if p := peak.Load(); p > 2 {
+		t.Fatalf("peak concurrency %d > 2", p)
+	}
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var notBack int
+	if err := store.Pool().QueryRow(context.Background(),
+		`SELECT count(*) FROM jobs WHERE state <> 'succeeded' AND (state <> 'queued' OR attempts <> 0)`).Scan(&notBack); err != nil {
+		t.Fatal(err)
+	}
+	if got := states(t, store); got["succeeded"] != 1 || got["queued"] != 49 || notBack != 0 {
+		t.Fatalf("after stop: %v, %d jobs not queued with their attempt back; want 1 succeeded, 49 queued", got, notBack)
+	}
+}
+
 // A panicking handler is an ordinary failed attempt, not a dead process.
 func TestHandlerPanicIsAFailedAttempt(t *testing.T) {
 	t.Parallel()
