@@ -85,17 +85,27 @@ func run(t *testing.T, d *Dispatcher) *Dispatcher {
 	return d
 }
 
-// counter is a handler that counts its calls and the most it ran at once,
-// each call taking the given time.
+// counter is a handler that counts its calls (started, and finished in
+// calls) and the most it ran at once, each call taking the given time,
+// or, with a gate, until the gate lets it go or its context ends.
 type counter struct {
-	cur, peak, calls atomic.Int64
-	took             time.Duration
+	cur, peak, started, calls atomic.Int64
+	took                      time.Duration
+	gate                      chan struct{}
 }
 
-func (c *counter) Handle(context.Context, *workers.Job) error {
+func (c *counter) Handle(ctx context.Context, _ *workers.Job) error {
+	c.started.Add(1)
 	n := c.cur.Add(1)
 	defer c.cur.Add(-1)
 	for p := c.peak.Load(); n > p && !c.peak.CompareAndSwap(p, n); p = c.peak.Load() {
+	}
+	if c.gate != nil {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	time.Sleep(c.took)
 	c.calls.Add(1)
@@ -303,27 +313,14 @@ func TestPrefetchedJobsWaitAndGoBackAtStop(t *testing.T) {
 	t.Parallel()
 	store := testenv.MigratedStore(t)
 	enqueue(t, store, 50, 5)
-	release := make(chan struct{})
-	var running, calls, peak atomic.Int64
-	d := start(t, store, 2, 5*time.Second, workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
-		n := running.Add(1)
-		defer running.Add(-1)
-		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-		}
-		calls.Add(1)
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}))
-	testenv.Eventually(t, 30*time.Second, "both workers busy", func() bool { return calls.Load() == 2 })
-	release <- struct{}{} // one job ends: the freed worker's claim comes under a backlog
+	h := counter{gate: make(chan struct{})}
+	d := start(t, store, 2, 5*time.Second, &h)
+	testenv.Eventually(t, 30*time.Second, "both workers busy", func() bool { return h.started.Load() == 2 })
+	h.gate <- struct{}{} // one job ends: the freed worker's claim comes under a backlog
 	testenv.Eventually(t, 30*time.Second, "jobs leased beyond the workers", func() bool {
-		return calls.Load() == 3 && states(t, store)["running"] > 2
+		return h.started.Load() == 3 && states(t, store)["running"] > 2
 	})
-	if p := peak.Load(); p > 2 {
+	if p := h.peak.Load(); p > 2 {
 		t.Fatalf("peak concurrency %d > 2", p)
 	}
 	if err := d.Stop(context.Background()); err != nil {
