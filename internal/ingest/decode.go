@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tidwall/gjson"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-dev/switchyard/config"
@@ -154,16 +155,14 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 	if size := recordSize(rec); size > r.MaxRecordBytes {
 		return nil, problemf(ReasonTooLarge, partValue, "record is %d bytes, over max_record_bytes %d", size, r.MaxRecordBytes)
 	}
-	var doc any
 	if (in.key == nil && r.key.path != nil) || (in.dedupe == nil && r.dedupe.path != nil) ||
 		(in.version == nil && r.version.path != nil) {
-		d := json.NewDecoder(bytes.NewReader(rec.Value))
-		d.UseNumber()
-		if err := d.Decode(&doc); err != nil {
-			return nil, problemf(ReasonDecode, partValue, "value is not JSON: %v", err)
-		}
-		if d.More() {
-			return nil, problemf(ReasonDecode, partValue, "value is not JSON: trailing data after the first value")
+		// The whole value must be JSON, checked by encoding/json's own
+		// scanner (which bounds nesting); the fields are then read from
+		// the bytes without building the document, which cost 5 to 7
+		// times as much (bench --scale --only payload).
+		if !json.Valid(rec.Value) {
+			return nil, problemf(ReasonDecode, partValue, "value is not JSON: %s", notJSON(rec.Value))
 		}
 	}
 	hk, hv := headers(rec)
@@ -180,7 +179,7 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 		}
 		j.Key = string(rec.Key)
 	default:
-		v, p := r.key.text(rec, doc, partKey)
+		v, p := r.key.text(rec, partKey)
 		if p != nil {
 			return nil, p
 		}
@@ -196,7 +195,7 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 	case r.dedupe.isZero():
 		j.DedupeKey = fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset)
 	default:
-		v, p := r.dedupe.text(rec, doc, partDedupe)
+		v, p := r.dedupe.text(rec, partDedupe)
 		if p != nil {
 			return nil, p
 		}
@@ -210,7 +209,7 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 	case in.version != nil:
 		j.Version = in.version
 	case !r.version.isZero():
-		v, p := r.version.text(rec, doc, partVersion)
+		v, p := r.version.text(rec, partVersion)
 		if p != nil {
 			return nil, p
 		}
@@ -272,10 +271,10 @@ func (r *Route) park(rec *kgo.Record, p *problem) *pgstore.Poison {
 	return ps
 }
 
-// text extracts a scalar as text. Strings are taken as they are; numbers
-// in their JSON spelling, so 42 and 42.0 are different keys, as they are
-// different bytes on the wire.
-func (s source) text(rec *kgo.Record, doc any, p part) (string, *problem) {
+// text extracts a scalar of a value already checked to be JSON as text.
+// Strings are taken as they are; numbers in their JSON spelling, so 42
+// and 42.0 are different keys, as they are different bytes on the wire.
+func (s source) text(rec *kgo.Record, p part) (string, *problem) {
 	if s.header != "" {
 		for _, h := range rec.Headers {
 			if h.Key == s.header {
@@ -284,64 +283,63 @@ func (s source) text(rec *kgo.Record, doc any, p part) (string, *problem) {
 		}
 		return "", problemf(ReasonMissingField, p, "%s: %s is missing", p, s.name)
 	}
-	v, ok := lookup(doc, s.path)
-	if !ok || v == nil {
+	v, ok := lookup(rec.Value, s.path)
+	if !ok || v.Type == gjson.Null {
 		return "", problemf(ReasonMissingField, p, "%s: %s is missing", p, s.name)
 	}
-	switch v := v.(type) {
-	case string:
-		if v == "" {
+	switch {
+	case v.Type == gjson.String:
+		if v.Str == "" {
 			return "", problemf(ReasonMissingField, p, "%s: %s is empty", p, s.name)
 		}
-		// encoding/json turns bytes that are not UTF-8, and escaped lone
-		// surrogates, into U+FFFD: "\xff" and "\xfe" would both read as
-		// "\uFFFD" and be one key. Only then is the string's own
-		// spelling in the record worth a second look.
-		if strings.ContainsRune(v, utf8.RuneError) && !exactString(rec.Value, s.path) {
+		// Bytes that are not UTF-8, and escaped lone surrogates, have no
+		// exact text: "\xff" and "\xfe" would both read as "\uFFFD" and
+		// be one key. Only a string that holds U+FFFD (or invalid bytes)
+		// needs its spelling in the record checked.
+		if (strings.ContainsRune(v.Str, utf8.RuneError) || !utf8.ValidString(v.Str)) && !exactString(v.Raw) {
 			return "", problemf(ReasonDecode, p, "%s: %s is not valid UTF-8 text", p, s.name)
 		}
-		return v, nil
-	case json.Number:
-		return v.String(), nil
-	case bool:
-		return strconv.FormatBool(v), nil
+		return v.Str, nil
+	case v.Type == gjson.Number, v.Type == gjson.True, v.Type == gjson.False:
+		return v.Raw, nil
+	case v.IsArray():
+		return "", problemf(ReasonDecode, p, "%s: %s is a array, want a string or number", p, s.name)
 	default:
-		return "", problemf(ReasonDecode, p, "%s: %s is a %s, want a string or number", p, s.name, jsonKind(v))
+		return "", problemf(ReasonDecode, p, "%s: %s is a object, want a string or number", p, s.name)
 	}
 }
 
-// lookup walks a dotted path through JSON objects.
-func lookup(doc any, path []string) (any, bool) {
-	cur := doc
+// lookup walks a dotted path through the JSON objects of value. Where an
+// object repeats a key the last one counts, as in encoding/json (and so
+// in every dedupe key ingest ever stored).
+func lookup(value []byte, path []string) (gjson.Result, bool) {
+	cur := gjson.ParseBytes(value)
 	for _, seg := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
+		if !cur.IsObject() {
+			return gjson.Result{}, false
 		}
-		if cur, ok = m[seg]; !ok {
-			return nil, false
+		var next gjson.Result
+		found := false
+		cur.ForEach(func(k, v gjson.Result) bool {
+			if k.Str == seg {
+				next, found = v, true
+			}
+			return true
+		})
+		if !found {
+			return gjson.Result{}, false
 		}
+		cur = next
 	}
 	return cur, true
 }
 
-// exactString reports whether the JSON string at path in value decodes
-// without replacement: its bytes are UTF-8 and its \u escapes name no
-// lone surrogate. Duplicate object keys resolve as in lookup (the last).
-func exactString(value []byte, path []string) bool {
-	raw := json.RawMessage(value)
-	for _, seg := range path {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(raw, &m) != nil {
-			return false
-		}
-		var ok bool
-		if raw, ok = m[seg]; !ok {
-			return false
-		}
-	}
-	s := bytes.TrimSpace(raw)
-	if len(s) < 2 || s[0] != '"' || !utf8.Valid(s) {
+// exactString reports whether a JSON string literal decodes without
+// replacement: its bytes are UTF-8 and its \u escapes name no lone
+// surrogate.
+func exactString(raw string) bool {
+	s := strings.TrimSpace(raw)
+	if len(s) < 2 || s[0] != '"' || !utf8.ValidString(s) {
 		return false
 	}
 	for i := 1; i < len(s)-1; i++ {
@@ -374,22 +372,24 @@ func exactString(value []byte, path []string) bool {
 	return true
 }
 
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
+// notJSON says why a value json.Valid refused is not JSON, as decoding it
+// does: the poison entry names the offset and the problem.
+func notJSON(value []byte) string {
+	d := json.NewDecoder(bytes.NewReader(value))
+	d.UseNumber() // a number out of float64's range is still JSON
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return err.Error()
 	}
-	n, err := strconv.ParseUint(string(b[:4]), 16, 16)
-	return rune(n), err == nil
+	return "trailing data after the first value"
 }
 
-func jsonKind(v any) string {
-	switch v.(type) {
-	case map[string]any:
-		return "object"
-	case []any:
-		return "array"
+func hex4(s string) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
 	}
-	return fmt.Sprintf("%T", v)
+	n, err := strconv.ParseUint(s[:4], 16, 16)
+	return rune(n), err == nil
 }
 
 func recordSize(rec *kgo.Record) int {
