@@ -23,7 +23,9 @@ func FuzzFieldsReadAsEncodingJSONDoes(f *testing.F) {
 		`{"a":null}`, `{"a":""}`, `{"a":true}`, `{"a":[1]}`, `{"a":{}}`, `["a"]`, `"a"`, `7`, ``, ` `,
 		`{"a":"\ud800"}`, `{"a":"\ud83d\ude00"}`, `{"a":"\ufffd"}`, "{\"a\":\"\xff\"}", "{\"a\":\"\xef\xbf\xbd\"}",
 		`{"a":"\u0000"}`, `{"\u0061":"esc"}`, `{"a":1} {"a":2}`, `{"a":1}x`, `{"a":01}`, `{"a":"x",}`,
-		`{"a":{"b":"x"},"a":3}`, `{"a.b":"dot"}`, "{\"a\":\"\x00\"}", `{"a":"x\"y"}`, strings.Repeat("[", 10001),
+		`{"a":{"b":"x"},"a":3}`, `{"a.b":"dot"}`, "{\"a\":\"\x00\"}", `{"a":"x\"y"}`, strings.Repeat("[", 10001), strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
+		strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000), `{"a":"[[[\"]]]"}`, `{"a":1e}`, `{"a":-}`, `{"a":1.}`,
+		`{"a":.5}`, `{"a":+1}`, `{"a":0x1}`, `{"a":1E+2}`, `{"a":"\x"}`, `{"a":"\u12"}`, "{\"a\":\"\t\"}", `{"a" :1 }`, "\ufeff{}",
 	} {
 		f.Add([]byte(v), "a")
 		f.Add([]byte(v), "a.b")
@@ -51,9 +53,9 @@ func fieldSource(field string) (source, error) {
 	return r.key, nil
 }
 
-// readField is decode's way: json.Valid, then the field from the bytes.
+// readField is decode's way: validJSON, then the field from the bytes.
 func readField(rec *kgo.Record, s source) (string, *problem) {
-	if !json.Valid(rec.Value) {
+	if !validJSON(rec.Value) {
 		return "", problemf(ReasonDecode, partValue, "value is not JSON: %s", notJSON(rec.Value))
 	}
 	return s.text(rec, partKey)
