@@ -5,10 +5,11 @@ import "context"
 // The batch statements whose plans TestBatchStatementsJoinByPrimaryKey
 // checks.
 var (
-	CompleteSQL  = completeSQL
-	HeartbeatSQL = heartbeatSQL
-	ReleaseSQL   = releaseSQL
-	JobListSQL   = jobListSQL
+	CompleteSQL    = completeSQL
+	HeartbeatSQL   = heartbeatSQL
+	ReleaseSQL     = releaseSQL
+	HeartbeatChunk = heartbeatChunk
+	JobListSQL     = jobListSQL
 )
 
 // MigrateTo applies the migrations up to last, for tests of a migration

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -183,15 +184,45 @@ func (s *Store) updateHeld(ctx context.Context, set string, id, token int64, arg
 // must stop.
 // An expired lease is not revived: the rescuer may already be acting on it.
 func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRuntime time.Duration) (map[int64]bool, error) {
-	ids, tokens := splitLeases(leases)
-	rows, err := s.pool.Query(ctx, heartbeatSQL, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds())
-	if err != nil {
-		return nil, err
-	}
 	kept := make(map[int64]bool, len(leases))
-	var token int64
-	_, err = pgx.ForEachRow(rows, []any{&token}, func() error { kept[token] = true; return nil })
-	return kept, err
+	for ids, tokens := range leaseChunks(leases) {
+		rows, err := s.pool.Query(ctx, heartbeatSQL, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds())
+		if err != nil {
+			return nil, err
+		}
+		var token int64
+		if _, err := pgx.ForEachRow(rows, []any{&token}, func() error { kept[token] = true; return nil }); err != nil {
+			return nil, err
+		}
+	}
+	return kept, nil
+}
+
+// heartbeatChunk is the most leases one heartbeat statement extends, as
+// completeBatch bounds a completion. A pool's leases are unbounded (its
+// concurrency, plus prefetch), and the custom plans of a prepared
+// statement's first runs see the batch's length: past about a thousand
+// ids the planner reads jobs in physical order into a hash join, locking
+// rows out of the id order splitLeases keeps, and a completion batch of
+// the same rows deadlocked with it (bench --scale, 10,000 leases). A
+// chunk this size joins by primary key in either plan
+// (TestHeartbeatChunksJoinByPrimaryKey) and holds its locks for one short
+// transaction.
+const heartbeatChunk = 100
+
+// leaseChunks yields the leases' ids and tokens in id order, at most
+// heartbeatChunk at a time, for statements that are sent one per chunk,
+// each its own transaction.
+func leaseChunks(leases []Lease) iter.Seq2[[]int64, []int64] {
+	ids, tokens := splitLeases(leases)
+	return func(yield func([]int64, []int64) bool) {
+		for from := 0; from < len(ids); from += heartbeatChunk {
+			to := min(from+heartbeatChunk, len(ids))
+			if !yield(ids[from:to], tokens[from:to]) {
+				return
+			}
+		}
+	}
 }
 
 // JobCancelled returns, of the given leases, the tokens of those whose
@@ -221,11 +252,14 @@ func (s *Store) JobCancelled(ctx context.Context, leases []Lease) (map[int64]boo
 // partial indexes.
 const heldSQL = `j.id = t.id AND j.token = t.token AND coalesce(j.state, '') = 'running'`
 
+// heartbeatSQL hides the lease test from the planner as heldSQL hides the
+// state's: statistics from before anything ran estimate it at one row,
+// and the plan then read all of jobs (even for 1,000 ids).
 const heartbeatSQL = `
 		UPDATE jobs j SET lease_expires_at = least(now() + $3::bigint * interval '1 millisecond',
 			j.started_at + $4::bigint * interval '1 millisecond')
 		FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
-		WHERE ` + heldSQL + ` AND j.lease_expires_at > now()
+		WHERE ` + heldSQL + ` AND coalesce(j.lease_expires_at > now(), false)
 		RETURNING j.token`
 
 // Outcome is the end of one attempt.
@@ -416,9 +450,15 @@ func (s *Store) JobRescue(ctx context.Context, limit int) (rescued, dead, expire
 // JobRelease gives unfinished jobs back to their queue at shutdown (I7).
 // The attempt is handed back too: a deploy is not the job's fault.
 func (s *Store) JobRelease(ctx context.Context, leases []Lease) (int64, error) {
-	ids, tokens := splitLeases(leases)
-	tag, err := s.pool.Exec(ctx, releaseSQL, ids, tokens)
-	return tag.RowsAffected(), err
+	var n int64
+	for ids, tokens := range leaseChunks(leases) {
+		tag, err := s.pool.Exec(ctx, releaseSQL, ids, tokens)
+		if err != nil {
+			return n, err
+		}
+		n += tag.RowsAffected()
+	}
+	return n, nil
 }
 
 const releaseSQL = `

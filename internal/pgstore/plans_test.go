@@ -203,3 +203,49 @@ func TestJobListReadsTheStatesIndex(t *testing.T) {
 		t.Fatalf("a page of queued jobs does not read jobs_active_idx alone:\n%s", text)
 	}
 }
+
+// A pool's heartbeat covers every lease it holds, 20,000 for a pool of
+// 10,000 workers with its prefetch. The first executions of a prepared
+// statement get custom plans, which see the array's length: a batch that
+// long read jobs in physical order through a hash join, locking rows out
+// of id order — and deadlocked with a completion batch (bench --scale,
+// leases 10,000). JobHeartbeat sends at most HeartbeatChunk leases per
+// statement, which join by primary key in id order in either plan.
+func TestHeartbeatChunksJoinByPrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	conn := queuedJobs(ctx, t, s, 30_000)
+	if _, err := conn.Exec(ctx, `ANALYZE jobs`); err != nil {
+		t.Fatal(err)
+	}
+	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 25_000, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrays := func(n int) string {
+		var ids, tokens []string
+		for _, j := range jobs[:n] {
+			ids, tokens = append(ids, fmt.Sprint(j.ID)), append(tokens, fmt.Sprint(j.Token))
+		}
+		return fmt.Sprintf("'{%s}'::bigint[], '{%s}'::bigint[]", strings.Join(ids, ","), strings.Join(tokens, ","))
+	}
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_custom_plan`); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{pgstore.HeartbeatChunk, 20_000} {
+		p := preparedPlan(ctx, t, conn, fmt.Sprintf("hb%d", n), pgstore.HeartbeatSQL, arrays(n)+", 60000, 3600000")
+		t.Logf("custom plan of a heartbeat of %d leases:\n%s", n, p)
+		if n == pgstore.HeartbeatChunk && !strings.Contains(p, "jobs_pkey") {
+			t.Errorf("a heartbeat chunk of %d does not join by primary key:\n%s", n, p)
+		}
+	}
+	leases := make([]pgstore.Lease, len(jobs))
+	for i, j := range jobs {
+		leases[i] = pgstore.Lease{ID: j.ID, Token: j.Token}
+	}
+	kept, err := s.JobHeartbeat(ctx, leases, time.Minute, time.Hour)
+	if err != nil || len(kept) != len(jobs) {
+		t.Fatalf("heartbeat of %d leases kept %d: %v", len(jobs), len(kept), err)
+	}
+}
