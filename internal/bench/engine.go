@@ -28,13 +28,23 @@ const stallAfter = time.Minute
 // config goes through defaults and validation as a YAML file would, and
 // the engine builds the consumer, dispatcher and targets from it.
 func (e *env) startEngine(ctx context.Context, role string, route config.Route, h workers.Handler) (*switchyard.Engine, error) {
+	return e.startEngineFor(ctx, role, []config.Route{route}, e.cfg.Concurrency, h)
+}
+
+// startEngineFor is startEngine for several routes, every queue they name
+// with the given concurrency, and h registered for every Go kind.
+func (e *env) startEngineFor(ctx context.Context, role string, routes []config.Route, concurrency int,
+	h workers.Handler) (*switchyard.Engine, error) {
+	queues := map[string]config.Queue{}
+	for _, r := range routes {
+		queues[r.Queue] = config.Queue{Concurrency: concurrency, PollInterval: config.Duration(pollInterval)}
+	}
 	cfg := &config.Config{
-		Kafka:    config.Kafka{Brokers: e.cfg.Brokers, Group: route.Topic},
+		Kafka:    config.Kafka{Brokers: e.cfg.Brokers, Group: routes[0].Topic},
 		Postgres: config.Postgres{URL: e.cfg.DatabaseURL, Schema: e.schema, MaxConns: e.cfg.MaxConns},
 		HTTP:     config.HTTP{Listen: "off"},
-		Queues: map[string]config.Queue{queue: {Concurrency: e.cfg.Concurrency,
-			PollInterval: config.Duration(pollInterval)}},
-		Routes: []config.Route{route},
+		Queues:   queues,
+		Routes:   routes,
 	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -44,13 +54,15 @@ func (e *env) startEngine(ctx context.Context, role string, route config.Route, 
 	if err != nil {
 		return nil, err
 	}
-	if route.Target.Go && h != nil {
-		if err := eng.Register(route.Kind, h); err != nil {
-			return nil, err
+	for _, r := range routes {
+		if r.Target.Go && h != nil {
+			if err := eng.Register(r.Kind, h); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if role != switchyard.RoleWork {
-		e.groups = append(e.groups, route.Topic)
+		e.groups = append(e.groups, cfg.Kafka.Group)
 	}
 	if err := eng.Start(ctx); err != nil {
 		return nil, errors.Join(err, stopEngine(eng))
@@ -73,14 +85,10 @@ func (e *env) noop(context.Context, *workers.Job) error {
 }
 
 // waitUntil polls cond every interval until it reports done. It fails
-// when ctx ends, the engine (if any) reports a fatal error, or the
-// progress cond reports has not moved for stallAfter.
-func waitUntil(ctx context.Context, eng *switchyard.Engine, every time.Duration, what string,
+// when ctx ends, fatal (an engine's Done, if any) reports an error, or
+// the progress cond reports has not moved for stallAfter.
+func waitUntil(ctx context.Context, fatal <-chan error, every time.Duration, what string,
 	cond func() (progress int64, done bool, err error)) error {
-	var fatal <-chan error
-	if eng != nil {
-		fatal = eng.Done()
-	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	last, lastMoved := int64(-1), time.Now()
@@ -148,13 +156,13 @@ func (e *env) burnDown(ctx context.Context, figure string, route config.Route, n
 		if err != nil {
 			return err
 		}
-		err = waitUntil(ctx, eng, 5*time.Millisecond, "handler calls", func() (int64, bool, error) {
+		err = waitUntil(ctx, eng.Done(), 5*time.Millisecond, "handler calls", func() (int64, bool, error) {
 			c := e.calls.Load()
 			return c, c >= int64(n), nil
 		})
 		if err == nil {
 			// Every job has run; the last completions are being written.
-			err = waitUntil(ctx, eng, 10*time.Millisecond, "completions", func() (int64, bool, error) {
+			err = waitUntil(ctx, eng.Done(), 10*time.Millisecond, "completions", func() (int64, bool, error) {
 				return e.queueDrained(ctx)
 			})
 		}

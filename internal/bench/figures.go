@@ -29,73 +29,102 @@ import (
 // same rows by plain COPY into the same (emptied) tables.
 func (e *env) ingest(ctx context.Context) error {
 	n := e.cfg.Records
-	route := e.route("ingest")
-	if err := e.createTopic(ctx, route.Topic); err != nil {
+	r, err := e.ingestAndCopy(ctx, "ingest", n)
+	if err != nil {
 		return err
+	}
+	e.report("ingest_records_per_s", float64(n)/r.ingest.Seconds(), "records/s")
+	e.report("copy_rows_per_s", float64(n)/r.copied.Seconds(), "rows/s")
+	return nil
+}
+
+// ingestTimes is what ingestAndCopy timed.
+type ingestTimes struct {
+	// ingest is from the engine's Start until every offset is stored.
+	ingest time.Duration
+	// steady is the part of it after the first batch committed, and
+	// steadyRecords the records it stored: ingest without the group join
+	// and first fetch, which a small run would otherwise be mostly.
+	steady        time.Duration
+	steadyRecords int64
+	// copied is the COPY of the same rows.
+	copied time.Duration
+}
+
+// ingestAndCopy produces n records of the current shape to a new topic
+// (route name), then times the engine ingesting them and COPY loading
+// the same rows.
+func (e *env) ingestAndCopy(ctx context.Context, name string, n int) (t ingestTimes, err error) {
+	route := e.route(name)
+	if err := e.createTopic(ctx, route.Topic); err != nil {
+		return t, err
 	}
 	start := time.Now()
 	if err := e.produce(ctx, route.Topic, n); err != nil {
-		return fmt.Errorf("produce: %w", err)
+		return t, fmt.Errorf("produce: %w", err)
 	}
-	e.note("ingest: produced %d records of %d bytes to %d partitions in %s", n,
+	e.note("%s: produced %d records of %d bytes to %d partitions in %s", name, n,
 		len(e.record(route.Topic, 0).Value), partitions, time.Since(start).Round(time.Millisecond))
 	if err := e.reset(ctx); err != nil {
-		return err
+		return t, err
 	}
-	var elapsed, first time.Duration
-	err := e.withRSS("ingest", func() error {
+	var first time.Duration
+	var firstRecords int64
+	err = e.withRSS(name, func() error {
 		start := time.Now()
 		eng, err := e.startEngine(ctx, switchyard.RoleIngest, route, nil)
 		if err != nil {
 			return err
 		}
-		err = waitUntil(ctx, eng, 10*time.Millisecond, "stored offsets", func() (int64, bool, error) {
+		err = waitUntil(ctx, eng.Done(), 10*time.Millisecond, "stored offsets", func() (int64, bool, error) {
 			offs, err := e.store.OffsetLoad(ctx, route.Topic, []string{route.Topic})
 			var sum int64
 			for _, next := range offs[route.Topic] {
 				sum += next
 			}
 			if sum > 0 && first == 0 {
-				first = time.Since(start)
+				first, firstRecords = time.Since(start), sum
 			}
 			return sum, sum >= int64(n), err
 		})
-		elapsed = time.Since(start)
+		t.ingest = time.Since(start)
 		return errors.Join(err, stopEngine(eng))
 	})
 	if err != nil {
-		return err
+		return t, err
+	}
+	t.steady, t.steadyRecords = t.ingest-first, int64(n)-firstRecords
+	if t.steadyRecords == 0 { // one batch took it all
+		t.steady, t.steadyRecords = t.ingest, int64(n)
 	}
 	if err := e.expectQueued(ctx, n); err != nil {
-		return err
+		return t, err
 	}
 	txs, err := e.statements(ctx)
 	if err != nil {
-		return err
+		return t, err
 	}
-	e.note("ingest: %d transactions (%.0f records each)", txs.inserts, float64(n)/float64(txs.inserts))
-	e.note("ingest: first batch committed %s after Start (group join, first fetch)", first.Round(time.Millisecond))
-	e.report("ingest_records_per_s", float64(n)/elapsed.Seconds(), "records/s")
+	e.note("%s: %d transactions (%.0f records each)", name, txs.inserts, float64(n)/float64(txs.inserts))
+	e.note("%s: first batch committed %s after Start (group join, first fetch)", name, first.Round(time.Millisecond))
 
 	jobs, err := e.jobs(route, 0, n)
 	if err != nil {
-		return err
+		return t, err
 	}
 	jobRows, keyRows := copyRows(jobs)
 	if err := e.reset(ctx); err != nil {
-		return err
+		return t, err
 	}
 	start = time.Now()
-	copied, err := e.copyJobs(ctx, jobRows, keyRows)
-	elapsed = time.Since(start)
+	rows, err := e.copyJobs(ctx, jobRows, keyRows)
+	t.copied = time.Since(start)
 	if err != nil {
-		return fmt.Errorf("copy: %w", err)
+		return t, fmt.Errorf("copy: %w", err)
 	}
-	if copied != int64(n) {
-		return fmt.Errorf("copy: %d rows copied, want %d", copied, n)
+	if rows != int64(n) {
+		return t, fmt.Errorf("copy: %d rows copied, want %d", rows, n)
 	}
-	e.report("copy_rows_per_s", float64(n)/elapsed.Seconds(), "rows/s")
-	return nil
+	return t, nil
 }
 
 // expectQueued checks that the bench queue holds exactly n queued jobs.
@@ -140,7 +169,7 @@ func (e *env) rawClaim(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for {
-				got, _, err := e.claimBatch(ctx, rawClaimBatch)
+				got, _, err := e.claimBatch(ctx, queue, rawClaimBatch)
 				if err != nil || got == 0 {
 					errs[w] = err
 					return
@@ -162,12 +191,12 @@ func (e *env) rawClaim(ctx context.Context) error {
 	return nil
 }
 
-// claimBatch claims up to limit jobs of the bench queue and completes
+// claimBatch claims up to limit jobs of queue q and completes
 // them as succeeded. It returns how many it claimed and how long the
 // claim alone took.
-func (e *env) claimBatch(ctx context.Context, limit int) (int, time.Duration, error) {
+func (e *env) claimBatch(ctx context.Context, q string, limit int) (int, time.Duration, error) {
 	start := time.Now()
-	jobs, _, err := e.store.JobClaim(ctx, pgstore.JobClaimParams{Queue: queue, Limit: limit,
+	jobs, _, err := e.store.JobClaim(ctx, pgstore.JobClaimParams{Queue: q, Limit: limit,
 		Lease: time.Minute, MaxRuntime: time.Minute})
 	took := time.Since(start)
 	if err != nil || len(jobs) == 0 {
@@ -192,7 +221,7 @@ func (e *env) work(ctx context.Context) error {
 // http: the same through the HTTP target to a loopback no-op server,
 // after the bare loop it is compared with: cfg.Concurrency goroutines
 // sending the same requests through the same target code to the same
-// server, with no queue in between (http_bare_requests_per_s). Their
+// server, with no queue in between (http_raw_requests_per_s). Their
 // ratio is what the queue costs an HTTP job.
 func (e *env) http(ctx context.Context) error {
 	url, stop, err := e.httpTarget()
@@ -202,15 +231,15 @@ func (e *env) http(ctx context.Context) error {
 	defer stop()
 	route := e.route("http")
 	route.Target = config.Target{HTTP: &config.HTTPTarget{URL: url}}
-	if err := e.bareHTTP(ctx, route, e.cfg.HTTPJobs); err != nil {
+	if err := e.rawHTTP(ctx, route, e.cfg.HTTPJobs); err != nil {
 		return err
 	}
 	return e.burnDown(ctx, "http_jobs_per_s", route, e.cfg.HTTPJobs)
 }
 
-// bareHTTP calls route's HTTP target for records 0..n-1 of route from
+// rawHTTP calls route's HTTP target for records 0..n-1 of route from
 // cfg.Concurrency goroutines, as workers would, without Postgres.
-func (e *env) bareHTTP(ctx context.Context, route config.Route, n int) error {
+func (e *env) rawHTTP(ctx context.Context, route config.Route, n int) error {
 	jobs, err := e.jobs(route, 0, n)
 	if err != nil {
 		return err
@@ -239,9 +268,9 @@ func (e *env) bareHTTP(ctx context.Context, route config.Route, n int) error {
 	}
 	wg.Wait()
 	if err := failed.get(); err != nil {
-		return fmt.Errorf("http_bare_requests_per_s: %w", err)
+		return fmt.Errorf("http_raw_requests_per_s: %w", err)
 	}
-	e.report("http_bare_requests_per_s", float64(n)/time.Since(start).Seconds(), "requests/s")
+	e.report("http_raw_requests_per_s", float64(n)/time.Since(start).Seconds(), "requests/s")
 	return nil
 }
 
@@ -279,6 +308,10 @@ func (e *env) e2e(ctx context.Context) error {
 	var (
 		mu  sync.Mutex
 		lat = make([]time.Duration, 0, total)
+		// The two halves of each latency, split at the job's created_at
+		// (its ingest transaction's start): Kafka and ingest, then the
+		// commit, the wake-up, the claim and the call.
+		toRow, toCall = make([]time.Duration, 0, total), make([]time.Duration, 0, total)
 	)
 	handler := workers.HandlerFunc(func(_ context.Context, job *workers.Job) error {
 		now := time.Now()
@@ -286,8 +319,10 @@ func (e *env) e2e(ctx context.Context) error {
 		for _, h := range job.Headers {
 			if h.Key == sentHeader {
 				ns, _ := strconv.ParseInt(string(h.Value), 10, 64)
+				sent := time.Unix(0, ns)
 				mu.Lock()
-				lat = append(lat, now.Sub(time.Unix(0, ns)))
+				lat = append(lat, now.Sub(sent))
+				toRow, toCall = append(toRow, job.CreatedAt.Sub(sent)), append(toCall, now.Sub(job.CreatedAt))
 				mu.Unlock()
 			}
 		}
@@ -311,6 +346,10 @@ func (e *env) e2e(ctx context.Context) error {
 	}
 	e.note("e2e: offered %d records/s for %s (%d records), concurrency %d; max %.1f ms", e.cfg.Rate,
 		e.cfg.Duration, total, e.cfg.Concurrency, ms(lat[len(lat)-1]))
+	slices.Sort(toRow)
+	slices.Sort(toCall)
+	e.note("e2e: produce → ingest transaction p50 %.1f ms, p99 %.1f ms; → handler call p50 %.1f ms, p99 %.1f ms",
+		ms(percentile(toRow, 0.5)), ms(percentile(toRow, 0.99)), ms(percentile(toCall, 0.5)), ms(percentile(toCall, 0.99)))
 	e.report("e2e_latency_p50_ms", ms(percentile(lat, 0.50)), "ms")
 	e.report("e2e_latency_p99_ms", ms(percentile(lat, 0.99)), "ms")
 	return nil
@@ -329,7 +368,7 @@ func (e *env) offer(ctx context.Context, eng *switchyard.Engine, topic string, t
 		r.Offset = 0
 		e.kafka.Produce(ctx, r, fe.record)
 	}
-	err := waitUntil(ctx, eng, 10*time.Millisecond, "warm-up records", func() (int64, bool, error) {
+	err := waitUntil(ctx, eng.Done(), 10*time.Millisecond, "warm-up records", func() (int64, bool, error) {
 		c := e.calls.Load()
 		return c, c >= warmups, fe.get()
 	})
@@ -356,7 +395,7 @@ func (e *env) offer(ctx context.Context, eng *switchyard.Engine, topic string, t
 			e.kafka.Produce(ctx, r, fe.record)
 		}
 	}
-	return waitUntil(ctx, eng, 10*time.Millisecond, "e2e records handled", func() (int64, bool, error) {
+	return waitUntil(ctx, eng.Done(), 10*time.Millisecond, "e2e records handled", func() (int64, bool, error) {
 		c := e.calls.Load()
 		return c, c >= int64(total), fe.get()
 	})
@@ -415,7 +454,7 @@ func (e *env) claim(ctx context.Context) error {
 			order = []int{1, 0} // neither table always goes first
 		}
 		for _, k := range order {
-			got, took, err := tables[k].claimBatch(ctx, claimPer)
+			got, took, err := tables[k].claimBatch(ctx, queue, claimPer)
 			if err != nil {
 				return err
 			}
@@ -462,8 +501,8 @@ func (e *env) printContext(ctx context.Context) error {
 	e.note("kafka %s; schema %s (topics and groups %s_*)", strings.Join(e.cfg.Brokers, ","), e.schema, e.schema)
 	c := e.cfg
 	e.note("sizes: records=%d jobs=%d http-jobs=%d keys=%d history=%d concurrency=%d raw-loops=%d "+
-		"rate=%d/s duration=%s samples=%d max-conns=%d poll=%s", c.Records, c.Jobs, c.HTTPJobs, c.Keys,
-		c.History, c.Concurrency, c.RawLoops, c.Rate, c.Duration, c.Samples, c.MaxConns, pollInterval)
+		"rate=%d/s duration=%s samples=%d point-jobs=%d max-conns=%d poll=%s", c.Records, c.Jobs, c.HTTPJobs, c.Keys,
+		c.History, c.Concurrency, c.RawLoops, c.Rate, c.Duration, c.Samples, c.PointJobs, c.MaxConns, pollInterval)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -114,11 +115,12 @@ type txCounts struct {
 	jobs, inserts, claims, handedOff, completions int64
 }
 
-// vacuum brings the jobs table to the state autovacuum keeps it in:
-// dead index entries of claimed rows gone, visibility map and
-// statistics current. Both claim latency tables start from it.
+// vacuum brings the jobs and lanes tables to the state autovacuum keeps
+// them in: dead index entries of claimed rows gone, visibility map and
+// statistics current. Both claim latency tables start from it, and so
+// does every scale point.
 func (e *env) vacuum(ctx context.Context) error {
-	_, err := e.store.Pool().Exec(ctx, `VACUUM (ANALYZE) jobs`)
+	_, err := e.store.Pool().Exec(ctx, `VACUUM (ANALYZE) jobs, lanes`)
 	return err
 }
 
@@ -142,4 +144,61 @@ func (e *env) serverInfo(ctx context.Context) (string, error) {
 	err := e.store.Pool().QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
 		current_setting('synchronous_commit'), current_setting('shared_buffers')`).Scan(&version, &fsync, &commit, &buffers)
 	return fmt.Sprintf("postgres %s fsync=%s synchronous_commit=%s shared_buffers=%s", version, fsync, commit, buffers), err
+}
+
+// insertLanes adds n idle lanes (no head, no waiting jobs) of route with
+// keys k0..k<n-1>, as a long history of keys leaves the lanes table.
+func (e *env) insertLanes(ctx context.Context, route string, n int) error {
+	_, err := e.store.Pool().Exec(ctx, `
+		INSERT INTO lanes (route, key) SELECT $1, 'k' || g FROM generate_series(0, $2::bigint - 1) g`, route, n)
+	return err
+}
+
+// insertFuture adds n queued jobs of route to the bench queue, scheduled
+// a day ahead: runnable-index entries every claim of the queue passes
+// over. The route is the future jobs' own, so that they count in no
+// burn-down. (Their job_keys rows are left out: no claim reads them.)
+func (e *env) insertFuture(ctx context.Context, route string, n int, payload []byte) error {
+	_, err := e.store.Pool().Exec(ctx, `
+		INSERT INTO jobs (route, kind, queue, state, key, dedupe_key, payload, max_attempts, scheduled_at)
+		SELECT $1, 'bench.future', $2, 'queued', 'k' || (g % $3), 'future-' || g, $4, 8,
+			now() + interval '1 day' + g * interval '1 millisecond'
+		FROM generate_series(0, $5::bigint - 1) g`,
+		route, queue, e.cfg.Keys, payload, n)
+	return err
+}
+
+// unfinished counts the jobs of routes that have not finished.
+func (e *env) unfinished(ctx context.Context, routes []string) (int64, error) {
+	var n int64
+	err := e.store.Pool().QueryRow(ctx, `
+		SELECT count(*) FROM jobs WHERE route = ANY($1) AND finished_at IS NULL`,
+		routes).Scan(&n)
+	return n, err
+}
+
+// dbNow is the database clock, which stamps finished_at.
+func (e *env) dbNow(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	err := e.store.Pool().QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now)
+	return now, err
+}
+
+// steadyRate is how many jobs of routes finished after since, and their
+// rate between the 10th and 90th percentile of finished_at: the steady
+// middle of a burn-down, without its start-up and tail.
+func (e *env) steadyRate(ctx context.Context, routes []string, since time.Time) (int64, float64, error) {
+	var n int64
+	var from, to *time.Time
+	err := e.store.Pool().QueryRow(ctx, `
+		SELECT count(*), percentile_disc(0.1) WITHIN GROUP (ORDER BY finished_at),
+			percentile_disc(0.9) WITHIN GROUP (ORDER BY finished_at)
+		FROM jobs WHERE route = ANY($1) AND finished_at > $2`, routes, since).Scan(&n, &from, &to)
+	if err != nil {
+		return 0, 0, err
+	}
+	if from == nil || !to.After(*from) {
+		return n, 0, fmt.Errorf("%d jobs finished in too few completions to time: raise --point-jobs", n)
+	}
+	return n, 0.8 * float64(n) / to.Sub(*from).Seconds(), nil
 }

@@ -1,0 +1,68 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// TestScaleCurvesReportEveryFigure runs every scale curve at small points
+// against the real services, the processes curve with real child
+// processes, and checks that each point reports its figures and each
+// curve its spread.
+func TestScaleCurvesReportEveryFigure(t *testing.T) {
+	svc := testenv.Shared(t)
+	exe := filepath.Join(t.TempDir(), "switchyard")
+	if out, err := exec.Command("go", "build", "-o", exe, "../../cmd/switchyard").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var out bytes.Buffer
+	cfg := Config{DatabaseURL: svc.DatabaseURL, Brokers: svc.Brokers, Scale: true, PointJobs: 2000, Records: 2000,
+		Concurrency: 8, SlowJob: 50 * time.Millisecond, Executable: exe, Out: &out}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	e, err := setup(ctx, cfg)
+	t.Cleanup(func() {
+		if e != nil {
+			if err := e.teardown(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := map[string][]int{"queues": {1, 4}, "lanes": {100, 1000}, "future": {0, 5000}, "leases": {4, 32},
+		"payload": {200, 5000}, "processes": {1, 2}}
+	for _, c := range scaleCurves {
+		c.xs = small[c.name]
+		if err := e.runCurve(ctx, c); err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, out.String())
+		}
+		for _, x := range c.xs {
+			for _, metric := range c.flat {
+				if v := e.results[scaleFigure(c.name, x, metric)]; v <= 0 {
+					t.Errorf("%s = %v, want a positive figure", scaleFigure(c.name, x, metric), v)
+				}
+			}
+		}
+		for _, metric := range c.flat {
+			if !strings.Contains(out.String(), "# scale "+c.name+" "+metric+": worst/first ") {
+				t.Errorf("no spread noted for %s %s", c.name, metric)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Log(out.String())
+	}
+}
