@@ -150,7 +150,11 @@ func (e *env) burnDown(ctx context.Context, figure string, route config.Route, n
 	}
 	e.calls.Store(0)
 	var elapsed time.Duration
-	err := e.withRSS(figure, func() error {
+	since, err := e.dbNow(ctx)
+	if err != nil {
+		return err
+	}
+	err = e.withRSS(figure, func() error {
 		start := time.Now()
 		eng, err := e.startEngine(ctx, switchyard.RoleWork, route, workers.HandlerFunc(e.noop))
 		if err != nil {
@@ -180,6 +184,11 @@ func (e *env) burnDown(ctx context.Context, figure string, route config.Route, n
 		return err
 	}
 	claimed := txs.jobs - txs.handedOff
+	// The figure runs from Start to the last completion; the steady
+	// middle says how much of it start-up and the tail took.
+	if _, steady, err := e.steadyRate(ctx, []string{route.Topic}, since); err == nil {
+		e.note("%s: %.0f jobs/s in the steady middle (completions between the 10th and 90th percentile)", figure, steady)
+	}
 	e.note("%s: %d claim statements (%.1f jobs each), %d completion statements (%.1f jobs each), %d jobs handed off by them",
 		figure, txs.claims, float64(claimed)/float64(max(txs.claims, 1)),
 		txs.completions, float64(txs.jobs)/float64(max(txs.completions, 1)), txs.handedOff)
