@@ -149,7 +149,7 @@ func panel(c *curve) (*plot.Plot, error) {
 	p.Y.Label.Text = "× the first point"
 	p.Legend.Top, p.Legend.Left = true, true
 	var xs []float64
-	for i, metric := range c.metrics {
+	for _, metric := range c.metrics {
 		if !slices.Contains(shown, metric) || (metric == "jobs_per_s" && slices.Contains(c.metrics, "efficiency")) {
 			continue
 		}
@@ -168,7 +168,7 @@ func panel(c *curve) (*plot.Plot, error) {
 		if err != nil {
 			return nil, err
 		}
-		line.Color = palette[i%len(palette)]
+		line.Color = palette[slices.Index(shown, metric)%len(palette)] // a figure has one colour in every panel
 		marks.Color = line.Color
 		p.Add(line, marks)
 		p.Legend.Add(fmt.Sprintf("%s (%s %s at %s)", metric, short(pts[0].value), c.units[metric], short(pts[0].x)), line)
