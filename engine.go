@@ -35,6 +35,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/admin"
 	"github.com/switchyard-dev/switchyard/internal/dispatch"
 	"github.com/switchyard-dev/switchyard/internal/dlq"
+	"github.com/switchyard-dev/switchyard/internal/flow"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -88,6 +89,11 @@ type Engine struct {
 	dlq        *dlq.Service
 	server     *http.Server
 	listener   net.Listener
+
+	// flow holds queues and routes back (pauses, backpressure); its
+	// loop stops with stopFlow.
+	flow     *flow.Watcher
+	stopFlow context.CancelFunc
 
 	fatal   chan error
 	sampler *sampler.Sampler
@@ -226,6 +232,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.dlq = dlq.New(store, e.compiled, ingest.NewRereader(append(kopts, e.opts.KafkaOpts...)))
+	if err := e.startFlow(ctx); err != nil {
+		return err
+	}
 	if e.opts.Role != RoleIngest {
 		if err := e.startDispatch(ctx); err != nil {
 			return err
@@ -252,7 +261,61 @@ func (e *Engine) Start(ctx context.Context) error {
 		sc.Lag = e.consumer.Lag
 	}
 	e.sampler = sampler.New(sc, e.store, e.metrics, e.log)
-	return e.sampler.Start(ctx)
+	if err := e.sampler.Start(ctx); err != nil {
+		return err
+	}
+	// Re-read pauses and depths from now on; the first read, before the
+	// components started, is what they started with.
+	flowCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.stopFlow = cancel
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.flow.Run(flowCtx) }()
+	return nil
+}
+
+// flowInterval is how often every process re-reads the pauses and the
+// depths of the queues with a max_depth: SPEC §6's "within 1 s".
+const flowInterval = 500 * time.Millisecond
+
+// startFlow reads the pauses and depths once, so that the consumer and
+// the pools start with them: a route paused before a restart fetches
+// nothing after it.
+func (e *Engine) startFlow(ctx context.Context) error {
+	fc := flow.Config{Interval: flowInterval, MaxDepth: e.maxDepths(), RouteQueue: map[string]string{},
+		OnChange: e.flowChanged}
+	if e.opts.Role != RoleWork {
+		for _, r := range e.cfg.Routes {
+			fc.RouteQueue[r.Topic] = r.Queue
+			for _, cause := range flow.Causes {
+				e.metrics.IngestPaused.WithLabelValues(r.Topic, cause).Set(0)
+			}
+		}
+	}
+	w, err := flow.New(e.store, fc, e.log)
+	if err != nil {
+		return err
+	}
+	if err := w.Refresh(ctx); err != nil {
+		return fmt.Errorf("postgres: read pauses: %w", err)
+	}
+	e.flow = w
+	return nil
+}
+
+// flowChanged applies what a read of the pauses and depths changed: the
+// consumer holds or resumes routes, and resumed pools claim at once
+// rather than at their next poll.
+func (e *Engine) flowChanged() {
+	if e.consumer != nil {
+		e.consumer.ApplyHolds()
+	}
+	if e.dispatcher != nil {
+		for _, q := range e.cfg.QueueNames() {
+			if !e.flow.QueuePaused(q) {
+				e.dispatcher.Wake(q)
+			}
+		}
+	}
 }
 
 func (e *Engine) checkHandlers() error {
@@ -287,6 +350,7 @@ func (e *Engine) startHTTP() error {
 		Token:        e.cfg.HTTP.Token,
 		AllowedHosts: e.cfg.HTTP.AllowedHosts,
 		Queues:       e.cfg.QueueNames(),
+		Routes:       e.adminRoutes(),
 		Metrics:      promhttp.HandlerFor(e.opts.Registry, promhttp.HandlerOpts{}),
 		Ready:        e.kafkaReady,
 		DLQ:          e.dlq,
@@ -327,7 +391,7 @@ func (e *Engine) kafkaReady(ctx context.Context) error {
 
 func (e *Engine) startDispatch(ctx context.Context) error {
 	dc := dispatch.Config{Resolve: e.resolve, Grace: e.cfg.ShutdownGrace.D(), Backoff: map[string]dispatch.Backoff{},
-		Retention: map[string]time.Duration{}}
+		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused}
 	for state, keep := range e.cfg.Retention {
 		dc.Retention[state] = keep.D()
 	}
@@ -354,7 +418,7 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 
 func (e *Engine) startIngest(ctx context.Context) error {
 	ic := ingest.Config{Kafka: e.cfg.Kafka, OAuthToken: e.opts.OAuthToken, Routes: e.compiled,
-		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts}
+		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts, Holds: e.flow}
 	c, err := ingest.New(ic, e.store, e.log, e.metrics)
 	if err != nil {
 		return err
@@ -403,6 +467,16 @@ func (e *Engine) fail(err error) {
 	}
 }
 
+// adminRoutes are the configured routes as the admin API lists them; a
+// route's name is its topic.
+func (e *Engine) adminRoutes() []admin.RouteConfig {
+	var out []admin.RouteConfig
+	for _, r := range e.cfg.Routes {
+		out = append(out, admin.RouteConfig{Name: r.Topic, Topic: r.Topic, Queue: r.Queue, MaxDepth: e.cfg.Queues[r.Queue].MaxDepth})
+	}
+	return out
+}
+
 // maxDepths is every configured queue's max_depth (0: no limit).
 func (e *Engine) maxDepths() map[string]int {
 	m := map[string]int{}
@@ -419,6 +493,9 @@ func (e *Engine) maxDepths() map[string]int {
 func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		var errs []error
+		if e.stopFlow != nil {
+			e.stopFlow()
+		}
 		if e.scheduler != nil {
 			errs = append(errs, e.scheduler.Stop(ctx))
 		}

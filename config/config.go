@@ -124,7 +124,10 @@ type Queue struct {
 	Lease Duration `yaml:"lease"`
 	// MaxRuntime caps one attempt. Defaults to 5m.
 	MaxRuntime Duration `yaml:"max_runtime"`
-	// MaxDepth is the queued-job limit for API enqueues. 0 = no limit.
+	// MaxDepth bounds the queue's unstarted jobs (waiting, queued,
+	// retrying): API enqueues past it are refused (429), and ingest holds
+	// the routes that feed the queue (backpressure: records wait in
+	// Kafka) until it is below 90 % of it. 0 = no limit.
 	MaxDepth int `yaml:"max_depth"`
 	// StealFrom lists queues whose runnable jobs this pool's idle workers
 	// run when its own queue has none, in order, under this pool's lease

@@ -103,6 +103,18 @@ routes:
 		{"dlq show missing", []string{"dlq", "show", "--config", good, "999999"}, exitFailure,
 			[]string{"DLQ entry 999999 not found"}},
 		{"dlq list empty", []string{"dlq", "list", "--config", good}, exitOK, []string{`"items": []`}},
+		{"queues list", []string{"queues", "list", "--config", good}, exitOK, []string{`"name": "q"`, `"paused": false`}},
+		{"queues pause", []string{"queues", "pause", "--config", good, "q"}, exitOK, []string{`"paused": true`}},
+		{"queues list paused", []string{"queues", "list", "--config", good}, exitOK, []string{`"paused": true`}},
+		{"queues resume", []string{"queues", "resume", "--config", good, "q"}, exitOK, []string{`"paused": false`}},
+		{"queues pause unknown", []string{"queues", "pause", "--config", good, "nope"}, exitUsage,
+			[]string{`no such queue in the config: "nope"`}},
+		{"queues pause no name", []string{"queues", "pause", "--config", good}, exitUsage, []string{"takes 1 argument"}},
+		{"queues no subcommand", []string{"queues"}, exitUsage, []string{"missing subcommand"}},
+		{"routes pause", []string{"routes", "pause", "--config", good, "t"}, exitOK, []string{`"name": "t"`, `"paused": true`}},
+		{"routes list paused", []string{"routes", "list", "--config", good}, exitOK, []string{`"paused": true`}},
+		{"routes resume", []string{"routes", "resume", "--config", good, "t"}, exitOK, []string{`"paused": false`}},
+		{"routes unknown subcommand", []string{"routes", "frob"}, exitUsage, []string{`"frob"`}},
 		{"produce without topic", []string{"produce", "--config", good, "v"}, exitUsage, []string{"--topic", "required"}},
 		{"produce without value", []string{"produce", "--config", good, "--topic", "t"}, exitUsage, []string{"VALUE"}},
 		{"produce bad header", []string{"produce", "--config", good, "--topic", "t", "--header", "novalue", "v"}, exitUsage,
@@ -110,7 +122,8 @@ routes:
 	}
 	// --help on every verb and subcommand prints its usage and exits 0.
 	helps := [][]string{{"jobs", "get"}, {"jobs", "list"}, {"jobs", "cancel"},
-		{"dlq", "list"}, {"dlq", "show"}, {"dlq", "redrive"}, {"dlq", "discard"}}
+		{"dlq", "list"}, {"dlq", "show"}, {"dlq", "redrive"}, {"dlq", "discard"},
+		{"queues", "list"}, {"queues", "pause"}, {"queues", "resume"}, {"routes", "list"}, {"routes", "pause"}, {"routes", "resume"}}
 	for name := range verbs() {
 		helps = append(helps, []string{name})
 	}

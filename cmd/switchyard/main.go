@@ -47,6 +47,8 @@ func verbs() map[string]verb {
 		{"produce", "write a record to a topic", runProduce},
 		{"jobs", "inspect jobs: jobs get ID | jobs list [--state S] [--queue Q] [--key K]", runJobs},
 		{"dlq", "the dead-letter store: dlq list | show ID | redrive ID|--all-matching F | discard ID", runDLQ},
+		{"queues", "queues list | pause Q | resume Q: a paused queue claims nothing, fleet-wide", runQueues},
+		{"routes", "routes list | pause R | resume R: a paused route fetches nothing, fleet-wide", runRoutes},
 		{"replay", "re-read a topic range into jobs: replay --topic T (--from-time T | --from-offset N)", runReplay},
 		{"bench", "run the benchmark suite (SPEC §9)", runBench},
 	}

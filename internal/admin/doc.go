@@ -1,5 +1,6 @@
 // Package admin serves Switchyard's operator HTTP surface (SPEC §6): the
-// /v1 JSON API over jobs, queues and the DLQ, /metrics, /healthz, /readyz
+// /v1 JSON API over jobs, queues, routes and the DLQ (with the pauses of
+// queues and routes), /metrics, /healthz, /readyz
 // and a small dashboard at /.
 //
 // It owns routing, authentication, input validation and the JSON shapes of

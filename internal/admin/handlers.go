@@ -121,6 +121,10 @@ func (s *Server) queueList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	pauses, err := s.store.Pauses(r.Context())
+	if err != nil {
+		return err
+	}
 	names := slices.Clone(s.cfg.Queues)
 	for name := range stats {
 		names = append(names, name)
@@ -137,6 +141,7 @@ func (s *Server) queueList(w http.ResponseWriter, r *http.Request) error {
 		// included, so that its shape does not change as work comes and goes.
 		zeroFill(st.Jobs, jobstate.Depth)
 		zeroFill(st.DLQ, dlq.Reasons)
+		_, st.Paused = pauses[pgstore.PauseQueue][name]
 		items = append(items, *st)
 	}
 	s.writeJSON(w, http.StatusOK, page[pgstore.QueueStat]{Items: items})

@@ -37,8 +37,11 @@ type Config struct {
 	Token string
 	// Queues are the configured queue names. GET /v1/queues lists each of
 	// them even when it has no rows yet, plus any queue found in the
-	// database. Defaults to none.
+	// database; only these can be paused. Defaults to none.
 	Queues []string
+	// Routes are the configured routes, for GET /v1/routes and their
+	// pauses. Defaults to none.
+	Routes []RouteConfig
 	// Metrics is served at /metrics without authentication, as Prometheus
 	// scrapers expect. Nil means /metrics answers 404.
 	Metrics http.Handler
@@ -76,6 +79,7 @@ type Server struct {
 // must not be nil (pass zap.NewNop() to discard).
 func New(cfg Config, store *pgstore.Store, log *zap.Logger) *Server {
 	cfg.Queues = append([]string(nil), cfg.Queues...)
+	cfg.Routes = slices.Clone(cfg.Routes)
 	cfg.AllowedHosts = slices.Clone(cfg.AllowedHosts)
 	for i, h := range cfg.AllowedHosts {
 		cfg.AllowedHosts[i] = normalHost(h)
@@ -117,6 +121,11 @@ func (s *Server) routes() http.Handler {
 		{"POST", "/v1/dlq/{id}/redrive", nil, s.dlqRedrive},
 		{"POST", "/v1/dlq/{id}/discard", nil, s.dlqDiscard},
 		{"GET", "/v1/queues", nil, s.queueList},
+		{"POST", "/v1/queues/{queue}/pause", nil, s.setPause(pgstore.PauseQueue, true)},
+		{"POST", "/v1/queues/{queue}/resume", nil, s.setPause(pgstore.PauseQueue, false)},
+		{"GET", "/v1/routes", nil, s.routeList},
+		{"POST", "/v1/routes/{name}/pause", nil, s.setPause(pgstore.PauseRoute, true)},
+		{"POST", "/v1/routes/{name}/resume", nil, s.setPause(pgstore.PauseRoute, false)},
 		{"GET", "/v1/openapi.json", nil, s.openapi},
 		{"POST", "/v1/queues/{queue}/jobs", []string{"kind"}, s.jobEnqueue},
 	}

@@ -122,7 +122,7 @@ func (p *pool) claimLoop() {
 		// for any free worker at once: latency matters more. A second
 		// claim in flight only pays under a backlog.
 		if news && free > 0 && (inFlight == 0 || (backlog && inFlight < claimsInFlight)) &&
-			(!backlog || free >= max(1, p.q.Concurrency/4)) {
+			(!backlog || free >= max(1, p.q.Concurrency/4)) && !p.env.paused(p.q.Name) {
 			after := pgstore.ClaimPosition{ScheduledAt: cursor.ScheduledAt.Add(-claimLookBack)}
 			if !backlog || time.Since(fromStart) >= fromStartEvery {
 				after, fromStart = pgstore.ClaimPosition{}, time.Now()
@@ -178,6 +178,11 @@ func (p *pool) claimLoop() {
 			}
 		case <-p.wakeC:
 			news = true
+			// A resumed queue's prefetched jobs wait in ready with their
+			// slots taken: no claim would start them.
+			p.mu.Lock()
+			p.startReady()
+			p.mu.Unlock()
 		case <-p.freed:
 			news = true
 		case <-poll.C:

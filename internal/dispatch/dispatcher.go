@@ -55,6 +55,12 @@ type Config struct {
 	// RescueInterval is how often expired leases are looked for.
 	// Defaults to a third of the shortest lease, at most 5s.
 	RescueInterval time.Duration
+	// Paused reports whether an operator paused a queue (flow.Watcher):
+	// its pool then claims nothing, starts no prefetched job and takes no
+	// lane handoff until it is resumed (and woken, Wake). The claim
+	// statement refuses a paused queue by itself; this stops the asking.
+	// Nil: no queue is ever paused.
+	Paused func(queue string) bool
 }
 
 // DefaultBackoff applies to routes without their own.
@@ -112,7 +118,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 // poolEnv is what the dispatcher gives each of its pools.
 func (d *Dispatcher) poolEnv() poolEnv {
 	return poolEnv{store: d.store, metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
-		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim}
+		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused}
 }
 
 // Start launches the pools, the completer, the rescuer and the wake-up

@@ -185,7 +185,7 @@ func (p *pool) returned(token int64) {
 // whether it started any. p.mu is held.
 func (p *pool) startReady() bool {
 	started := false
-	for len(p.ready) > 0 && !p.closed && p.busy+p.reserved < p.q.Concurrency {
+	for len(p.ready) > 0 && !p.closed && p.busy+p.reserved < p.q.Concurrency && !p.env.paused(p.q.Name) {
 		p.start(p.ready[0])
 		p.ready = p.ready[1:]
 		started = true

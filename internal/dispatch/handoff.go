@@ -25,9 +25,10 @@ const laneHandoffWindow = time.Second
 // claimed: it saves a row version of the job and a claim. Only for jobs
 // of the pool's own queue (a stolen job's successor belongs to its
 // queue's pool), within laneHandoffWindow, and not once the pool is
-// closing.
+// closing or its queue paused.
 func (p *pool) handoff(r *running, out pgstore.Outcome) *pgstore.Handoff {
-	if !out.Lane || out.State == jobstate.Retrying || r.job.Queue != p.q.Name || time.Since(r.chain) >= p.handoffWindow {
+	if !out.Lane || out.State == jobstate.Retrying || r.job.Queue != p.q.Name || time.Since(r.chain) >= p.handoffWindow ||
+		p.env.paused(p.q.Name) {
 		return nil
 	}
 	p.mu.Lock()

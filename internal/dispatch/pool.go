@@ -26,6 +26,8 @@ type poolEnv struct {
 	jobCtx context.Context
 	// stopClaim is closed when the pools must stop claiming.
 	stopClaim <-chan struct{}
+	// paused reports whether an operator paused a queue (Config.Paused).
+	paused func(queue string) bool
 }
 
 // pool is one queue's workers in this process.
@@ -85,6 +87,9 @@ type running struct {
 }
 
 func newPool(env poolEnv, log *zap.Logger, q Queue) *pool {
+	if env.paused == nil {
+		env.paused = func(string) bool { return false }
+	}
 	return &pool{env: env, q: q, log: log.With(zap.String("queue", q.Name)),
 		overRuntime: fmt.Errorf("max_runtime %s exceeded", q.MaxRuntime),
 		wakeC:       make(chan struct{}, 1), freed: make(chan struct{}, 1), claimsDone: make(chan struct{}),

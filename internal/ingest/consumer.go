@@ -43,6 +43,17 @@ type Config struct {
 	// transaction failing or hanging) before Ready reports the consumer
 	// stuck. Defaults to 30s.
 	StuckAfter time.Duration
+	// Holds says which routes' fetching to hold (flow.Watcher; see
+	// ApplyHolds). Nil: none is ever held.
+	Holds Holds
+}
+
+// Holds is what the consumer asks of flow control.
+type Holds interface {
+	// RouteHold says why a route's fetching is held ("" when it is not).
+	RouteHold(route string) string
+	// Added counts unstarted jobs just stored in a queue.
+	Added(queue string, n int)
 }
 
 var errSimulatedCrash = errors.New("simulated crash after the Postgres commit")
@@ -86,6 +97,9 @@ type Consumer struct {
 	// partition, for the time lag.
 	stored map[tp]time.Time
 	fatal  error
+
+	holdMu sync.Mutex
+	held   map[string]string // topic → why its fetching is held
 }
 
 // New validates cfg and builds a consumer; Start connects.
@@ -110,7 +124,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 		cfg.StuckAfter = 30 * time.Second
 	}
 	c := &Consumer{cfg: cfg, opts: opts, store: store, log: log.Named("ingest"), metrics: m,
-		routes: map[string]*Route{}, expected: map[tp]int64{}, stored: map[tp]time.Time{}}
+		routes: map[string]*Route{}, expected: map[tp]int64{}, stored: map[tp]time.Time{}, held: map[string]string{}}
 	for _, r := range cfg.Routes {
 		c.routes[r.Topic] = r
 	}
@@ -149,6 +163,8 @@ func (c *Consumer) Start(ctx context.Context) error {
 		return fmt.Errorf("kafka: %w", err)
 	}
 	c.cl = cl
+	// Before the first fetch: a route paused before a restart stays paused.
+	c.ApplyHolds()
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	c.done = make(chan struct{})
@@ -227,6 +243,41 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]
 	return offs, nil
 }
 
+// ApplyHolds pauses the fetching of every route Holds holds and resumes
+// the others (see internal/flow for why this loses and reorders nothing).
+// Safe to call from any goroutine, at any time after Start.
+func (c *Consumer) ApplyHolds() {
+	if c.cfg.Holds == nil || c.cl == nil {
+		return
+	}
+	c.holdMu.Lock()
+	defer c.holdMu.Unlock()
+	for _, topic := range c.topics() {
+		cause := c.cfg.Holds.RouteHold(topic)
+		was := c.held[topic]
+		if cause == was {
+			continue
+		}
+		switch {
+		case cause != "" && was == "":
+			c.cl.PauseFetchTopics(topic)
+			c.log.Info("holding the route's fetching", zap.String("route", topic), zap.String("cause", cause))
+		case cause == "":
+			c.cl.ResumeFetchTopics(topic)
+			c.log.Info("resuming the route's fetching", zap.String("route", topic), zap.String("was", was))
+		}
+		c.held[topic] = cause
+		if c.metrics != nil {
+			if was != "" {
+				c.metrics.IngestPaused.WithLabelValues(topic, was).Set(0)
+			}
+			if cause != "" {
+				c.metrics.IngestPaused.WithLabelValues(topic, cause).Set(1)
+			}
+		}
+	}
+}
+
 func (c *Consumer) forget(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	c.commits.Wait()
 	c.mu.Lock()
@@ -246,6 +297,8 @@ func (c *Consumer) loop(ctx context.Context) error {
 	// at a bounded rate rather than at full speed.
 	failures := 0
 	for {
+		// The last batch may have taken a queue to its max_depth.
+		c.ApplyHolds()
 		fetches := c.cl.PollRecords(ctx, c.cfg.Kafka.FetchMaxRecords)
 		if ctx.Err() != nil {
 			c.cl.AllowRebalance()
@@ -443,6 +496,13 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 			c.log.Warn("kafka commit failed (Postgres holds the position)", zap.Error(err))
 		}
 	})
+	if c.cfg.Holds != nil {
+		for topic, n := range res.InsertedByTopic {
+			if r := c.routes[topic]; r != nil {
+				c.cfg.Holds.Added(r.Queue, int(n))
+			}
+		}
+	}
 	if c.metrics != nil {
 		for topic, cnt := range counts {
 			inserted, refused := res.InsertedByTopic[topic], res.RefusedByTopic[topic]

@@ -93,11 +93,11 @@ func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (EnqueueResu
 		return EnqueueResult{}, err
 	}
 	if limit > 0 {
-		full, err := e.store.QueueFull(ctx, req.Queue, limit)
+		depth, err := e.store.QueueDepth(ctx, req.Queue, limit)
 		if err != nil {
 			return EnqueueResult{}, err
 		}
-		if full {
+		if depth >= limit {
 			// A retry of a request that was accepted gets its answer again.
 			found, err := e.store.JobFind(ctx, j.Route, j.Origin, j.DedupeKey)
 			if errors.Is(err, pgstore.ErrNotFound) {

@@ -18,6 +18,7 @@ type Metrics struct {
 	IngestErrors    *prometheus.CounterVec
 	KafkaLagRecords *prometheus.GaugeVec
 	KafkaLagSeconds *prometheus.GaugeVec
+	IngestPaused    *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -64,8 +65,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "switchyard_kafka_lag_seconds",
 			Help: "When a topic's owned partitions are behind: the age of the last record stored (an upper bound on the oldest unstored record's); 0 when caught up.",
 		}, []string{"topic"}),
+		IngestPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_ingest_paused",
+			Help: "1 while this process holds a route's fetching, by cause: operator (paused) or backpressure (its queue at max_depth).",
+		}, []string{"route", "cause"}),
 	}
 	reg.MustRegister(m.QueueOldestAge, m.QueueJobs, m.JobDuration, m.JobAttempts, m.DLQEntries,
-		m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.KafkaLagRecords, m.KafkaLagSeconds)
+		m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.KafkaLagRecords, m.KafkaLagSeconds, m.IngestPaused)
 	return m
 }

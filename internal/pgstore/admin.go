@@ -228,6 +228,8 @@ type QueueStat struct {
 	Running                  int64            `json:"running"`
 	Dead                     int64            `json:"dead"`
 	DLQ                      map[string]int64 `json:"dlq"`
+	// Paused: an operator paused the queue; nothing claims from it.
+	Paused bool `json:"paused"`
 }
 
 // QueueStats reads depth by state and the oldest runnable age for every

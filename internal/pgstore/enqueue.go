@@ -99,15 +99,6 @@ func (s *Store) JobFind(ctx context.Context, route, origin, dedupeKey string) (J
 	return j, notFound(err)
 }
 
-// QueueFull reports whether a queue holds at least limit runnable jobs,
-// counting no further than limit.
-func (s *Store) QueueFull(ctx context.Context, queue string, limit int) (bool, error) {
-	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (
-		SELECT 1 FROM jobs WHERE queue = $1 AND state IN ('queued', 'retrying') LIMIT $2) x`, queue, limit).Scan(&n)
-	return n >= limit, err
-}
-
 // RouteLastDedupeKey is the greatest dedupe key among a schedule route's
 // retained jobs ("" when it has none): the schedule's last enqueued slot.
 func (s *Store) RouteLastDedupeKey(ctx context.Context, route string) (string, error) {

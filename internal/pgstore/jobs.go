@@ -47,7 +47,9 @@ func (p ClaimPosition) Before(q ClaimPosition) bool {
 }
 
 // JobClaim claims up to p.Limit runnable jobs of a queue in ONE statement:
-// FOR UPDATE SKIP LOCKED over the partial runnable index, then claimSet:
+// FOR UPDATE SKIP LOCKED over the partial runnable index, nothing while
+// the queue is paused (a claim that starts after Pause commits takes
+// nothing, in any process: I10), then claimSet:
 // attempts counted here (I5), a fresh fencing token per job from a
 // sequence (I4), and the lease measured on the database clock so that
 // process clocks never matter. It also returns the position of the last
@@ -58,6 +60,7 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*Claimed, Cla
 			SELECT id FROM jobs
 			WHERE queue = $1 AND state IN ('queued', 'retrying') AND scheduled_at <= now()
 			  AND (scheduled_at, id) > ($5::timestamptz, $6::bigint)
+			  AND NOT EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1)
 			ORDER BY scheduled_at, id
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+// runQueues and runRoutes list the configured queues or routes with
+// whether they are paused, and pause or resume one (SPEC §4). A pause is
+// a row in Postgres: it holds for every process of the deployment, within
+// a second, and across restarts, until it is resumed.
+func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runPauses(ctx, "queues", pgstore.PauseQueue, func(c *config.Config) []string { return c.QueueNames() },
+		args, stdout, stderr)
+}
+
+func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runPauses(ctx, "routes", pgstore.PauseRoute, func(c *config.Config) []string {
+		var names []string
+		for _, r := range c.Routes {
+			names = append(names, r.Topic) // a route is named by its topic
+		}
+		slices.Sort(names)
+		return names
+	}, args, stdout, stderr)
+}
+
+func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, names func(*config.Config) []string,
+	args []string, stdout, stderr io.Writer) error {
+	usage := fmt.Sprintf("%s list | %s pause NAME | %s resume NAME", verb, verb, verb)
+	if len(args) == 0 {
+		return usagef("missing subcommand: %s", usage)
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintf(stdout, "usage: switchyard %s\n\n`switchyard %s <subcommand> --help` for flags.\n", usage, verb)
+		return nil
+	case "list", "pause", "resume":
+	default:
+		return usagef("unknown subcommand %q: want list, pause or resume", sub)
+	}
+	synopsis := verb + " " + sub + " [--config FILE]"
+	if sub != "list" {
+		synopsis += " NAME"
+	}
+	fs, cfgPath := newFlags(verb+" "+sub, synopsis, stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	want := 1
+	if sub == "list" {
+		want = 0
+	}
+	if fs.NArg() != want {
+		return usagef("%s %s takes %d argument(s), got %d", verb, sub, want, fs.NArg())
+	}
+	store, cfg, err := openStore(ctx, fs, *cfgPath)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	known := names(cfg)
+	if sub != "list" {
+		name := fs.Arg(0)
+		if !slices.Contains(known, name) {
+			return usagef("no such %s in the config: %q (known: %v)", kind, name, known)
+		}
+		change := store.Resume
+		if sub == "pause" {
+			change = store.Pause
+		}
+		if _, err := change(ctx, kind, name); err != nil {
+			return err
+		}
+		return printJSON(stdout, map[string]any{"name": name, "paused": sub == "pause"})
+	}
+	pauses, err := store.Pauses(ctx)
+	if err != nil {
+		return err
+	}
+	items := []map[string]any{}
+	for _, name := range known {
+		_, paused := pauses[kind][name]
+		items = append(items, map[string]any{"name": name, "paused": paused})
+	}
+	return printJSON(stdout, map[string]any{"items": items})
+}

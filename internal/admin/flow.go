@@ -1,0 +1,88 @@
+package admin
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+)
+
+// Route is what GET /v1/routes says of one configured route.
+type Route struct {
+	Name  string `json:"name"`
+	Topic string `json:"topic"`
+	Queue string `json:"queue"`
+	// Paused: an operator paused the route's fetching (every process).
+	Paused bool `json:"paused"`
+	// Backpressured: the route's queue holds max_depth unstarted jobs or
+	// more, so ingest holds its fetching (SPEC §3).
+	Backpressured bool `json:"backpressured"`
+}
+
+// RouteConfig is a configured route as the admin server needs it.
+type RouteConfig struct {
+	Name, Topic, Queue string
+	// MaxDepth is its queue's max_depth; 0: none.
+	MaxDepth int
+}
+
+// pause is the answer to a pause or resume: the name and whether it is
+// paused now.
+type pause struct {
+	Name   string `json:"name"`
+	Paused bool   `json:"paused"`
+}
+
+func (s *Server) routeList(w http.ResponseWriter, r *http.Request) error {
+	pauses, err := s.store.Pauses(r.Context())
+	if err != nil {
+		return err
+	}
+	routes := slices.Clone(s.cfg.Routes)
+	sort.Slice(routes, func(i, j int) bool { return routes[i].Name < routes[j].Name })
+	items := make([]Route, 0, len(routes))
+	for _, rc := range routes {
+		item := Route{Name: rc.Name, Topic: rc.Topic, Queue: rc.Queue}
+		_, item.Paused = pauses[pgstore.PauseRoute][rc.Name]
+		if rc.MaxDepth > 0 {
+			depth, err := s.store.QueueDepth(r.Context(), rc.Queue, rc.MaxDepth)
+			if err != nil {
+				return err
+			}
+			item.Backpressured = depth >= rc.MaxDepth
+		}
+		items = append(items, item)
+	}
+	s.writeJSON(w, http.StatusOK, page[Route]{Items: items})
+	return nil
+}
+
+// setPause pauses (or resumes) the queue or route named in the path, which
+// must be configured.
+func (s *Server) setPause(kind pgstore.PauseKind, paused bool) apiFunc {
+	param := "queue"
+	if kind == pgstore.PauseRoute {
+		param = "name"
+	}
+	return func(w http.ResponseWriter, r *http.Request) error {
+		name := r.PathValue(param)
+		known := slices.Contains(s.cfg.Queues, name)
+		if kind == pgstore.PauseRoute {
+			known = slices.ContainsFunc(s.cfg.Routes, func(rc RouteConfig) bool { return rc.Name == name })
+		}
+		if !known {
+			return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no such %s: %q", kind, name), field: param}
+		}
+		change := s.store.Resume
+		if paused {
+			change = s.store.Pause
+		}
+		if _, err := change(r.Context(), kind, name); err != nil {
+			return err
+		}
+		s.writeJSON(w, http.StatusOK, pause{Name: name, Paused: paused})
+		return nil
+	}
+}
