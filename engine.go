@@ -398,7 +398,8 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 	for _, name := range e.cfg.QueueNames() {
 		q := e.cfg.Queues[name]
 		dc.Queues = append(dc.Queues, dispatch.Queue{Name: name, Concurrency: q.Concurrency,
-			Lease: q.Lease.D(), MaxRuntime: q.MaxRuntime.D(), PollInterval: q.PollInterval.D(), StealFrom: q.StealFrom})
+			Lease: q.Lease.D(), MaxRuntime: q.MaxRuntime.D(), PollInterval: q.PollInterval.D(), Prefetch: q.Prefetch,
+			StealFrom: q.StealFrom})
 	}
 	for _, r := range e.cfg.Routes {
 		dc.Backoff[r.Topic] = dispatch.Backoff{Initial: r.Backoff.Initial.D(), Max: r.Backoff.Max.D()}

@@ -129,6 +129,14 @@ type Queue struct {
 	// the routes that feed the queue (backpressure: records wait in
 	// Kafka) until it is below 90 % of it. 0 = no limit.
 	MaxDepth int `yaml:"max_depth"`
+	// Prefetch is how many jobs one process may hold claimed beyond its
+	// idle workers while the queue has a backlog, each waiting (leased)
+	// for the next worker to free: claims come in larger batches and a
+	// freed worker starts its next job without a round trip. Right for
+	// fast, uniform jobs; for slow or variable ones a prefetched job waits
+	// behind a long one while another process's worker could run it.
+	// Defaults to 0: claim only for idle workers. At most 3 × concurrency.
+	Prefetch int `yaml:"prefetch"`
 	// StealFrom lists queues whose runnable jobs this pool's idle workers
 	// run when its own queue has none, in order, under this pool's lease
 	// and max_runtime. A queue never steals from itself. Defaults to none.

@@ -37,7 +37,8 @@ func (e *env) startEngineFor(ctx context.Context, role string, routes []config.R
 	h workers.Handler) (*switchyard.Engine, error) {
 	queues := map[string]config.Queue{}
 	for _, r := range routes {
-		queues[r.Queue] = config.Queue{Concurrency: concurrency, PollInterval: config.Duration(pollInterval)}
+		// Prefetch of a pool's worth: the bench's jobs are fast and uniform.
+		queues[r.Queue] = config.Queue{Concurrency: concurrency, Prefetch: concurrency, PollInterval: config.Duration(pollInterval)}
 	}
 	cfg := &config.Config{
 		Kafka:    config.Kafka{Brokers: e.cfg.Brokers, Group: routes[0].Topic},

@@ -610,7 +610,7 @@ func (e *env) processConfig(l load) string {
 	fmt.Fprintf(&b, "postgres: {url: %q, schema: %q, max_conns: %d}\n", e.cfg.DatabaseURL, e.schema, e.cfg.MaxConns)
 	b.WriteString("http: {listen: \"off\"}\nqueues:\n")
 	for _, r := range l.routes {
-		fmt.Fprintf(&b, "  %s: {concurrency: %d, poll_interval: %s}\n", r.Queue, l.concurrency, pollInterval)
+		fmt.Fprintf(&b, "  %s: {concurrency: %d, prefetch: %d, poll_interval: %s}\n", r.Queue, l.concurrency, l.concurrency, pollInterval)
 	}
 	b.WriteString("routes:\n")
 	for _, r := range l.routes {

@@ -28,14 +28,14 @@ func (p *pool) free() int {
 }
 
 // prefetchable is how many jobs a pool under a backlog may claim beyond
-// its idle workers, to wait in ready for the next ones: up to one more
-// pool's worth, within the lease cap. Claims then come in larger batches
-// and a freed worker takes its next job without a round trip.
+// its idle workers, to wait in ready for the next ones: up to its
+// Prefetch, within the lease cap. Claims then come in larger batches and
+// a freed worker takes its next job without a round trip.
 func (p *pool) prefetchable() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	room := leaseCap*p.q.Concurrency - len(p.leases) - p.reserved - p.prefetching
-	return max(0, min(p.q.Concurrency-len(p.ready)-p.prefetching, room))
+	return max(0, min(p.q.Prefetch-len(p.ready)-p.prefetching, room))
 }
 
 // reserve sets n worker slots aside for a claim in flight, and extra

@@ -314,7 +314,8 @@ func TestPrefetchedJobsWaitAndGoBackAtStop(t *testing.T) {
 	store := testenv.MigratedStore(t)
 	enqueue(t, store, 50, 5)
 	h := counter{gate: make(chan struct{})}
-	d := start(t, store, 2, 5*time.Second, &h)
+	d := startQueues(t, store, &h, Queue{Name: "q", Concurrency: 2, Prefetch: 2, Lease: 5 * time.Second,
+		MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond})
 	testenv.Eventually(t, 30*time.Second, "both workers busy", func() bool { return h.started.Load() == 2 })
 	h.gate <- struct{}{} // one job ends: the freed worker's claim comes under a backlog
 	testenv.Eventually(t, 30*time.Second, "jobs leased beyond the workers", func() bool {

@@ -27,6 +27,9 @@ type Queue struct {
 	MaxRuntime time.Duration
 	// PollInterval is how often an idle pool looks for work.
 	PollInterval time.Duration
+	// Prefetch is how many jobs the pool may claim beyond its idle
+	// workers under a backlog (config queues.*.prefetch); 0: none.
+	Prefetch int
 	// StealFrom lists queues whose runnable jobs this pool's idle workers
 	// run when its own queue has none, in order.
 	StealFrom []string

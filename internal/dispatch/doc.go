@@ -17,14 +17,17 @@
 //     short): claimed rows leave dead entries at the front of the index
 //     until vacuum, and a claim from the beginning walks all of them
 //     (pgstore.ClaimPosition). Under a backlog a claim also asks for up
-//     to a pool's worth of jobs beyond its idle workers, which wait in
-//     ready as handed-off lane jobs do (leased, heartbeated, their clock
-//     restarted after a long wait, released by Stop): claims come in
-//     batches twice the size and a freed worker starts its next job
-//     without a round trip (measured: 29 → 60 jobs per claim statement,
-//     work_jobs_per_s +20-45%). The price is that a process killed with
-//     jobs waiting in ready has spent an attempt of each, as it has of
-//     every job it was running.
+//     to the queue's prefetch of jobs beyond its idle workers, which wait
+//     in ready as handed-off lane jobs do (leased, heartbeated, their
+//     clock restarted after a long wait, released by Stop): with a
+//     prefetch of a pool's worth, claims come in batches twice the size
+//     and a freed worker starts its next job without a round trip
+//     (measured: 29 → 60 jobs per claim statement, work_jobs_per_s
+//     +20-45%). The price is that a process killed with jobs waiting in
+//     ready has spent an attempt of each, as it has of every job it was
+//     running, and that a prefetched job waits behind a slow one while
+//     another process's worker may be idle: prefetch defaults to 0, for
+//     fast uniform queues to raise.
 //   - Leases: a pool holds at most 4 × concurrency leases, running
 //     handlers plus outcomes not yet written; a worker frees when its
 //     handler returns.
