@@ -91,9 +91,10 @@ type Engine struct {
 	listener   net.Listener
 
 	// flow holds queues and routes back (pauses, backpressure); its
-	// loop stops with stopFlow.
+	// loop stops with stopFlow and has ended when flowDone is closed.
 	flow     *flow.Watcher
 	stopFlow context.CancelFunc
+	flowDone chan struct{}
 
 	fatal   chan error
 	sampler *sampler.Sampler
@@ -267,9 +268,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	// Re-read pauses and depths from now on; the first read, before the
 	// components started, is what they started with.
 	flowCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.stopFlow = cancel
-	e.wg.Add(1)
-	go func() { defer e.wg.Done(); e.flow.Run(flowCtx) }()
+	e.stopFlow, e.flowDone = cancel, make(chan struct{})
+	go func() { defer close(e.flowDone); e.flow.Run(flowCtx) }()
 	return nil
 }
 
@@ -495,7 +495,10 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		var errs []error
 		if e.stopFlow != nil {
+			// First, and waited for: a read in flight would otherwise
+			// resume a route of a consumer being closed.
 			e.stopFlow()
+			<-e.flowDone
 		}
 		if e.scheduler != nil {
 			errs = append(errs, e.scheduler.Stop(ctx))
