@@ -564,12 +564,12 @@ func TestQueues(t *testing.T) {
 		m[reason] = n
 		return m
 	}
-	zeroJobs := map[string]int64{"waiting": 0, "queued": 0, "running": 0, "retrying": 0, "dead": 0}
+	zeroJobs := map[string]int64{"waiting": 0, "queued": 0, "running": 0, "retrying": 0, "dead": 0, "reserved": 0}
 	want := map[string]pgstore.QueueStat{
 		"idle": {Queue: "idle", Jobs: zeroJobs, DLQ: zeroDLQ},
 		"bulk": {Queue: "bulk", Jobs: zeroJobs, DLQ: withDLQ("too_large", 1)},
 		"interactive": {Queue: "interactive", Running: 1, Dead: 1, DLQ: withDLQ("permanent", 1),
-			Jobs: map[string]int64{"waiting": 0, "queued": 2, "running": 1, "retrying": 0, "dead": 1}},
+			Jobs: map[string]int64{"waiting": 0, "queued": 2, "running": 1, "retrying": 0, "dead": 1, "reserved": 0}},
 	}
 	for name, w := range want {
 		got := byName[name]

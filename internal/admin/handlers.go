@@ -139,13 +139,21 @@ func (s *Server) queueList(w http.ResponseWriter, r *http.Request) error {
 		}
 		// Every queue reports each depth state and every DLQ reason, zero
 		// included, so that its shape does not change as work comes and goes.
-		zeroFill(st.Jobs, jobstate.Depth)
+		zeroFill(st.Jobs, append(jobStateNames(jobstate.Depth), pgstore.Reserved))
 		zeroFill(st.DLQ, dlq.Reasons)
 		_, st.Paused = pauses[pgstore.PauseQueue][name]
 		items = append(items, *st)
 	}
 	s.writeJSON(w, http.StatusOK, page[pgstore.QueueStat]{Items: items})
 	return nil
+}
+
+func jobStateNames(states []jobstate.State) []string {
+	out := make([]string, len(states))
+	for i, st := range states {
+		out[i] = string(st)
+	}
+	return out
 }
 
 func zeroFill[T ~string](counts map[string]int64, keys []T) {

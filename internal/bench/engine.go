@@ -14,6 +14,7 @@ import (
 
 	switchyard "github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -128,7 +129,7 @@ func (e *env) queueDrained(ctx context.Context) (int64, bool, error) {
 	if q.Dead > 0 {
 		return 0, false, fmt.Errorf("%d jobs ended dead", q.Dead)
 	}
-	left := q.Jobs["waiting"] + q.Jobs["queued"] + q.Jobs["running"] + q.Jobs["retrying"]
+	left := q.Jobs["waiting"] + q.Jobs["queued"] + q.Jobs["running"] + q.Jobs[pgstore.Reserved] + q.Jobs["retrying"]
 	return -left, left == 0, nil
 }
 

@@ -324,8 +324,16 @@ func TestPrefetchedJobsWaitAndGoBackAtStop(t *testing.T) {
 	if p := h.peak.Load(); p > 2 {
 		t.Fatalf("peak concurrency %d > 2", p)
 	}
+	// The waiting ones are reported reserved, apart from the two running.
+	testenv.Eventually(t, 10*time.Second, "the prefetched jobs reported reserved", func() bool {
+		st := queueStat(t, store)
+		return st.Jobs[pgstore.Reserved] > 0 && st.Running == 2
+	})
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if st := queueStat(t, store); st.Jobs[pgstore.Reserved] != 0 {
+		t.Fatalf("%d jobs reported reserved after stop", st.Jobs[pgstore.Reserved])
 	}
 	var notBack int
 	if err := store.Pool().QueryRow(context.Background(),
@@ -335,6 +343,19 @@ func TestPrefetchedJobsWaitAndGoBackAtStop(t *testing.T) {
 	if got := states(t, store); got["succeeded"] != 1 || got["queued"] != 49 || notBack != 0 {
 		t.Fatalf("after stop: %v, %d jobs not queued with their attempt back; want 1 succeeded, 49 queued", got, notBack)
 	}
+}
+
+// queueStat is queue q's line of pgstore.QueueStats.
+func queueStat(t *testing.T, store *pgstore.Store) *pgstore.QueueStat {
+	t.Helper()
+	stats, err := store.QueueStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats["q"] == nil {
+		return &pgstore.QueueStat{Jobs: map[string]int64{}}
+	}
+	return stats["q"]
 }
 
 // A panicking handler is an ordinary failed attempt, not a dead process.

@@ -2,8 +2,10 @@ package dispatch
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -86,6 +88,8 @@ type Dispatcher struct {
 	stopOnce  sync.Once
 	stopErr   error // what Stop could not finish
 	started   bool
+	// process names this dispatcher's rows in the reservations table.
+	process string
 }
 
 // New validates cfg and builds a dispatcher.
@@ -109,7 +113,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 		cfg.RescueInterval = min(max(minLease/3, 100*time.Millisecond), 5*time.Second)
 	}
 	d := &Dispatcher{cfg: cfg, store: store, log: log.Named("dispatch"), metrics: m,
-		pools: map[string]*pool{}, stopClaim: make(chan struct{})}
+		pools: map[string]*pool{}, stopClaim: make(chan struct{}), process: rand.Text()}
 	d.jobCtx, d.hardStop = context.WithCancelCause(context.Background())
 	d.completer = newCompleter(store, d.log, m)
 	for _, q := range cfg.Queues {
@@ -132,9 +136,10 @@ func (d *Dispatcher) Start(context.Context) error {
 		d.wg.Add(1)
 		go func() { defer d.wg.Done(); p.run() }()
 	}
-	d.wg.Add(2)
+	d.wg.Add(3)
 	go func() { defer d.wg.Done(); d.rescue() }()
 	go func() { defer d.wg.Done(); d.listen() }()
+	go func() { defer d.wg.Done(); d.publishReservations() }()
 	d.started = true
 	return nil
 }
@@ -183,8 +188,53 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		}
 		d.wg.Wait()
 		d.completer.stop()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := d.store.ReservationsDrop(ctx, d.process); err != nil {
+			// They stop counting by themselves once they are 15s old.
+			d.log.Warn("dropping this process's reservations failed", zap.Error(err))
+		}
 	})
 	return d.stopErr
+}
+
+// reservationsEvery is how often a dispatcher publishes the jobs its
+// pools hold claimed but not started; a row unchanged is refreshed every
+// reservationsRefresh, well within the 15 s after which it stops counting.
+const (
+	reservationsEvery   = time.Second
+	reservationsRefresh = 5 * time.Second
+)
+
+// publishReservations keeps this process's rows of the reservations
+// table (see 0011_reservations.sql) until claiming stops.
+func (d *Dispatcher) publishReservations() {
+	t := time.NewTicker(reservationsEvery)
+	defer t.Stop()
+	var last map[string]int
+	var lastAt time.Time
+	for {
+		select {
+		case <-d.stopClaim:
+			return
+		case <-t.C:
+		}
+		now := map[string]int{}
+		for name, p := range d.pools {
+			now[name] = p.unstarted()
+		}
+		if maps.Equal(now, last) && time.Since(lastAt) < reservationsRefresh {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(d.jobCtx, 5*time.Second)
+		err := d.store.ReservationsPut(ctx, d.process, now)
+		cancel()
+		if err != nil {
+			d.log.Warn("publishing reserved jobs failed", zap.Error(err))
+			continue
+		}
+		last, lastAt = now, time.Now()
+	}
 }
 
 // rescue periodically returns expired leases to their queue, sweeps

@@ -96,6 +96,14 @@ func newPool(env poolEnv, log *zap.Logger, q Queue) *pool {
 		leases: map[int64]*running{}, handoffWindow: laneHandoffWindow}
 }
 
+// unstarted is how many jobs the pool holds claimed but not started
+// (prefetched, or handed off while every worker was busy): reserved.
+func (p *pool) unstarted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready)
+}
+
 func (p *pool) wake() {
 	select {
 	case p.wakeC <- struct{}{}:

@@ -232,8 +232,12 @@ type QueueStat struct {
 	Paused bool `json:"paused"`
 }
 
-// QueueStats reads depth by state and the oldest runnable age for every
-// queue. Terminal states other than dead are not counted: they grow
+// Reserved is the depth key of a queue's claimed-but-unstarted jobs
+// (0011_reservations.sql): running rows, counted apart from running.
+const Reserved = "reserved"
+
+// QueueStats reads depth by state (and Reserved) and the oldest runnable
+// age for every queue. Terminal states other than dead are not counted: they grow
 // without bound and are history, not depth.
 func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	out := map[string]*QueueStat{}
@@ -251,7 +255,9 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 		SELECT queue, state, count(*) FROM jobs WHERE state IN ('queued', 'retrying') GROUP BY queue, state
 		UNION ALL SELECT queue, 'running', count(*) FROM jobs WHERE state = 'running' GROUP BY queue
 		UNION ALL SELECT queue, 'waiting', count(*) FROM jobs WHERE state = 'waiting' GROUP BY queue
-		UNION ALL SELECT queue, 'dead', count(*) FROM jobs WHERE state = 'dead' GROUP BY queue`)
+		UNION ALL SELECT queue, 'dead', count(*) FROM jobs WHERE state = 'dead' GROUP BY queue
+		UNION ALL SELECT queue, 'reserved', sum(reserved) FROM reservations
+			WHERE updated_at > now() - interval '`+reservationsFresh+`' GROUP BY queue`)
 	if err != nil {
 		return nil, err
 	}
@@ -270,6 +276,13 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	// Reserved jobs are running rows no handler runs yet: reported apart.
+	for _, qs := range out {
+		if r := qs.Jobs[Reserved]; r > 0 {
+			qs.Running = max(0, qs.Running-r)
+			qs.Jobs[string(jobstate.Running)] = qs.Running
+		}
 	}
 	// The oldest runnable job of each queue is the first entry of its
 	// range of the claim index: the queues are found by skipping from one
