@@ -171,6 +171,13 @@ type Route struct {
 	Backoff     Backoff `yaml:"backoff"`
 	// TTL is the deadline to start a job; 0 = none.
 	TTL Duration `yaml:"ttl"`
+	// Coalesce is "latest" or empty. latest: a key has at most one
+	// unstarted job of this route — a newer record's job replaces the
+	// waiting, queued or retrying ones of its key, which end coalesced
+	// without running; in an ordered route the lane's head, once
+	// promoted, runs, and its waiting jobs collapse to the newest. Jobs
+	// with an empty key are never coalesced. Defaults to empty (off).
+	Coalesce string `yaml:"coalesce"`
 	// MaxRecordBytes: larger records are parked as too_large. Defaults to 1 MiB.
 	MaxRecordBytes int `yaml:"max_record_bytes"`
 	// DLQMaxBytes is how much of a too_large record its DLQ entry keeps

@@ -362,6 +362,11 @@ func TestParseErrors(t *testing.T) {
 			want: []string{`routes[0].on_dead: "retry" is not one of continue, block`},
 		},
 		{
+			name: "bad coalesce",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, coalesce: newest, target: {go: true}}\n",
+			want: []string{`routes[0].coalesce: "newest" is not one of: latest (or leave it out)`},
+		},
+		{
 			name: "bad route limits",
 			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, max_attempts: 5000, backoff: {initial: 1m, max: 1s}, max_record_bytes: 100000000, gap_policy: wait, target: {go: true}}\n",
 			want: []string{

@@ -323,6 +323,9 @@ func (c *Config) validateRoutes(p *problems) {
 		if r.Backoff.Max < r.Backoff.Initial {
 			p.add(f+".backoff.max", "%s is less than backoff.initial %s", r.Backoff.Max, r.Backoff.Initial)
 		}
+		if r.Coalesce != "" && r.Coalesce != "latest" {
+			p.add(f+".coalesce", "%q is not one of: latest (or leave it out)", r.Coalesce)
+		}
 		if r.TTL < 0 {
 			p.add(f+".ttl", "must not be negative (0 means no deadline)")
 		}

@@ -34,14 +34,17 @@ const (
 	Skipped State = "skipped"
 	// Expired: not started before its deadline.
 	Expired State = "expired"
+	// Coalesced: replaced by a newer record of its key before it started
+	// (a route's coalesce: latest), never run.
+	Coalesced State = "coalesced"
 )
 
 // All is every state.
-var All = []State{Waiting, Queued, Running, Retrying, Succeeded, Dead, Cancelled, Skipped, Expired}
+var All = []State{Waiting, Queued, Running, Retrying, Succeeded, Dead, Cancelled, Skipped, Expired, Coalesced}
 
 // Final are the states a job does not leave on its own (an operator's
 // re-drive or a replay's rerun may still put it back).
-var Final = []State{Succeeded, Dead, Cancelled, Skipped, Expired}
+var Final = []State{Succeeded, Dead, Cancelled, Skipped, Expired, Coalesced}
 
 // Depth are the states counted as a queue's depth: the unfinished ones,
 // and dead, which waits for an operator.

@@ -208,3 +208,53 @@ routes:
 		t.Fatalf("the queue never came near max_depth (peak %d): the test did not exercise backpressure", p)
 	}
 }
+
+// TestCoalescedRecordsRunOnce: 1,000 records of one key produced while
+// its queue is paused become one job to run — the newest record's — and
+// 999 coalesced; after the resume the target receives that one
+// (coalesce: latest, SPEC §3).
+func TestCoalescedRecordsRunOnce(t *testing.T) {
+	t.Parallel()
+	const n = 1000
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, 1)
+	group := testenv.Name("g")
+	tg := newTarget(t)
+	cfg := writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 4, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, key: {field: k}, coalesce: latest, target: {http: {url: %q, timeout: 5s}}}
+`, topic, tg.URL())})
+	p := startRun(t, "run", cfg)
+	addr := adminAddr(t, p)
+	if code, body := api(t, addr, "POST", "/v1/queues/q/pause"); code != http.StatusOK {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	time.Sleep(time.Second) // the pause reaches the pool (the claim honours it at once)
+	recs := make([]*kgo.Record, n)
+	for i := range n {
+		recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"k":"A","seq":%d}`, i)}
+	}
+	testenv.Produce(t, topic, recs...)
+	testenv.Eventually(t, 60*time.Second, "every record ingested", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs`) == n
+	})
+	if c := count(t, store, `SELECT count(*) FROM jobs WHERE state = 'coalesced'`); c != n-1 {
+		t.Fatalf("%d jobs coalesced, want %d", c, n-1)
+	}
+	if code, body := api(t, addr, "POST", "/v1/queues/q/resume"); code != http.StatusOK {
+		t.Fatalf("resume: %d %s", code, body)
+	}
+	testenv.Eventually(t, 30*time.Second, "the one job to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == 1
+	})
+	calls := tg.received()
+	if len(calls) != 1 || !strings.Contains(string(calls[0].Body), fmt.Sprintf(`"seq":%d`, n-1)) {
+		t.Fatalf("target received %v; want one call with the newest record (seq %d)", calls, n-1)
+	}
+	testenv.Eventually(t, 10*time.Second, "the coalesced jobs counted", func() bool {
+		_, body := api(t, addr, "GET", "/metrics")
+		return strings.Contains(body, fmt.Sprintf(`switchyard_job_attempts_total{kind="k",outcome="coalesced"} %d`, n-1))
+	})
+}

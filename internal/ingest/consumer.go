@@ -504,6 +504,9 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 		}
 	}
 	if c.metrics != nil {
+		for kind, n := range res.CoalescedByKind {
+			c.metrics.JobAttempts.WithLabelValues(kind, "coalesced").Add(float64(n))
+		}
 		for topic, cnt := range counts {
 			inserted, refused := res.InsertedByTopic[topic], res.RefusedByTopic[topic]
 			c.metrics.IngestRecords.WithLabelValues(topic, "job").Add(float64(inserted))

@@ -36,6 +36,8 @@ type Route struct {
 	DLQMaxBytes int
 	// Lane is the lane policy of an ordered route, nil otherwise.
 	Lane *pgstore.LanePolicy
+	// Coalesce: a newer job of a key replaces its unstarted ones.
+	Coalesce bool
 
 	key, dedupe, version source
 }
@@ -51,7 +53,7 @@ func (s source) isZero() bool { return s.path == nil && s.header == "" }
 
 // CompileRoute parses a validated config route.
 func CompileRoute(r config.Route) (*Route, error) {
-	out := &Route{Topic: r.Topic, Kind: r.Kind, Queue: r.Queue, Ordered: r.Ordered,
+	out := &Route{Topic: r.Topic, Kind: r.Kind, Queue: r.Queue, Ordered: r.Ordered, Coalesce: r.Coalesce == "latest",
 		MaxAttempts: r.MaxAttempts, TTL: r.TTL.D(), MaxRecordBytes: r.MaxRecordBytes, DLQMaxBytes: r.DLQMaxBytes}
 	if r.Ordered {
 		out.Lane = &pgstore.LanePolicy{Policy: "none", OnDead: r.OnDead, GapTimeout: r.GapTimeout.D(), GapPolicy: r.GapPolicy}
@@ -166,7 +168,7 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 	}
 	hk, hv := headers(rec)
 	j := &pgstore.NewJob{Route: r.Topic, Kind: r.Kind, Queue: r.Queue, Payload: nonNilBytes(rec.Value),
-		HeaderKeys: hk, HeaderVals: hv, MaxAttempts: r.MaxAttempts, Lane: r.Lane, RecordKey: rec.Key,
+		HeaderKeys: hk, HeaderVals: hv, MaxAttempts: r.MaxAttempts, Lane: r.Lane, Coalesce: r.Coalesce, RecordKey: rec.Key,
 		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
 
 	switch {

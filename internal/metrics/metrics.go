@@ -39,7 +39,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind", "outcome"}),
 		JobAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_job_attempts_total",
-			Help: "Finished attempts by outcome: succeeded, retry, dead, skipped, lease_lost, cancelled.",
+			Help: "Finished attempts by outcome: succeeded, retry, dead, skipped, lease_lost, cancelled; coalesced counts jobs replaced by a newer one of their key before they ran.",
 		}, []string{"kind", "outcome"}),
 		DLQEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_dlq_entries",

@@ -78,6 +78,9 @@ func (s *Store) JobEnqueue(ctx context.Context, j NewJob, runAt time.Time) (Enqu
 				return err
 			}
 		}
+		if _, err := coalesceJobs(ctx, tx, []NewJob{j}); err != nil {
+			return err
+		}
 		if e.State != jobstate.Queued {
 			return nil
 		}

@@ -146,7 +146,7 @@ BEGIN
         SELECT e.route, e.key, e.id, j.version,
             CASE
                 WHEN e.id = ANY(p_discarded) AND j.state = 'dead' THEN 'leave'
-                WHEN j.state IN ('succeeded', 'skipped', 'cancelled', 'expired') THEN 'end'
+                WHEN j.state IN ('succeeded', 'skipped', 'cancelled', 'expired', 'coalesced') THEN 'end'
                 WHEN j.state = 'dead' AND l.on_dead = 'block' THEN 'block'
                 WHEN j.state = 'dead' THEN 'end'
                 WHEN l.blocked THEN 'resume'
@@ -251,6 +251,6 @@ END $$;
 CREATE OR REPLACE TRIGGER jobs_lane_advance AFTER UPDATE OF state ON jobs
     FOR EACH ROW
     WHEN (NEW.lane AND OLD.state IS DISTINCT FROM NEW.state
-          AND (NEW.state IN ('succeeded', 'dead', 'cancelled', 'expired', 'skipped') OR OLD.state = 'dead')
+          AND (NEW.state IN ('succeeded', 'dead', 'cancelled', 'expired', 'skipped', 'coalesced') OR OLD.state = 'dead')
           AND current_setting('switchyard.lanes_batched', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION lane_job_changed();

@@ -56,6 +56,9 @@ type NewJob struct {
 	// RecordKey is the Kafka record's key, kept only in case the job is
 	// refused and parked (see Poison.RecordKey); it is not a job column.
 	RecordKey []byte
+	// Coalesce: once stored, the job replaces the unstarted jobs of its
+	// route and key (coalesceJobs).
+	Coalesce bool
 }
 
 // recordRoute identifies a job within an ingest batch: one per record and
@@ -138,6 +141,9 @@ type IngestResult struct {
 	RefusedByTopic map[string]int64
 	// Queues that received runnable jobs, for wake-ups.
 	Queues []string
+	// CoalescedByKind counts, by kind, the jobs that this batch's jobs
+	// replaced (coalesce: latest).
+	CoalescedByKind map[string]int64
 }
 
 // add merges the counts of another statement of the same batch.
@@ -202,6 +208,9 @@ func (s *Store) IngestCommit(ctx context.Context, b IngestBatch) (IngestResult, 
 			if err := promoteLanes(ctx, tx, stored); err != nil {
 				return err
 			}
+			if res.CoalescedByKind, err = coalesceJobs(ctx, tx, stored); err != nil {
+				return err
+			}
 		}
 		if len(poison) > 0 {
 			n, err := insertPoison(ctx, tx, poison)
@@ -218,6 +227,55 @@ func (s *Store) IngestCommit(ctx context.Context, b IngestBatch) (IngestResult, 
 		return nil
 	})
 	return res, err
+}
+
+// coalesceJobs ends coalesced the unstarted jobs that the stored jobs of
+// coalescing routes replace: of each (route, key), every waiting, queued
+// or retrying job but the newest — for an unordered route the highest id
+// (ids follow record order), for a lane the last in its order (version,
+// offset, id) among its waiting jobs, as promotion would reach it; a
+// lane's head is never replaced, it holds the lane. A job being claimed
+// right now is locked; the UPDATE waits for the claim, finds it running,
+// and leaves it: a started job is never coalesced. It returns the count
+// by kind.
+func coalesceJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob) (map[string]int64, error) {
+	var routes, keys []string
+	seen := map[[2]string]bool{}
+	for _, j := range jobs {
+		k := [2]string{j.Route, j.Key}
+		if j.Coalesce && j.Key != "" && !seen[k] {
+			seen[k] = true
+			routes, keys = append(routes, j.Route), append(keys, j.Key)
+		}
+	}
+	if len(routes) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `
+		WITH c AS (
+			SELECT j.id, j.state,
+				-- A lane's order (version, offset, id) reversed; ids alone
+				-- elsewhere, as a key may span partitions.
+				row_number() OVER (PARTITION BY j.route, j.key ORDER BY
+					CASE WHEN j.lane THEN j.version END DESC NULLS LAST,
+					CASE WHEN j.lane THEN j.src_offset END DESC NULLS LAST, j.id DESC) AS newest
+			FROM unnest($1::text[], $2::text[]) AS u(route, key)
+			JOIN job_keys k ON k.route = u.route AND k.key = u.key
+			JOIN jobs j ON j.id = k.job_id
+			WHERE j.state IN ('waiting', 'queued', 'retrying')
+			  AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id)
+		)
+		UPDATE jobs j SET state = 'coalesced', finished_at = now(), lease_expires_at = NULL,
+			last_error = 'replaced by a newer record of its key before it started'
+		FROM c WHERE j.id = c.id AND c.newest > 1 AND j.state IN ('waiting', 'queued', 'retrying')
+		RETURNING j.kind`, routes, keys)
+	if err != nil {
+		return nil, fmt.Errorf("coalesce: %w", err)
+	}
+	out := map[string]int64{}
+	var kind string
+	_, err = pgx.ForEachRow(rows, []any{&kind}, func() error { out[kind]++; return nil })
+	return out, err
 }
 
 // Channel is the LISTEN/NOTIFY channel that announces new runnable jobs;

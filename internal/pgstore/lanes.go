@@ -236,7 +236,7 @@ func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string)
 						WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id) THEN 'queued' ELSE 'waiting' END
 				WHERE j.id IN (SELECT job_id FROM job_keys
 					WHERE route = $1 AND origin = 'kafka' AND dedupe_key = ANY($2::text[]))
-				  AND j.state IN ('succeeded', 'dead', 'cancelled', 'skipped', 'expired')
+				  AND j.state IN ('succeeded', 'dead', 'cancelled', 'skipped', 'expired', 'coalesced')
 				RETURNING j.id, j.queue, j.state, j.key
 			), d AS (
 				DELETE FROM dlq_entries WHERE job_id IN (SELECT id FROM r)
