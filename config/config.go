@@ -176,7 +176,8 @@ type Route struct {
 	// waiting, queued or retrying ones of its key, which end coalesced
 	// without running; in an ordered route the lane's head, once
 	// promoted, runs, and its waiting jobs collapse to the newest. Jobs
-	// with an empty key are never coalesced. Defaults to empty (off).
+	// with an empty key are never coalesced. Not with version policy
+	// strict, whose lanes wait for every version. Defaults to empty (off).
 	Coalesce string `yaml:"coalesce"`
 	// MaxRecordBytes: larger records are parked as too_large. Defaults to 1 MiB.
 	MaxRecordBytes int `yaml:"max_record_bytes"`

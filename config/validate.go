@@ -326,6 +326,9 @@ func (c *Config) validateRoutes(p *problems) {
 		if r.Coalesce != "" && r.Coalesce != "latest" {
 			p.add(f+".coalesce", "%q is not one of: latest (or leave it out)", r.Coalesce)
 		}
+		if r.Coalesce != "" && r.Version != nil && r.Version.Policy == "strict" {
+			p.add(f+".coalesce", "cannot be combined with version policy strict: it would drop the versions a strict lane waits for")
+		}
 		if r.TTL < 0 {
 			p.add(f+".ttl", "must not be negative (0 means no deadline)")
 		}
