@@ -391,7 +391,7 @@ func (e *Engine) kafkaReady(ctx context.Context) error {
 
 func (e *Engine) startDispatch(ctx context.Context) error {
 	dc := dispatch.Config{Resolve: e.resolve, Grace: e.cfg.ShutdownGrace.D(), Backoff: map[string]dispatch.Backoff{},
-		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused}
+		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused, MaxRunning: map[string]map[string]int{}}
 	for state, keep := range e.cfg.Retention {
 		dc.Retention[state] = keep.D()
 	}
@@ -403,6 +403,12 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 	}
 	for _, r := range e.cfg.Routes {
 		dc.Backoff[r.Topic] = dispatch.Backoff{Initial: r.Backoff.Initial.D(), Max: r.Backoff.Max.D()}
+		if r.MaxRunning > 0 {
+			if dc.MaxRunning[r.Queue] == nil {
+				dc.MaxRunning[r.Queue] = map[string]int{}
+			}
+			dc.MaxRunning[r.Queue][r.Topic] = r.MaxRunning
+		}
 	}
 	for _, sc := range e.cfg.Schedules {
 		if r, ok := e.routeOfKind(sc.Kind); ok {

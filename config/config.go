@@ -171,6 +171,12 @@ type Route struct {
 	Backoff     Backoff `yaml:"backoff"`
 	// TTL is the deadline to start a job; 0 = none.
 	TTL Duration `yaml:"ttl"`
+	// MaxRunning caps this route's running jobs across every process of
+	// the fleet together (SPEC §2 I9): a dependency that sustains so many
+	// calls at once gets no more, however many processes and workers
+	// there are. Its jobs are claimed one route-locked claim at a time
+	// and never handed off in a lane. 0 = no cap. Defaults to 0.
+	MaxRunning int `yaml:"max_running"`
 	// Coalesce is "latest" or empty. latest: a key has at most one
 	// unstarted job of this route — a newer record's job replaces the
 	// waiting, queued or retrying ones of its key, which end coalesced

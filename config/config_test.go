@@ -363,9 +363,10 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "bad coalesce",
-			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, coalesce: newest, target: {go: true}}\n" +
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, coalesce: newest, max_running: -1, target: {go: true}}\n" +
 				"  - {topic: o2, kind: k2, queue: bulk, ordered: true, coalesce: latest, version: {field: v, policy: strict}, target: {go: true}}\n",
 			want: []string{`routes[0].coalesce: "newest" is not one of: latest (or leave it out)`,
+				"routes[0].max_running: -1 is not between 0 (no cap) and 1000000",
 				"routes[1].coalesce: cannot be combined with version policy strict"},
 		},
 		{

@@ -323,6 +323,9 @@ func (c *Config) validateRoutes(p *problems) {
 		if r.Backoff.Max < r.Backoff.Initial {
 			p.add(f+".backoff.max", "%s is less than backoff.initial %s", r.Backoff.Max, r.Backoff.Initial)
 		}
+		if r.MaxRunning < 0 || r.MaxRunning > 1_000_000 {
+			p.add(f+".max_running", "%d is not between 0 (no cap) and 1000000", r.MaxRunning)
+		}
 		if r.Coalesce != "" && r.Coalesce != "latest" {
 			p.add(f+".coalesce", "%q is not one of: latest (or leave it out)", r.Coalesce)
 		}

@@ -258,3 +258,76 @@ routes:
 		return strings.Contains(body, fmt.Sprintf(`switchyard_job_attempts_total{kind="k",outcome="coalesced"} %d`, n-1))
 	})
 }
+
+// TestMaxRunningHoldsAcrossProcesses: a route's max_running of 3 holds
+// for two processes of 8 workers each together — at the target and in
+// the table — also while one of them is killed with jobs running, whose
+// slots come back when their leases expire; every record is one job
+// that succeeds (SPEC §2 I9).
+func TestMaxRunningHoldsAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	const total, maxRunning = 300, 3
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, 4)
+	group := testenv.Name("g")
+	tg := newTarget(t)
+	var inFlight, peakInFlight atomic.Int64
+	tg.setBehaviour(func(r *http.Request, _ call) int {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peakInFlight.Load(); n > p && !peakInFlight.CompareAndSwap(p, n); p = peakInFlight.Load() {
+		}
+		select {
+		case <-time.After(30 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+		return 0
+	})
+	cfg := writeConfig(t, testConfig{Group: group, Schema: schema, Body: fmt.Sprintf(`queues:
+  q: {concurrency: 8, lease: 2s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, max_running: %d, dedupe: {field: id}, target: {http: {url: %q, timeout: 5s}}}
+`, topic, maxRunning, tg.URL())})
+	var peakRunning atomic.Int64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			var n int64
+			if store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE state = 'running'`).Scan(&n) == nil &&
+				n > peakRunning.Load() {
+				peakRunning.Store(n)
+			}
+		}
+	}()
+	a := startRun(t, "run-a", cfg)
+	startRun(t, "run-b", cfg)
+	testenv.Produce(t, topic, records(0, total)...)
+	testenv.Eventually(t, 60*time.Second, "a third of the jobs to run", func() bool { return len(tg.received()) >= total/3 })
+	a.kill()
+	testenv.Eventually(t, 120*time.Second, "every job to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == total
+	})
+	close(stop)
+	<-sampled
+	if n := count(t, store, `SELECT count(*) FROM jobs`); n != total {
+		t.Fatalf("%d jobs for %d records", n, total)
+	}
+	t.Logf("peak in flight at the target %d, peak running in the table %d (max_running %d)",
+		peakInFlight.Load(), peakRunning.Load(), maxRunning)
+	if p := peakInFlight.Load(); p > maxRunning {
+		t.Fatalf("%d requests in flight at once at the target, over max_running %d", p, maxRunning)
+	}
+	if p := peakRunning.Load(); p > maxRunning {
+		t.Fatalf("%d jobs running at once in the table, over max_running %d", p, maxRunning)
+	}
+	if p := peakInFlight.Load(); p < maxRunning {
+		t.Fatalf("never more than %d in flight: the cap was not reached, so the test proved nothing", p)
+	}
+}

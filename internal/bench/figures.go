@@ -291,6 +291,15 @@ func (e *env) ordered(ctx context.Context) error {
 	return e.burnDown(ctx, "ordered_jobs_per_s", route, e.cfg.Jobs)
 }
 
+// capped: the same as work with the route's fleet-wide max_running set
+// to the pool's concurrency, so that the cap never binds: what checking
+// it costs (SPEC §9 capped_jobs_per_s).
+func (e *env) capped(ctx context.Context) error {
+	route := e.route("capped")
+	route.MaxRunning = e.cfg.Concurrency
+	return e.burnDown(ctx, "capped_jobs_per_s", route, e.cfg.Jobs)
+}
+
 // sentHeader carries a record's produce time (Unix nanoseconds).
 const sentHeader = "bench-sent-ns"
 

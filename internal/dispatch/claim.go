@@ -4,6 +4,7 @@ package dispatch
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -68,6 +69,10 @@ const claimsInFlight = 2
 // beginning of the queue again, which picks up jobs that became runnable
 // behind that position.
 const fromStartEvery = time.Second
+
+// uncappedDryFor is how long a pool of a queue with capped routes skips
+// the claim of the queue's other jobs after one found none.
+const uncappedDryFor = time.Second
 
 // claimLookBack is how far behind its position a pool's claims start.
 // A job's scheduled_at is its transaction's start (now()), so a
@@ -223,10 +228,24 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 	defer cancel()
 	n := slots + extra
 	r := claimResult{asked: slots, extra: extra, last: after}
+	capped := p.env.maxRunning[p.q.Name]
+	p.mu.Lock()
+	cappedOnly := len(capped) > 0 && time.Now().Before(p.uncappedDryUntil)
+	p.mu.Unlock()
 	jobs, last, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
-		Queue: p.q.Name, Limit: n, Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime, After: after})
+		Queue: p.q.Name, Limit: n, Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime, After: after,
+		Capped: capped, CappedOnly: cappedOnly})
 	if err != nil {
 		return r, err
+	}
+	if len(capped) > 0 && !cappedOnly &&
+		!slices.ContainsFunc(jobs, func(j *pgstore.Claimed) bool { return capped[j.Route] == 0 }) {
+		// The queue's uncapped claim found nothing, after walking past
+		// every capped job: skip it for a while (pgstore's CappedOnly).
+		// The queue's other routes' jobs then wait up to that long.
+		p.mu.Lock()
+		p.uncappedDryUntil = time.Now().Add(uncappedDryFor)
+		p.mu.Unlock()
 	}
 	r.own, r.last = len(jobs), last
 	for _, from := range p.q.StealFrom {
@@ -236,7 +255,8 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 		// Stolen jobs run under this pool's lease and max_runtime: its
 		// workers hold them.
 		stolen, _, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
-			Queue: from, Limit: n - len(jobs), Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime})
+			Queue: from, Limit: n - len(jobs), Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime,
+			Capped: p.env.maxRunning[from]})
 		if err != nil {
 			p.log.Warn("claim from a queue to steal from failed", zap.String("from", from), zap.Error(err))
 			break

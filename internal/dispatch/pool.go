@@ -28,6 +28,8 @@ type poolEnv struct {
 	stopClaim <-chan struct{}
 	// paused reports whether an operator paused a queue (Config.Paused).
 	paused func(queue string) bool
+	// maxRunning is Config.MaxRunning.
+	maxRunning map[string]map[string]int
 }
 
 // pool is one queue's workers in this process.
@@ -68,6 +70,9 @@ type pool struct {
 	closed bool
 	// handoffWindow is laneHandoffWindow; tests shorten it.
 	handoffWindow time.Duration
+	// uncappedDryUntil: until then the pool's claims take only its
+	// capped routes' jobs (see uncappedDryFor).
+	uncappedDryUntil time.Time
 }
 
 type running struct {

@@ -34,4 +34,34 @@
 // and nothing is reordered (a partition is read in order, before and
 // after). A process that dies while a route is held restarts from the
 // stored offsets, and reads the pauses before it fetches anything.
+//
+// # A route's max_running, fleet-wide (SPEC §2 I9)
+//
+// The cap lives in the claim, not in this package: a route with
+// max_running has its jobs left out of its queue's claim and claimed by
+// pgstore's claimCapped instead, in a transaction of two statements:
+//
+//  1. pg_advisory_xact_lock on the route (schema-qualified): claims of
+//     the route, from any process, run one at a time, until commit.
+//  2. Count the route's running jobs and claim at most cap − count.
+//     Under READ COMMITTED this statement's snapshot is taken after the
+//     lock was granted, so every earlier claim of the route has
+//     committed and is counted; no later one can commit before this one.
+//
+// Why the count cannot be exceeded: a job of the route becomes running
+// only through step 2 (the queue's claim excludes the route, and a pool
+// never asks for a lane handoff of it), and step 2 runs with the lock
+// held, so two of them never count the same state; a job stops counting
+// only when it leaves running (completed, rescued, released, cancelled),
+// which can only lower the count. Prefetched jobs are running rows and
+// count, so the cap is on claimed jobs, which bounds started ones. A
+// process killed with jobs running keeps their rows running, and
+// counted, until the rescuer requeues them once their leases expire:
+// only then do its slots come back, and never twice (the fencing token
+// of I4 rejects the dead holder's outcomes).
+//
+// What it costs: the route's claims are serialized (a claim holds the
+// lock for one short transaction), and each counts the route's running
+// rows through the partial index of running rows; routes without a cap
+// pay one `route <> ALL('{}')` per claim.
 package flow

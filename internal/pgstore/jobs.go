@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +24,15 @@ type JobClaimParams struct {
 	// After starts the claim past this position of the queue's claim
 	// order; the zero value starts at the beginning. See ClaimPosition.
 	After ClaimPosition
+	// Capped maps the queue's routes that have a fleet-wide max_running
+	// to it: their jobs are claimed apart, under the route's lock, never
+	// past the cap (see claimCapped).
+	Capped map[string]int
+	// CappedOnly skips the claim of the queue's other jobs. That claim
+	// walks the queue's runnable entries past every capped job, all of
+	// them when it finds none of its own: a pool whose last one found
+	// nothing skips it for a while (see the dispatcher's claim).
+	CappedOnly bool
 }
 
 // ClaimPosition is a place in a queue's claim order, (scheduled_at, id).
@@ -55,12 +65,48 @@ func (p ClaimPosition) Before(q ClaimPosition) bool {
 // process clocks never matter. It also returns the position of the last
 // job claimed (p.After when none).
 func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*Claimed, ClaimPosition, error) {
+	// Never nil: pgx sends a nil slice as NULL, and route <> ALL(NULL)
+	// would claim nothing at all.
+	capped := append([]string{}, slices.Sorted(maps.Keys(p.Capped))...)
+	var jobs []*Claimed
+	last := p.After
+	if !p.CappedOnly {
+		var err error
+		if jobs, last, err = s.claimUncapped(ctx, p, capped); err != nil {
+			return nil, last, err
+		}
+	}
+	for _, route := range capped {
+		if len(jobs) >= p.Limit {
+			break
+		}
+		more, pos, err := s.claimCapped(ctx, p, route, p.Limit-len(jobs))
+		if err != nil && len(jobs) == 0 {
+			return nil, last, err
+		}
+		if err != nil {
+			// The jobs claimed above are committed and must reach their
+			// workers; the next claim meets the error again if it lasts.
+			break
+		}
+		jobs = append(jobs, more...)
+		if last.Before(pos) {
+			last = pos
+		}
+	}
+	return jobs, last, nil
+}
+
+// claimUncapped is JobClaim's one statement for the queue's jobs of
+// routes without a cap.
+func (s *Store) claimUncapped(ctx context.Context, p JobClaimParams, capped []string) ([]*Claimed, ClaimPosition, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH c AS (
 			SELECT id FROM jobs
 			WHERE queue = $1 AND state IN ('queued', 'retrying') AND scheduled_at <= now()
 			  AND (scheduled_at, id) > ($5::timestamptz, $6::bigint)
 			  AND NOT EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1)
+			  AND route <> ALL($7::text[])
 			ORDER BY scheduled_at, id
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED
@@ -68,7 +114,7 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*Claimed, Cla
 		UPDATE jobs j SET `+claimSet("j", "least($3::bigint, $4::bigint)")+`
 		FROM c WHERE j.id = c.id
 		RETURNING `+workerColumns+`, j.scheduled_at`,
-		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), p.After.ScheduledAt, p.After.ID)
+		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), p.After.ScheduledAt, p.After.ID, capped)
 	if err != nil {
 		return nil, p.After, err
 	}
@@ -80,6 +126,58 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*Claimed, Cla
 			last = pos
 		}
 		return j, err
+	})
+	return jobs, last, err
+}
+
+// claimCapped claims up to limit jobs of one route with a fleet-wide
+// max_running (SPEC §2 I9). Two statements in one transaction: the
+// first takes the route's advisory lock, so that claims of the route
+// run one at a time across every process; the second, whose snapshot is
+// taken after the lock was granted, counts the route's running jobs —
+// every claim of it committed before is in that count, and no other can
+// commit until this one does — and claims no more than the room left.
+// A crashed holder's jobs stay running, and count, until the rescuer
+// requeues them when their leases expire: then the slots come back. The
+// route's jobs are excluded from the queue's own claim, and lane
+// handoffs are not asked for them (the dispatcher's handoff), so this is
+// the only way they start.
+func (s *Store) claimCapped(ctx context.Context, p JobClaimParams, route string, limit int) ([]*Claimed, ClaimPosition, error) {
+	var jobs []*Claimed
+	last := p.After
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, s.schema+"/max_running/"+route); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			WITH room AS (
+				SELECT greatest(0, $6::int - count(*))::int AS n FROM jobs WHERE route = $5 AND state = 'running'
+			), c AS (
+				SELECT id FROM jobs
+				WHERE queue = $1 AND route = $5 AND state IN ('queued', 'retrying') AND scheduled_at <= now()
+				  AND (scheduled_at, id) > ($7::timestamptz, $8::bigint)
+				  AND NOT EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1)
+				ORDER BY scheduled_at, id
+				LIMIT least($2, (SELECT n FROM room))
+				FOR UPDATE SKIP LOCKED
+			)
+			UPDATE jobs j SET `+claimSet("j", "least($3::bigint, $4::bigint)")+`
+			FROM c WHERE j.id = c.id
+			RETURNING `+workerColumns+`, j.scheduled_at`,
+			p.Queue, limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route, p.Capped[route],
+			p.After.ScheduledAt, p.After.ID)
+		if err != nil {
+			return err
+		}
+		jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Claimed, error) {
+			var at time.Time
+			j, err := scanClaimed(r, &at)
+			if pos := (ClaimPosition{ScheduledAt: at, ID: j.ID}); last.Before(pos) {
+				last = pos
+			}
+			return j, err
+		})
+		return err
 	})
 	return jobs, last, err
 }
