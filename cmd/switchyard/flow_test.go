@@ -6,12 +6,14 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
 
@@ -125,6 +127,33 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 	}
 }
 
+// samplePeak runs query (a count) every 5 ms from now on; the function it
+// returns stops the sampling and says the highest count seen.
+func samplePeak(t *testing.T, store *pgstore.Store, query string) func() int64 {
+	t.Helper()
+	stop, done := make(chan struct{}), make(chan struct{})
+	var peak int64
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			var n int64
+			// Not count: no t.Fatal off the test's goroutine.
+			if store.Pool().QueryRow(context.Background(), query).Scan(&n) == nil {
+				peak = max(peak, n)
+			}
+		}
+	}()
+	var once sync.Once
+	stopNow := func() { once.Do(func() { close(stop); <-done }) }
+	t.Cleanup(stopNow)
+	return func() int64 { stopNow(); return peak }
+}
+
 func grepLines(s, sub string) string {
 	var out []string
 	for line := range strings.Lines(s) {
@@ -159,28 +188,7 @@ routes:
 `, maxDepth, topic, tg.URL())})
 	testenv.Produce(t, topic, records(0, total)...)
 
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			var n int64
-			// Not count: no t.Fatal off the test's goroutine.
-			if store.Pool().QueryRow(context.Background(),
-				`SELECT count(*) FROM jobs WHERE state IN ('waiting', 'queued', 'retrying')`).Scan(&n) != nil {
-				continue
-			}
-			if n > peak.Load() {
-				peak.Store(n)
-			}
-		}
-	}()
+	peak := samplePeak(t, store, `SELECT count(*) FROM jobs WHERE state IN ('waiting', 'queued', 'retrying')`)
 	startRun(t, "work", cfg, "--role", "work")
 	ingest := startRun(t, "ingest-0", cfg, "--role", "ingest")
 	ingest.waitLog(30*time.Second, `"cause":"backpressure"`)
@@ -190,21 +198,20 @@ routes:
 	testenv.Eventually(t, 120*time.Second, "every record to succeed as a job", func() bool {
 		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == total
 	})
-	close(stop)
-	<-sampled
+	peakDepth := peak()
 	if n := count(t, store, `SELECT count(*) FROM jobs`); n != total {
 		t.Fatalf("%d jobs for %d records", n, total)
 	}
 	if calls := tg.received(); len(calls) != total {
 		t.Fatalf("%d calls at the target for %d jobs, want one each", len(calls), total)
 	}
-	t.Logf("peak of unstarted jobs: %d (max_depth %d, one poll %d)", peak.Load(), maxDepth, poll)
-	if p := peak.Load(); p > maxDepth+poll {
+	t.Logf("peak of unstarted jobs: %d (max_depth %d, one poll %d)", peakDepth, maxDepth, poll)
+	if p := peakDepth; p > maxDepth+poll {
 		t.Fatalf("the queue held %d unstarted jobs, over max_depth %d plus one poll of %d", p, maxDepth, poll)
 	}
 	// The hold itself was seen in the log; the sampler, 10 ms apart,
 	// sees the queue near its limit too.
-	if p := peak.Load(); p < maxDepth/2 {
+	if p := peakDepth; p < maxDepth/2 {
 		t.Fatalf("the queue never came near max_depth (peak %d): the test did not exercise backpressure", p)
 	}
 }
@@ -289,23 +296,7 @@ func TestMaxRunningHoldsAcrossProcesses(t *testing.T) {
 routes:
   - {topic: %q, kind: k, queue: q, max_running: %d, dedupe: {field: id}, target: {http: {url: %q, timeout: 5s}}}
 `, topic, maxRunning, tg.URL())})
-	var peakRunning atomic.Int64
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			var n int64
-			if store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE state = 'running'`).Scan(&n) == nil &&
-				n > peakRunning.Load() {
-				peakRunning.Store(n)
-			}
-		}
-	}()
+	peakRunning := samplePeak(t, store, `SELECT count(*) FROM jobs WHERE state = 'running'`)
 	a := startRun(t, "run-a", cfg)
 	startRun(t, "run-b", cfg)
 	testenv.Produce(t, topic, records(0, total)...)
@@ -314,17 +305,16 @@ routes:
 	testenv.Eventually(t, 120*time.Second, "every job to succeed", func() bool {
 		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == total
 	})
-	close(stop)
-	<-sampled
+	running := peakRunning()
 	if n := count(t, store, `SELECT count(*) FROM jobs`); n != total {
 		t.Fatalf("%d jobs for %d records", n, total)
 	}
 	t.Logf("peak in flight at the target %d, peak running in the table %d (max_running %d)",
-		peakInFlight.Load(), peakRunning.Load(), maxRunning)
+		peakInFlight.Load(), running, maxRunning)
 	if p := peakInFlight.Load(); p > maxRunning {
 		t.Fatalf("%d requests in flight at once at the target, over max_running %d", p, maxRunning)
 	}
-	if p := peakRunning.Load(); p > maxRunning {
+	if p := running; p > maxRunning {
 		t.Fatalf("%d jobs running at once in the table, over max_running %d", p, maxRunning)
 	}
 	if p := peakInFlight.Load(); p < maxRunning {
