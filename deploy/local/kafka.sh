@@ -208,6 +208,12 @@ min.insync.replicas=1
 
 # Fast feedback for tests.
 group.initial.rebalance.delay.ms=0
+# KIP-848 (group_protocol: consumer) groups time a silent member out on
+# the broker's side, 45 s by default; 10 s, as kafka.session_timeout's
+# default does for classic groups, so that a member killed with every
+# partition does not stall its group for most of a minute.
+group.consumer.min.session.timeout.ms=6000
+group.consumer.session.timeout.ms=10000
 num.partitions=1
 auto.create.topics.enable=true
 delete.topic.enable=true
