@@ -337,7 +337,7 @@ func (e *env) teardown() error {
 // for figures that compare two tables side by side. It shares the
 // config; only its database methods (enqueue, claimBatch, ...) are used.
 func (e *env) sibling(ctx context.Context, suffix string) (*env, error) {
-	s := &env{cfg: e.cfg, schema: e.schema + "_" + suffix}
+	s := &env{cfg: e.cfg, schema: e.schema + "_" + suffix, shape: e.shape}
 	store, err := openStore(ctx, e.cfg, s.schema)
 	if err != nil {
 		return nil, err

@@ -66,3 +66,31 @@ func TestScaleCurvesReportEveryFigure(t *testing.T) {
 		t.Log(out.String())
 	}
 }
+
+// TestFiguresRunAtSmallSizes runs every figure of `switchyard bench` at
+// small sizes against the real services: each reports, and the run
+// cleans up after itself.
+func TestFiguresRunAtSmallSizes(t *testing.T) {
+	svc := testenv.Shared(t)
+	var out bytes.Buffer
+	cfg := Config{DatabaseURL: svc.DatabaseURL, Brokers: svc.Brokers, Records: 2000, Jobs: 2000, HTTPJobs: 500,
+		Keys: 100, History: 5000, Concurrency: 8, Rate: 200, Duration: 2 * time.Second, Samples: 50, Out: &out}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := Run(ctx, cfg); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, g := range groups {
+		for _, f := range g.figures {
+			if f == historyFigure(10_000_000) { // named after the history size
+				f = historyFigure(cfg.History)
+			}
+			if !strings.Contains(out.String(), "\n"+f+" ") {
+				t.Errorf("figure %s not reported", f)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Log(out.String())
+	}
+}
