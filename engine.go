@@ -19,8 +19,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -391,7 +393,7 @@ func (e *Engine) kafkaReady(ctx context.Context) error {
 
 func (e *Engine) startDispatch(ctx context.Context) error {
 	dc := dispatch.Config{Resolve: e.resolve, Grace: e.cfg.ShutdownGrace.D(), Backoff: map[string]dispatch.Backoff{},
-		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused, MaxRunning: map[string]map[string]int{}}
+		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused, Limits: map[string]map[string]pgstore.FlowLimit{}}
 	for state, keep := range e.cfg.Retention {
 		dc.Retention[state] = keep.D()
 	}
@@ -403,17 +405,26 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 	}
 	for _, r := range e.cfg.Routes {
 		dc.Backoff[r.Topic] = dispatch.Backoff{Initial: r.Backoff.Initial.D(), Max: r.Backoff.Max.D()}
-		if r.MaxRunning > 0 {
-			if dc.MaxRunning[r.Queue] == nil {
-				dc.MaxRunning[r.Queue] = map[string]int{}
+		if l := flowLimit(r); l.Limited() {
+			if dc.Limits[r.Queue] == nil {
+				dc.Limits[r.Queue] = map[string]pgstore.FlowLimit{}
 			}
-			dc.MaxRunning[r.Queue][r.Topic] = r.MaxRunning
+			dc.Limits[r.Queue][r.Topic] = l
 		}
 	}
 	for _, sc := range e.cfg.Schedules {
 		if r, ok := e.routeOfKind(sc.Kind); ok {
 			dc.Backoff[schedule.Route(sc.Name)] = dc.Backoff[r.Topic]
 		}
+	}
+	var limited []string
+	for _, routes := range dc.Limits {
+		limited = append(limited, slices.Collect(maps.Keys(routes))...)
+	}
+	if n, err := e.store.FlowGroupsAssign(ctx, limited); err != nil {
+		return fmt.Errorf("flow limits: %w", err)
+	} else if n > 0 {
+		e.log.Info("jobs of routes that became flow-limited joined their routes' limits", zap.Int64("jobs", n))
 	}
 	d, err := dispatch.New(dc, e.store, e.log, e.metrics)
 	if err != nil {
@@ -479,7 +490,8 @@ func (e *Engine) fail(err error) {
 func (e *Engine) adminRoutes() []admin.RouteConfig {
 	var out []admin.RouteConfig
 	for _, r := range e.cfg.Routes {
-		out = append(out, admin.RouteConfig{Name: r.Topic, Topic: r.Topic, Queue: r.Queue, MaxDepth: e.cfg.Queues[r.Queue].MaxDepth})
+		out = append(out, admin.RouteConfig{Name: r.Topic, Topic: r.Topic, Queue: r.Queue,
+			MaxDepth: e.cfg.Queues[r.Queue].MaxDepth, Limits: admin.NewRouteLimits(r)})
 	}
 	return out
 }
@@ -528,4 +540,16 @@ func (e *Engine) Stop(ctx context.Context) error {
 		e.stopErr = errors.Join(errs...)
 	})
 	return e.stopErr
+}
+
+// flowLimit is a config route's fleet-wide limits as the claim takes them.
+func flowLimit(r config.Route) pgstore.FlowLimit {
+	l := pgstore.FlowLimit{MaxRunning: r.MaxRunning}
+	if r.Group != nil {
+		l.GroupMaxRunning = r.Group.MaxRunning
+	}
+	if r.RateLimit != nil {
+		l.RateInterval, l.RateBurst = r.RateLimit.Interval(), r.RateLimit.Burst
+	}
+	return l
 }

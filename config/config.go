@@ -177,6 +177,13 @@ type Route struct {
 	// there are. Its jobs are claimed one route-locked claim at a time
 	// and never handed off in a lane. 0 = no cap. Defaults to 0.
 	MaxRunning int `yaml:"max_running"`
+	// Group caps the running jobs of each group value of this route (a
+	// tenant id, say) across the fleet: a flood from one value cannot
+	// hold back the others. Optional.
+	Group *Group `yaml:"group"`
+	// RateLimit caps this route's attempt starts across the fleet.
+	// Optional.
+	RateLimit *RateLimit `yaml:"rate_limit"`
 	// Coalesce is "latest" or empty. latest: a key has at most one
 	// unstarted job of this route — a newer record's job replaces the
 	// waiting, queued or retrying ones of its key, which end coalesced
@@ -210,6 +217,32 @@ type FieldRef struct {
 
 // IsZero reports whether neither field nor header is set.
 func (f FieldRef) IsZero() bool { return f.Field == "" && f.Header == "" }
+
+// Group is a route's per-group cap: the group value is read like a key
+// (a field of the JSON value, or a header), and at most MaxRunning jobs
+// of one value run at once, fleet-wide. A record without the value is
+// parked (missing_field).
+type Group struct {
+	FieldRef `yaml:",inline"`
+	// MaxRunning is required, at least 1.
+	MaxRunning int `yaml:"max_running"`
+}
+
+// RateLimit caps a route's attempt starts, fleet-wide: at most Limit +
+// Burst in any window of Per (one more at a window's edge), spaced Per /
+// Limit apart once a burst is spent.
+type RateLimit struct {
+	// Limit is the starts allowed per Per. Required, at least 1.
+	Limit int `yaml:"limit"`
+	// Per is the window. Required, positive.
+	Per Duration `yaml:"per"`
+	// Burst is how many starts beyond the rate an idle route may make at
+	// once. Defaults to 0.
+	Burst int `yaml:"burst"`
+}
+
+// Interval is the spacing of starts at the limit: Per / Limit.
+func (r RateLimit) Interval() time.Duration { return r.Per.D() / time.Duration(r.Limit) }
 
 // Version configures per-key versions.
 type Version struct {

@@ -367,7 +367,25 @@ func TestParseErrors(t *testing.T) {
 				"  - {topic: o2, kind: k2, queue: bulk, ordered: true, coalesce: latest, version: {field: v, policy: strict}, target: {go: true}}\n",
 			want: []string{`routes[0].coalesce: "newest" is not one of: latest (or leave it out)`,
 				"routes[0].max_running: -1 is not between 0 (no cap) and 1000000",
+				"routes[0].coalesce: requires key: {field: …} or {header: …}",
 				"routes[1].coalesce: cannot be combined with version policy strict"},
+		},
+		{
+			name: "bad flow limits",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, group: {max_running: 0}, rate_limit: {limit: 0, per: 0s, burst: -1}, target: {go: true}}\n" +
+				"  - {topic: o2, kind: k2, queue: bulk, group: {field: \"a..b\", header: h, max_running: 2}, rate_limit: {limit: 2000000000, per: 1s}, target: {go: true}}\n" +
+				"  - {topic: o3, kind: k3, queue: bulk, rate_limit: {limit: 1000000, per: 1us}, target: {go: true}}\n",
+			want: []string{
+				"routes[0].group: set field or header: the record must carry its group value",
+				"routes[0].group.max_running: 0 is out of range 1..1000000",
+				"routes[0].rate_limit.limit: 0 is out of range 1..1000000",
+				"routes[0].rate_limit.burst: -1 is out of range 0..1000000",
+				"routes[0].rate_limit.per: 0s: must be positive",
+				"routes[1].group: set field or header, not both",
+				"routes[1].group.field:",
+				"routes[1].rate_limit.limit: 2000000000 is out of range 1..1000000",
+				"routes[2].rate_limit.per: 1µs for 1000000 starts spaces them under a microsecond",
+			},
 		},
 		{
 			name: "bad route limits",

@@ -326,6 +326,26 @@ func (c *Config) validateRoutes(p *problems) {
 		if r.MaxRunning < 0 || r.MaxRunning > 1_000_000 {
 			p.add(f+".max_running", "%d is not between 0 (no cap) and 1000000", r.MaxRunning)
 		}
+		if g := r.Group; g != nil {
+			if g.IsZero() {
+				p.add(f+".group", "set field or header: the record must carry its group value")
+			}
+			checkFieldRef(p, f+".group", g.FieldRef)
+			p.between(f+".group.max_running", g.MaxRunning, 1, 1_000_000)
+		}
+		if rl := r.RateLimit; rl != nil {
+			p.between(f+".rate_limit.limit", rl.Limit, 1, 1_000_000)
+			p.between(f+".rate_limit.burst", rl.Burst, 0, 1_000_000)
+			switch {
+			case rl.Per <= 0:
+				p.add(f+".rate_limit.per", "%s: must be positive (the window the limit counts starts in, e.g. 1s)", rl.Per)
+			case rl.Limit >= 1 && rl.Interval() < time.Microsecond:
+				p.add(f+".rate_limit.per", "%s for %d starts spaces them under a microsecond: use a longer window or a lower limit", rl.Per, rl.Limit)
+			}
+		}
+		if r.Coalesce != "" && r.Key.IsZero() {
+			p.add(f+".coalesce", "requires key: {field: …} or {header: …}: a key keeps one unstarted job, and the default key, the record's, is often absent")
+		}
 		if r.Coalesce != "" && r.Coalesce != "latest" {
 			p.add(f+".coalesce", "%q is not one of: latest (or leave it out)", r.Coalesce)
 		}

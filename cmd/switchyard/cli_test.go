@@ -38,6 +38,11 @@ func TestCLIExitCodes(t *testing.T) {
 	schema := testenv.Schema(t)
 	good := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema,
 		TargetURL: "http://127.0.0.1:1/"})
+	limited := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Body: `queues:
+  q: {concurrency: 1}
+routes:
+  - {topic: t, kind: k, queue: q, max_running: 20, group: {field: tenant, max_running: 2}, rate_limit: {limit: 50, per: 1s, burst: 10}, target: {http: {url: "http://127.0.0.1:1/"}}}
+`})
 	head := "kafka: {brokers: [\"127.0.0.1:19092\"], group: g}\npostgres: {url: \"postgres://x@127.0.0.1/db\"}\n"
 	unknownKey := writeFile(t, head+`queues:
   q: {concurrency: 1, bogus: 3}
@@ -111,6 +116,8 @@ routes:
 			[]string{`no such queue in the config: "nope"`}},
 		{"queues pause no name", []string{"queues", "pause", "--config", good}, exitUsage, []string{"takes 1 argument"}},
 		{"queues no subcommand", []string{"queues"}, exitUsage, []string{"missing subcommand"}},
+		{"routes list limits", []string{"routes", "list", "--config", limited}, exitOK,
+			[]string{`"max_running": 20`, `"field": "tenant"`, `"max_running": 2`, `"limit": 50`, `"per": "1s"`, `"burst": 10`}},
 		{"routes pause", []string{"routes", "pause", "--config", good, "t"}, exitOK, []string{`"name": "t"`, `"paused": true`}},
 		{"routes list paused", []string{"routes", "list", "--config", good}, exitOK, []string{`"paused": true`}},
 		{"routes resume", []string{"routes", "resume", "--config", good, "t"}, exitOK, []string{`"paused": false`}},

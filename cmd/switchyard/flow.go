@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/admin"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
@@ -15,22 +18,39 @@ import (
 // a row in Postgres: it holds for every process of the deployment, within
 // a second, and across restarts, until it is resumed.
 func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runPauses(ctx, "queues", pgstore.PauseQueue, func(c *config.Config) []string { return c.QueueNames() },
-		args, stdout, stderr)
-}
-
-func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runPauses(ctx, "routes", pgstore.PauseRoute, func(c *config.Config) []string {
-		var names []string
-		for _, r := range c.Routes {
-			names = append(names, r.Topic) // a route is named by its topic
+	return runPauses(ctx, "queues", pgstore.PauseQueue, func(c *config.Config) []listed {
+		var out []listed
+		for _, name := range c.QueueNames() {
+			out = append(out, listed{name: name})
 		}
-		slices.Sort(names)
-		return names
+		return out
 	}, args, stdout, stderr)
 }
 
-func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, names func(*config.Config) []string,
+func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runPauses(ctx, "routes", pgstore.PauseRoute, func(c *config.Config) []listed {
+		var out []listed
+		for _, r := range c.Routes {
+			// A route is named by its topic; its limits as the API shows them.
+			l := listed{name: r.Topic}
+			if limits := admin.NewRouteLimits(r); limits != nil {
+				l.extra = map[string]any{"limits": limits}
+			}
+			out = append(out, l)
+		}
+		slices.SortFunc(out, func(a, b listed) int { return strings.Compare(a.name, b.name) })
+		return out
+	}, args, stdout, stderr)
+}
+
+// listed is one configured queue or route, with what its list line says
+// beside its name and pause.
+type listed struct {
+	name  string
+	extra map[string]any
+}
+
+func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list func(*config.Config) []listed,
 	args []string, stdout, stderr io.Writer) error {
 	usage := fmt.Sprintf("%s list | %s pause NAME | %s resume NAME", verb, verb, verb)
 	if len(args) == 0 {
@@ -65,7 +85,11 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, names f
 		return err
 	}
 	defer store.Close()
-	known := names(cfg)
+	all := list(cfg)
+	var known []string
+	for _, l := range all {
+		known = append(known, l.name)
+	}
 	if sub != "list" {
 		name := fs.Arg(0)
 		if !slices.Contains(known, name) {
@@ -85,9 +109,11 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, names f
 		return err
 	}
 	items := []map[string]any{}
-	for _, name := range known {
-		_, paused := pauses[kind][name]
-		items = append(items, map[string]any{"name": name, "paused": paused})
+	for _, l := range all {
+		_, paused := pauses[kind][l.name]
+		item := map[string]any{"name": l.name, "paused": paused}
+		maps.Copy(item, l.extra)
+		items = append(items, item)
 	}
 	return printJSON(stdout, map[string]any{"items": items})
 }

@@ -296,7 +296,6 @@ func TestMaxRunningHoldsAcrossProcesses(t *testing.T) {
 routes:
   - {topic: %q, kind: k, queue: q, max_running: %d, dedupe: {field: id}, target: {http: {url: %q, timeout: 5s}}}
 `, topic, maxRunning, tg.URL())})
-	peakRunning := samplePeak(t, store, `SELECT count(*) FROM jobs WHERE state = 'running'`)
 	a := startRun(t, "run-a", cfg)
 	startRun(t, "run-b", cfg)
 	testenv.Produce(t, topic, records(0, total)...)
@@ -305,17 +304,15 @@ routes:
 	testenv.Eventually(t, 120*time.Second, "every job to succeed", func() bool {
 		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == total
 	})
-	running := peakRunning()
 	if n := count(t, store, `SELECT count(*) FROM jobs`); n != total {
 		t.Fatalf("%d jobs for %d records", n, total)
 	}
-	t.Logf("peak in flight at the target %d, peak running in the table %d (max_running %d)",
-		peakInFlight.Load(), running, maxRunning)
+	// At the target, not in the table: a job whose handler returned
+	// stops counting before its outcome is written (internal/flow/doc.go),
+	// so its row may still read running beside its successor's.
+	t.Logf("peak in flight at the target %d (max_running %d)", peakInFlight.Load(), maxRunning)
 	if p := peakInFlight.Load(); p > maxRunning {
 		t.Fatalf("%d requests in flight at once at the target, over max_running %d", p, maxRunning)
-	}
-	if p := running; p > maxRunning {
-		t.Fatalf("%d jobs running at once in the table, over max_running %d", p, maxRunning)
 	}
 	if p := peakInFlight.Load(); p < maxRunning {
 		t.Fatalf("never more than %d in flight: the cap was not reached, so the test proved nothing", p)

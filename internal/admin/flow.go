@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
@@ -19,6 +20,45 @@ type Route struct {
 	// Backpressured: the route's queue holds max_depth unstarted jobs or
 	// more, so ingest holds its fetching (SPEC §3).
 	Backpressured bool `json:"backpressured"`
+	// Limits are its fleet-wide flow limits, as configured; nil: none.
+	Limits *RouteLimits `json:"limits,omitempty"`
+}
+
+// RouteLimits are a route's flow limits as GET /v1/routes shows them,
+// spelled as in the config file.
+type RouteLimits struct {
+	MaxRunning int             `json:"max_running"`
+	Group      *GroupLimit     `json:"group,omitempty"`
+	RateLimit  *RateLimitShown `json:"rate_limit,omitempty"`
+}
+
+// GroupLimit is a route's group cap.
+type GroupLimit struct {
+	Field      string `json:"field,omitempty"`
+	Header     string `json:"header,omitempty"`
+	MaxRunning int    `json:"max_running"`
+}
+
+// RateLimitShown is a route's rate limit; Per is a Go duration ("1s").
+type RateLimitShown struct {
+	Limit int    `json:"limit"`
+	Per   string `json:"per"`
+	Burst int    `json:"burst"`
+}
+
+// NewRouteLimits shows a config route's limits; nil when it has none.
+func NewRouteLimits(r config.Route) *RouteLimits {
+	if r.MaxRunning == 0 && r.Group == nil && r.RateLimit == nil {
+		return nil
+	}
+	l := &RouteLimits{MaxRunning: r.MaxRunning}
+	if g := r.Group; g != nil {
+		l.Group = &GroupLimit{Field: g.Field, Header: g.Header, MaxRunning: g.MaxRunning}
+	}
+	if rl := r.RateLimit; rl != nil {
+		l.RateLimit = &RateLimitShown{Limit: rl.Limit, Per: rl.Per.String(), Burst: rl.Burst}
+	}
+	return l
 }
 
 // RouteConfig is a configured route as the admin server needs it.
@@ -26,6 +66,8 @@ type RouteConfig struct {
 	Name, Topic, Queue string
 	// MaxDepth is its queue's max_depth; 0: none.
 	MaxDepth int
+	// Limits: nil when the route has none.
+	Limits *RouteLimits
 }
 
 // pause is the answer to a pause or resume: the name and whether it is
@@ -44,7 +86,7 @@ func (s *Server) routeList(w http.ResponseWriter, r *http.Request) error {
 	sort.Slice(routes, func(i, j int) bool { return routes[i].Name < routes[j].Name })
 	items := make([]Route, 0, len(routes))
 	for _, rc := range routes {
-		item := Route{Name: rc.Name, Topic: rc.Topic, Queue: rc.Queue}
+		item := Route{Name: rc.Name, Topic: rc.Topic, Queue: rc.Queue, Limits: rc.Limits}
 		_, item.Paused = pauses[pgstore.PauseRoute][rc.Name]
 		if rc.MaxDepth > 0 {
 			depth, err := s.store.QueueDepth(r.Context(), rc.Queue, rc.MaxDepth)

@@ -168,6 +168,7 @@ var groups = []group{
 	{"http", []string{"http_raw_requests_per_s", "http_jobs_per_s"}, (*env).http},
 	{"ordered", []string{"ordered_jobs_per_s"}, (*env).ordered},
 	{"capped", []string{"capped_jobs_per_s"}, (*env).capped},
+	{"grouped", []string{"grouped_jobs_per_s"}, (*env).grouped},
 	{"e2e", []string{"e2e_latency_p50_ms", "e2e_latency_p99_ms"}, (*env).e2e},
 	{"claim", []string{"claim_ms_p99_at_0", "claim_ms_p99_at_10m"}, (*env).claim},
 }
@@ -397,6 +398,7 @@ func (e *env) summary() {
 	ratio("ordered/work", "ordered_jobs_per_s", "work_jobs_per_s", "≥ 0.8", func(x float64) bool { return x >= 0.8 })
 	ratio("http/raw", "http_jobs_per_s", "http_raw_requests_per_s", "≥ 0.7", func(x float64) bool { return x >= 0.7 })
 	ratio("capped/work", "capped_jobs_per_s", "work_jobs_per_s", "≥ 0.8", func(x float64) bool { return x >= 0.8 })
+	ratio("grouped/work", "grouped_jobs_per_s", "work_jobs_per_s", "≥ 0.8", func(x float64) bool { return x >= 0.8 })
 	ratio("claim history/0", historyFigure(e.cfg.History), "claim_ms_p99_at_0", "≤ 1.2", func(x float64) bool { return x <= 1.2 })
 	absolute := func(name, target string, ok func(float64) bool) {
 		if v, found := r[name]; found {

@@ -300,6 +300,21 @@ func (e *env) capped(ctx context.Context) error {
 	return e.burnDown(ctx, "capped_jobs_per_s", route, e.cfg.Jobs)
 }
 
+// groupedGroups is how many group values the grouped figure's records
+// carry (SPEC §9: 1,000 groups).
+const groupedGroups = 1000
+
+// grouped: the same as work with every record in one of 1,000 groups and
+// a group max_running of 1, which binds no more than the pool does: what
+// claiming group by group costs (SPEC §9 grouped_jobs_per_s).
+func (e *env) grouped(ctx context.Context) error {
+	route := e.route("grouped")
+	route.Group = &config.Group{FieldRef: config.FieldRef{Field: "customer"}, MaxRunning: 1}
+	defer func(s shape) { e.shape = s }(e.shape)
+	e.shape.keys, e.shape.stride = groupedGroups, 1
+	return e.burnDown(ctx, "grouped_jobs_per_s", route, e.cfg.Jobs)
+}
+
 // sentHeader carries a record's produce time (Unix nanoseconds).
 const sentHeader = "bench-sent-ns"
 

@@ -70,9 +70,15 @@ const claimsInFlight = 2
 // behind that position.
 const fromStartEvery = time.Second
 
-// uncappedDryFor is how long a pool of a queue with capped routes skips
+// unlimitedDryFor is how long a pool of a queue with limited routes skips
 // the claim of the queue's other jobs after one found none.
-const uncappedDryFor = time.Second
+const unlimitedDryFor = time.Second
+
+// limitedRetry is how soon a pool claims again after a limit held back a
+// claim: other processes' jobs of the route may end, and free room, with
+// no wake-up of this pool (its own wake it when they end here). A rate
+// limit's next start comes sooner, after one interval, at most this.
+const limitedRetry = 50 * time.Millisecond
 
 // claimLookBack is how far behind its position a pool's claims start.
 // A job's scheduled_at is its transaction's start (now()), so a
@@ -89,6 +95,9 @@ type claimResult struct {
 	own        int // of got, from the pool's own queue
 	last       pgstore.ClaimPosition
 	err        error
+	// retry, when set, is how soon to claim again: a flow limit held the
+	// claim back, and its room comes back sooner than the poll.
+	retry time.Duration
 }
 
 // claimLoop claims for every free worker in one statement, up to
@@ -113,6 +122,7 @@ func (p *pool) claimLoop() {
 	news := true
 	var cursor pgstore.ClaimPosition // where the last full claim ended
 	var fromStart time.Time          // when the last claim from the beginning started
+	var retry time.Duration          // the last short claim's result.retry
 	for {
 		select {
 		case <-p.env.stopClaim:
@@ -147,7 +157,11 @@ func (p *pool) claimLoop() {
 			continue
 		}
 		if inFlight == 0 {
-			resetTimer(poll, p.q.PollInterval)
+			wait := p.q.PollInterval
+			if retry > 0 {
+				wait = min(wait, retry)
+			}
+			resetTimer(poll, wait)
 		}
 		select {
 		case <-p.env.stopClaim:
@@ -155,6 +169,7 @@ func (p *pool) claimLoop() {
 		case r := <-results:
 			inFlight--
 			p.settleClaim(r)
+			retry = r.retry
 			switch {
 			case r.err != nil:
 				p.log.Warn("claim failed", zap.Error(r.err), zap.Duration("backoff", backoff))
@@ -217,6 +232,19 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	t.Reset(d)
 }
 
+// endedLimited are the tokens of the pool's attempts of limited routes
+// whose handlers have returned, their outcomes on the way to the
+// completer (pgstore.JobClaimParams.Ended). p.mu is held.
+func (p *pool) endedLimited() []int64 {
+	var out []int64
+	for token, r := range p.leases {
+		if r.returned && p.env.limited(r.job.Queue, r.job.Route) {
+			out = append(out, token)
+		}
+	}
+	return out
+}
+
 // claim claims up to n jobs for reserved slots and extra more to wait in
 // ready: from the pool's own queue past after, then, for slots still
 // free, from the queues it may steal from, in their order. It starts the
@@ -228,23 +256,37 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 	defer cancel()
 	n := slots + extra
 	r := claimResult{asked: slots, extra: extra, last: after}
-	capped := p.env.maxRunning[p.q.Name]
+	limits := p.env.limits[p.q.Name]
 	p.mu.Lock()
-	cappedOnly := len(capped) > 0 && time.Now().Before(p.uncappedDryUntil)
+	limitedOnly := len(limits) > 0 && time.Now().Before(p.unlimitedDryUntil)
+	ended := p.endedLimited()
 	p.mu.Unlock()
+	// A limit that held the claim back says when to claim again.
+	throttled := func(route, limit string) {
+		if p.env.metrics != nil {
+			p.env.metrics.FlowThrottled.WithLabelValues(route, limit).Inc()
+		}
+		retry := limitedRetry
+		if l, ok := p.env.limits[p.q.Name][route]; ok && limit == pgstore.LimitRate {
+			retry = min(retry, max(l.RateInterval, time.Millisecond))
+		}
+		if r.retry == 0 || retry < r.retry {
+			r.retry = retry
+		}
+	}
 	jobs, last, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
 		Queue: p.q.Name, Limit: n, Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime, After: after,
-		Capped: capped, CappedOnly: cappedOnly})
+		Limits: limits, LimitedOnly: limitedOnly, Throttled: throttled, Ended: ended})
 	if err != nil {
 		return r, err
 	}
-	if len(capped) > 0 && !cappedOnly &&
-		!slices.ContainsFunc(jobs, func(j *pgstore.Claimed) bool { return capped[j.Route] == 0 }) {
-		// The queue's uncapped claim found nothing, after walking past
-		// every capped job: skip it for a while (pgstore's CappedOnly).
+	if len(limits) > 0 && !limitedOnly &&
+		!slices.ContainsFunc(jobs, func(j *pgstore.Claimed) bool { return !limits[j.Route].Limited() }) {
+		// The queue's unlimited claim found nothing, after walking past
+		// every limited job: skip it for a while (pgstore's LimitedOnly).
 		// The queue's other routes' jobs then wait up to that long.
 		p.mu.Lock()
-		p.uncappedDryUntil = time.Now().Add(uncappedDryFor)
+		p.unlimitedDryUntil = time.Now().Add(unlimitedDryFor)
 		p.mu.Unlock()
 	}
 	r.own, r.last = len(jobs), last
@@ -256,7 +298,7 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 		// workers hold them.
 		stolen, _, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
 			Queue: from, Limit: n - len(jobs), Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime,
-			Capped: p.env.maxRunning[from]})
+			Limits: p.env.limits[from], Throttled: throttled, Ended: ended})
 		if err != nil {
 			p.log.Warn("claim from a queue to steal from failed", zap.String("from", from), zap.Error(err))
 			break

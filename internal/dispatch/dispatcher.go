@@ -66,10 +66,10 @@ type Config struct {
 	// statement refuses a paused queue by itself; this stops the asking.
 	// Nil: no queue is ever paused.
 	Paused func(queue string) bool
-	// MaxRunning caps, per queue, the routes with a fleet-wide
-	// max_running: queue → route → cap. Their jobs are claimed under the
-	// route's lock (pgstore.JobClaimParams.Capped) and never handed off.
-	MaxRunning map[string]map[string]int
+	// Limits are the fleet-wide flow limits of routes, by queue: queue →
+	// route → limits. Their jobs are claimed under the route's lock
+	// (pgstore.JobClaimParams.Limits) and never handed off.
+	Limits map[string]map[string]pgstore.FlowLimit
 }
 
 // DefaultBackoff applies to routes without their own.
@@ -129,7 +129,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 // poolEnv is what the dispatcher gives each of its pools.
 func (d *Dispatcher) poolEnv() poolEnv {
 	return poolEnv{store: d.store, metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
-		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused, maxRunning: d.cfg.MaxRunning}
+		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused, limits: d.cfg.Limits}
 }
 
 // Start launches the pools, the completer, the rescuer and the wake-up

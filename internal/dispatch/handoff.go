@@ -25,11 +25,11 @@ const laneHandoffWindow = time.Second
 // claimed: it saves a row version of the job and a claim. Only for jobs
 // of the pool's own queue (a stolen job's successor belongs to its
 // queue's pool), within laneHandoffWindow, and not once the pool is
-// closing or its queue paused, and never for a route with a fleet-wide
-// max_running (only its locked claim may start its jobs).
+// closing or its queue paused, and never for a route with fleet-wide
+// flow limits (only its locked claim may start its jobs).
 func (p *pool) handoff(r *running, out pgstore.Outcome) *pgstore.Handoff {
 	if !out.Lane || out.State == jobstate.Retrying || r.job.Queue != p.q.Name || time.Since(r.chain) >= p.handoffWindow ||
-		p.env.paused(p.q.Name) || p.env.maxRunning[p.q.Name][r.job.Route] > 0 {
+		p.env.paused(p.q.Name) || p.env.limited(p.q.Name, r.job.Route) {
 		return nil
 	}
 	p.mu.Lock()

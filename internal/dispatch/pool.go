@@ -28,8 +28,13 @@ type poolEnv struct {
 	stopClaim <-chan struct{}
 	// paused reports whether an operator paused a queue (Config.Paused).
 	paused func(queue string) bool
-	// maxRunning is Config.MaxRunning.
-	maxRunning map[string]map[string]int
+	// limits is Config.Limits.
+	limits map[string]map[string]pgstore.FlowLimit
+}
+
+// limited reports whether a route of a queue has fleet-wide flow limits.
+func (e *poolEnv) limited(queue, route string) bool {
+	return e.limits[queue][route].Limited()
 }
 
 // pool is one queue's workers in this process.
@@ -70,9 +75,9 @@ type pool struct {
 	closed bool
 	// handoffWindow is laneHandoffWindow; tests shorten it.
 	handoffWindow time.Duration
-	// uncappedDryUntil: until then the pool's claims take only its
-	// capped routes' jobs (see uncappedDryFor).
-	uncappedDryUntil time.Time
+	// unlimitedDryUntil: until then the pool's claims take only its
+	// limited routes' jobs (see unlimitedDryFor).
+	unlimitedDryUntil time.Time
 }
 
 type running struct {

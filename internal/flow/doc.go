@@ -35,33 +35,84 @@
 // after). A process that dies while a route is held restarts from the
 // stored offsets, and reads the pauses before it fetches anything.
 //
-// # A route's max_running, fleet-wide (SPEC §2 I9)
+// # Fleet-wide limits (SPEC §2 I9): max_running, group, rate_limit
 //
-// The cap lives in the claim, not in this package: a route with
-// max_running has its jobs left out of its queue's claim and claimed by
-// pgstore's claimCapped instead, in a transaction of two statements:
+// The limits live in the claim, not in this package. A route with any of
+// them is "limited": ingest gives each of its jobs a group value (the
+// record's group field or header, or pgstore.GroupAll, one group, for a
+// route without `group`) in the jobs.grp column; the queue's claim leaves
+// the route out, and pgstore's claimLimited claims its jobs instead, in
+// one implicit transaction of two statements sent in one round trip:
 //
 //  1. pg_advisory_xact_lock on the route (schema-qualified): claims of
 //     the route, from any process, run one at a time, until commit.
-//  2. Count the route's running jobs and claim at most cap − count.
-//     Under READ COMMITTED this statement's snapshot is taken after the
-//     lock was granted, so every earlier claim of the route has
-//     committed and is counted; no later one can commit before this one.
+//  2. The claim. Under READ COMMITTED its snapshot is taken after the
+//     lock was granted, so every earlier claim of the route has committed
+//     and is seen; no later one can commit before this one. It computes
+//     the route's room — max_running minus the route's counted jobs, and
+//     the starts the rate allows now — then walks the route's groups (one
+//     index descent per group, from the group after the last one this
+//     process claimed from, so that its claims take turns), takes from
+//     each group at most its max_running minus its counted jobs, stops at
+//     the room, and moves the rate's state on by what it took.
 //
-// Why the count cannot be exceeded: a job of the route becomes running
-// only through step 2 (the queue's claim excludes the route, and a pool
-// never asks for a lane handoff of it), and step 2 runs with the lock
-// held, so two of them never count the same state; a job stops counting
-// only when it leaves running (completed, rescued, released, cancelled),
-// which can only lower the count. Prefetched jobs are running rows and
-// count, so the cap is on claimed jobs, which bounds started ones. A
-// process killed with jobs running keeps their rows running, and
-// counted, until the rescuer requeues them once their leases expire:
-// only then do its slots come back, and never twice (the fencing token
-// of I4 rejects the dead holder's outcomes).
+// What counts: a job of the route in state running, except the claiming
+// process's own attempts whose handlers have returned (their outcomes are
+// on the way to the completer; pgstore.JobClaimParams.Ended, named by
+// their fencing tokens). Prefetched jobs count, so the caps bound claimed
+// work, which bounds started work.
 //
-// What it costs: the route's claims are serialized (a claim holds the
-// lock for one short transaction), and each counts the route's running
-// rows through the partial index of running rows; routes without a cap
-// pay one `route <> ALL('{}')` per claim.
+// Why a cap (route or group) cannot be exceeded. A job of a limited
+// route starts only through step 2: the queue's claim excludes the route,
+// and a pool never asks for a lane handoff of it. Step 2 runs with the
+// route's lock held and a snapshot newer than every earlier claim's
+// commit, so two claims never count the same state, and each leaves the
+// count at most at the cap. Between claims the count only falls: a job
+// leaves running (completed, rescued, released, cancelled), or its
+// handler returns in the process that holds it. The one exclusion is
+// safe because it is the claimer's own knowledge of its own attempts: the
+// handler of an excluded attempt has returned, so it calls nothing; and
+// the exclusion is by token, so if that attempt's lease was lost and
+// another process claimed the job again (a new token), the new attempt
+// counts. Other processes' returned attempts are counted until written:
+// a process may under-use the cap, never exceed it. This is why the
+// table can briefly show more running rows than max_running while at
+// most max_running handlers run: the promise is about handlers, which is
+// what a dependency sees.
+//
+// Crashes. A process killed with jobs running leaves their rows running,
+// and counted, until the rescuer requeues them once their leases expire:
+// only then do its slots come back, and never twice (the fencing token of
+// I4 rejects the dead holder's outcomes). A route that becomes limited
+// has its unfinished jobs put in GroupAll by every process that claims,
+// at start (pgstore.FlowGroupsAssign), so that none is left unclaimable.
+// Limits hold when every process runs the same routes' limits; a process
+// with an older config claims the route's jobs unlimited.
+//
+// Rate limits are GCRA: one row per route (flow_rates) holds the
+// theoretical arrival time tat of the next start, interval = per / limit
+// and tolerance = burst × interval. A claim at now may make k starts
+// while greatest(tat, now) + (k − 1)·interval − tolerance ≤ now, and sets
+// tat = greatest(tat, now) + k·interval. Starts are then spaced one
+// interval apart, with bursts of burst + 1 after an idle spell, so any
+// window of per holds at most limit + burst starts, one more at a
+// window's edge. Every claim of the route reads and writes the row under
+// the route's lock, so the arithmetic is exact fleet-wide, on the
+// database's clock. A start is an attempt's claim: retries count. Since
+// an idle spell earns back at most burst + 1 starts, a rate whose
+// interval is shorter than a claim's round trip (a millisecond or two)
+// is under-used without a burst: above ~500 starts/s, set burst to the
+// starts of a few milliseconds.
+//
+// Throttling is counted (switchyard_flow_throttled_total{route,limit})
+// when a limited route's claim came back short while the route still had
+// runnable jobs, by the limit that held it: rate, else max_running, else
+// group. The pool then claims again after limitedRetry (50 ms), or one
+// rate interval if that is sooner.
+//
+// What it costs: a limited route's claims are serialized (the lock is
+// held for one statement and its commit), and its claim walks groups
+// rather than one index range; routes without limits pay one
+// `route <> ALL('{}')` per claim. Measured with `switchyard bench --only
+// work,capped,grouped`: see docs/performance.md.
 package flow

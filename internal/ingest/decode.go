@@ -38,8 +38,11 @@ type Route struct {
 	Lane *pgstore.LanePolicy
 	// Coalesce: a newer job of a key replaces its unstarted ones.
 	Coalesce bool
+	// Limited: the route has fleet-wide flow limits, so its jobs carry a
+	// group value (the record's, read from group, or pgstore.GroupAll).
+	Limited bool
 
-	key, dedupe, version source
+	key, dedupe, version, group source
 }
 
 // source says where a value comes from; the zero value means "default".
@@ -71,6 +74,12 @@ func CompileRoute(r config.Route) (*Route, error) {
 	if r.Version != nil {
 		if out.version, err = compileSource(r.Version.FieldRef); err != nil {
 			return nil, fmt.Errorf("route %s: version: %w", r.Topic, err)
+		}
+	}
+	out.Limited = r.MaxRunning > 0 || r.Group != nil || r.RateLimit != nil
+	if r.Group != nil {
+		if out.group, err = compileSource(r.Group.FieldRef); err != nil {
+			return nil, fmt.Errorf("route %s: group: %w", r.Topic, err)
 		}
 	}
 	return out, nil
@@ -107,10 +116,11 @@ const (
 	partKey
 	partDedupe
 	partVersion
+	partGroup
 )
 
 func (p part) String() string {
-	return [...]string{"value", "key", "dedupe", "version"}[p]
+	return [...]string{"value", "key", "dedupe", "version", "group"}[p]
 }
 
 func problemf(reason string, p part, format string, args ...any) *problem {
@@ -158,7 +168,7 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 		return nil, problemf(ReasonTooLarge, partValue, "record is %d bytes, over max_record_bytes %d", size, r.MaxRecordBytes)
 	}
 	if (in.key == nil && r.key.path != nil) || (in.dedupe == nil && r.dedupe.path != nil) ||
-		(in.version == nil && r.version.path != nil) {
+		(in.version == nil && r.version.path != nil) || r.group.path != nil {
 		// The whole value must be JSON; the fields are then read from the
 		// bytes without building the document, which cost 5 to 7 times
 		// as much (bench --scale --only payload).
@@ -219,6 +229,19 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 			return nil, problemf(ReasonDecode, partVersion, "version: %q is not an integer", v)
 		}
 		j.Version = &n
+	}
+	switch {
+	case !r.group.isZero():
+		v, p := r.group.text(rec, partGroup)
+		if p != nil {
+			return nil, p
+		}
+		if p := checkKey("group value", v, partGroup); p != nil {
+			return nil, p
+		}
+		j.Group = v
+	case r.Limited:
+		j.Group = pgstore.GroupAll
 	}
 	if r.TTL > 0 {
 		d := now.Add(r.TTL)

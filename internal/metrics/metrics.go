@@ -19,6 +19,7 @@ type Metrics struct {
 	KafkaLagRecords *prometheus.GaugeVec
 	KafkaLagSeconds *prometheus.GaugeVec
 	IngestPaused    *prometheus.GaugeVec
+	FlowThrottled   *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -69,8 +70,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "switchyard_ingest_paused",
 			Help: "1 while this process holds a route's fetching, by cause: operator (paused) or backpressure (its queue at max_depth).",
 		}, []string{"route", "cause"}),
+		FlowThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_flow_throttled_total",
+			Help: "Claims of a route that a fleet-wide limit held back while it had runnable jobs, by limit: max_running, group or rate.",
+		}, []string{"route", "limit"}),
 	}
 	reg.MustRegister(m.QueueOldestAge, m.QueueJobs, m.JobDuration, m.JobAttempts, m.DLQEntries,
-		m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.KafkaLagRecords, m.KafkaLagSeconds, m.IngestPaused)
+		m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.KafkaLagRecords, m.KafkaLagSeconds, m.IngestPaused, m.FlowThrottled)
 	return m
 }

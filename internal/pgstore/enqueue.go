@@ -50,11 +50,11 @@ func (s *Store) JobEnqueue(ctx context.Context, j NewJob, runAt time.Time) (Enqu
 				RETURNING job_id
 			)
 			INSERT INTO jobs (id, origin, route, kind, queue, state, key, version, dedupe_key, payload,
-				header_keys, header_values, max_attempts, deadline, scheduled_at, lane)
-			SELECT k.job_id, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, coalesce($14, now()), $15 FROM k
+				header_keys, header_values, max_attempts, deadline, scheduled_at, lane, grp)
+			SELECT k.job_id, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, coalesce($14, now()), $15, $16 FROM k
 			RETURNING id`,
 			j.origin(), j.Route, j.Kind, j.Queue, state, j.Key, j.Version, j.DedupeKey, nonNilByte(j.Payload),
-			nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline, at, j.Lane != nil).Scan(&e.ID)
+			nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline, at, j.Lane != nil, j.group()).Scan(&e.ID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The conflict waited for the row's transaction to end, so a
 			// new statement sees it.

@@ -59,6 +59,21 @@ type NewJob struct {
 	// Coalesce: once stored, the job replaces the unstarted jobs of its
 	// route and key (coalesceJobs).
 	Coalesce bool
+	// Group is the job's group value in a flow-limited route (GroupAll
+	// for one without a group); empty for every other job.
+	Group string
+}
+
+// GroupAll is the one group of a flow-limited route that is not grouped:
+// its max_running and rate_limit then count all of its jobs together.
+const GroupAll = "*"
+
+// group is the grp column's value: NULL outside flow-limited routes.
+func (j *NewJob) group() *string {
+	if j.Group == "" {
+		return nil
+	}
+	return &j.Group
 }
 
 // recordRoute identifies a job within an ingest batch: one per record and
@@ -168,7 +183,7 @@ func (r *IngestResult) add(o IngestResult) {
 const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS ingest_stage (
 	id bigint DEFAULT nextval('jobs_id_seq'), origin text, route text, kind text, queue text, key text, version bigint, dedupe_key text,
 	payload bytea, header_keys text[], header_values bytea[], max_attempts integer,
-	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint, lane boolean
+	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint, lane boolean, grp text
 ) ON COMMIT DELETE ROWS`
 
 // IngestCommit writes a poll's job rows, poison entries and stored offsets
@@ -420,7 +435,7 @@ func isUniqueViolation(err error) bool {
 
 var copyColumns = []string{"origin", "route", "kind", "queue", "key", "version", "dedupe_key",
 	"payload", "header_keys", "header_values", "max_attempts", "deadline",
-	"src_topic", "src_partition", "src_offset", "lane", "state"}
+	"src_topic", "src_partition", "src_offset", "lane", "grp", "state"}
 
 // jobRows yields COPY rows for jobs: with ids, for the jobs table itself
 // (its id first, then copyColumns with the initial state); without, for
@@ -431,7 +446,7 @@ func jobRows(jobs []NewJob, ids []int64) pgx.CopyFromSource {
 		// nil slices would COPY as NULL into NOT NULL columns.
 		row := []any{j.origin(), j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey,
 			nonNilByte(j.Payload), nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline,
-			j.Topic, j.Partition, j.Offset, j.Lane != nil}
+			j.Topic, j.Partition, j.Offset, j.Lane != nil, j.group()}
 		if ids != nil {
 			row = append([]any{ids[i]}, row...)
 			state := jobstate.Queued
@@ -484,10 +499,10 @@ func insertStaged(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResu
 			RETURNING job_id
 		), ins AS (
 			INSERT INTO jobs (id, origin, route, kind, queue, state, key, version, dedupe_key, payload,
-				header_keys, header_values, max_attempts, deadline, src_topic, src_partition, src_offset, lane)
+				header_keys, header_values, max_attempts, deadline, src_topic, src_partition, src_offset, lane, grp)
 			SELECT s.id, origin, route, kind, queue, CASE WHEN lane THEN 'waiting' ELSE 'queued' END, key, version,
 				dedupe_key, payload, header_keys, header_values, max_attempts, deadline,
-				src_topic, src_partition, src_offset, lane
+				src_topic, src_partition, src_offset, lane, grp
 			FROM ingest_stage s JOIN k ON k.job_id = s.id
 			RETURNING queue, src_topic
 		)

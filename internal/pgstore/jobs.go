@@ -24,15 +24,23 @@ type JobClaimParams struct {
 	// After starts the claim past this position of the queue's claim
 	// order; the zero value starts at the beginning. See ClaimPosition.
 	After ClaimPosition
-	// Capped maps the queue's routes that have a fleet-wide max_running
-	// to it: their jobs are claimed apart, under the route's lock, never
-	// past the cap (see claimCapped).
-	Capped map[string]int
-	// CappedOnly skips the claim of the queue's other jobs. That claim
-	// walks the queue's runnable entries past every capped job, all of
+	// Limits maps the queue's flow-limited routes to their limits: their
+	// jobs are claimed apart, under the route's lock, never past a limit
+	// (see claimLimited).
+	Limits map[string]FlowLimit
+	// LimitedOnly skips the claim of the queue's other jobs. That claim
+	// walks the queue's runnable entries past every limited job, all of
 	// them when it finds none of its own: a pool whose last one found
 	// nothing skips it for a while (see the dispatcher's claim).
-	CappedOnly bool
+	LimitedOnly bool
+	// Throttled, if set, is told which limit held back a limited route's
+	// claim that came back short while the route had runnable jobs.
+	Throttled func(route, limit string)
+	// Ended are the tokens of the claiming process's attempts of limited
+	// routes whose handlers have returned and whose outcomes are not
+	// written yet: their rows are still running, but they no longer count
+	// against a max_running (see internal/flow/doc.go).
+	Ended []int64
 }
 
 // ClaimPosition is a place in a queue's claim order, (scheduled_at, id).
@@ -67,39 +75,39 @@ func (p ClaimPosition) Before(q ClaimPosition) bool {
 func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*Claimed, ClaimPosition, error) {
 	// Never nil: pgx sends a nil slice as NULL, and route <> ALL(NULL)
 	// would claim nothing at all.
-	capped := append([]string{}, slices.Sorted(maps.Keys(p.Capped))...)
+	limited := append([]string{}, slices.Sorted(maps.Keys(p.Limits))...)
 	var jobs []*Claimed
 	last := p.After
-	if !p.CappedOnly {
+	if !p.LimitedOnly {
 		var err error
-		if jobs, last, err = s.claimUncapped(ctx, p, capped); err != nil {
+		if jobs, last, err = s.claimUnlimited(ctx, p, limited); err != nil {
 			return nil, last, err
 		}
 	}
-	for _, route := range capped {
+	for _, route := range limited {
 		if len(jobs) >= p.Limit {
 			break
 		}
-		more, pos, err := s.claimCapped(ctx, p, route, p.Limit-len(jobs))
+		more, pos, err := s.claimLimited(ctx, p, route, p.Limit-len(jobs))
+		jobs = append(jobs, more...) // committed, even beside an error
+		if last.Before(pos) {
+			last = pos
+		}
 		if err != nil && len(jobs) == 0 {
 			return nil, last, err
 		}
 		if err != nil {
-			// The jobs claimed above are committed and must reach their
+			// The jobs claimed so far are committed and must reach their
 			// workers; the next claim meets the error again if it lasts.
 			break
-		}
-		jobs = append(jobs, more...)
-		if last.Before(pos) {
-			last = pos
 		}
 	}
 	return jobs, last, nil
 }
 
-// claimUncapped is JobClaim's one statement for the queue's jobs of
-// routes without a cap.
-func (s *Store) claimUncapped(ctx context.Context, p JobClaimParams, capped []string) ([]*Claimed, ClaimPosition, error) {
+// claimUnlimited is JobClaim's one statement for the queue's jobs of
+// routes without flow limits.
+func (s *Store) claimUnlimited(ctx context.Context, p JobClaimParams, limited []string) ([]*Claimed, ClaimPosition, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH c AS (
 			SELECT id FROM jobs
@@ -114,7 +122,7 @@ func (s *Store) claimUncapped(ctx context.Context, p JobClaimParams, capped []st
 		UPDATE jobs j SET `+claimSet("j", "least($3::bigint, $4::bigint)")+`
 		FROM c WHERE j.id = c.id
 		RETURNING `+workerColumns+`, j.scheduled_at`,
-		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), p.After.ScheduledAt, p.After.ID, capped)
+		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), p.After.ScheduledAt, p.After.ID, limited)
 	if err != nil {
 		return nil, p.After, err
 	}
@@ -130,56 +138,236 @@ func (s *Store) claimUncapped(ctx context.Context, p JobClaimParams, capped []st
 	return jobs, last, err
 }
 
-// claimCapped claims up to limit jobs of one route with a fleet-wide
-// max_running (SPEC §2 I9). Two statements in one transaction: the
-// first takes the route's advisory lock, so that claims of the route
-// run one at a time across every process; the second, whose snapshot is
-// taken after the lock was granted, counts the route's running jobs —
-// every claim of it committed before is in that count, and no other can
-// commit until this one does — and claims no more than the room left.
-// A crashed holder's jobs stay running, and count, until the rescuer
-// requeues them when their leases expire: then the slots come back. The
-// route's jobs are excluded from the queue's own claim, and lane
-// handoffs are not asked for them (the dispatcher's handoff), so this is
-// the only way they start.
-func (s *Store) claimCapped(ctx context.Context, p JobClaimParams, route string, limit int) ([]*Claimed, ClaimPosition, error) {
+// FlowLimit is a route's fleet-wide limits (SPEC §2 I9); the zero value
+// limits nothing. A limited route's jobs carry a group value (NewJob.Group)
+// and are claimed only by claimLimited.
+type FlowLimit struct {
+	// MaxRunning caps the route's running jobs; 0: no cap.
+	MaxRunning int
+	// GroupMaxRunning caps the running jobs of each group value; 0: the
+	// route is not grouped.
+	GroupMaxRunning int
+	// RateInterval spaces the route's starts (rate_limit per / limit); 0:
+	// no rate limit. RateBurst starts more may be made at once.
+	RateInterval time.Duration
+	RateBurst    int
+}
+
+// Limited reports whether any limit is set.
+func (l FlowLimit) Limited() bool {
+	return l.MaxRunning > 0 || l.GroupMaxRunning > 0 || l.RateInterval > 0
+}
+
+// Throttle limits, as switchyard_flow_throttled_total names them.
+const (
+	LimitMaxRunning = "max_running"
+	LimitGroup      = "group"
+	LimitRate       = "rate"
+)
+
+// claimLimited claims up to limit jobs of one flow-limited route (SPEC
+// §2 I9); internal/flow/doc.go holds the argument of why no limit can be
+// exceeded. One transaction: the route's advisory lock, so that its
+// claims run one at a time across every process, then claimLimitedSQL,
+// whose snapshot is taken once the lock is granted: from the group after
+// the last one this process claimed from, then, if that came back short,
+// from the first group again. When a limit held the claim back, a last
+// statement, after the commit, names it to p.Throttled.
+func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string, limit int) ([]*Claimed, ClaimPosition, error) {
+	l := p.Limits[route]
 	var jobs []*Claimed
 	last := p.After
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, s.schema+"/max_running/"+route); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `
-			WITH room AS (
-				SELECT greatest(0, $6::int - count(*))::int AS n FROM jobs WHERE route = $5 AND state = 'running'
-			), c AS (
-				SELECT id FROM jobs
-				WHERE queue = $1 AND route = $5 AND state IN ('queued', 'retrying') AND scheduled_at <= now()
-				  AND (scheduled_at, id) > ($7::timestamptz, $8::bigint)
-				  AND NOT EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1)
-				ORDER BY scheduled_at, id
-				LIMIT least($2, (SELECT n FROM room))
-				FOR UPDATE SKIP LOCKED
-			)
-			UPDATE jobs j SET `+claimSet("j", "least($3::bigint, $4::bigint)")+`
-			FROM c WHERE j.id = c.id
-			RETURNING `+workerColumns+`, j.scheduled_at`,
-			p.Queue, limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route, p.Capped[route],
-			p.After.ScheduledAt, p.After.ID)
-		if err != nil {
-			return err
-		}
-		jobs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Claimed, error) {
-			var at time.Time
-			j, err := scanClaimed(r, &at)
-			if pos := (ClaimPosition{ScheduledAt: at, ID: j.ID}); last.Before(pos) {
-				last = pos
+	ended := append([]int64{}, p.Ended...) // never nil: token <> ALL(NULL) counts nothing
+	after := ""
+	if l.GroupMaxRunning > 0 {
+		after = s.groupCursor(route)
+	}
+	var err error
+	for pass := 0; pass < 2 && len(jobs) < limit && err == nil; pass++ {
+		if pass == 1 {
+			if after == "" {
+				break
 			}
-			return j, err
-		})
-		return err
-	})
+			after = ""
+		}
+		// One round trip, one implicit transaction: the lock, then the
+		// claim, whose snapshot is taken once the lock is granted.
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1))`, s.schema+"/flow/"+route)
+		b.Queue(claimLimitedSQL, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
+			l.MaxRunning, l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, after, ended)
+		err = func() error {
+			br := s.pool.SendBatch(ctx, b)
+			defer br.Close()
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			more, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Claimed, error) {
+				var at time.Time
+				var grp string
+				j, err := scanClaimed(r, &at, &grp)
+				if pos := (ClaimPosition{ScheduledAt: at, ID: j.ID}); last.Before(pos) {
+					last = pos
+				}
+				if grp > after {
+					after = grp
+				}
+				return j, err
+			})
+			if err != nil {
+				return err
+			}
+			if err := br.Close(); err != nil {
+				return err // the implicit transaction failed: nothing was claimed
+			}
+			jobs = append(jobs, more...)
+			return nil
+		}()
+	}
+	if l.GroupMaxRunning > 0 {
+		s.setGroupCursor(route, after)
+	}
+	if err == nil && len(jobs) < limit && p.Throttled != nil {
+		s.reportThrottle(ctx, p, route)
+	}
 	return jobs, last, err
+}
+
+// claimLimitedSQL claims a limited route's jobs, group by group. $1 queue,
+// $2 at most so many, $3/$4 lease and max_runtime (ms), $5 route, $6 its
+// max_running (0: none), $7 each group's max_running (0: none), $8/$9
+// the rate's interval (µs; 0: none) and burst, $10 the group to start
+// after (” for the first: group values are never empty), $11 the
+// tokens of JobClaimParams.Ended, which no count counts.
+//
+//   - room is what the route-wide limits leave: max_running minus the
+//     route's running jobs, and the starts the rate allows now (GCRA:
+//     start k is allowed while tat + k·interval − burst·interval ≤ now,
+//     counting from greatest(tat, now)); nothing while the queue is
+//     paused.
+//   - g walks the groups that have a runnable job (a loose index scan of
+//     jobs_group_runnable_idx: one descent per group, however many jobs a
+//     group holds), in value order from $10.
+//   - c takes, from each group, its oldest runnable jobs, as many as the
+//     group's room (its max_running minus its running jobs), until room
+//     is used up.
+//   - the rate's tat then moves on by one interval per job claimed.
+var claimLimitedSQL = `
+	WITH RECURSIVE room AS (
+		SELECT CASE WHEN EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1) THEN 0
+			ELSE least($2::int,
+				CASE WHEN $6::int > 0 THEN greatest(0, $6::int - (SELECT count(*) FROM jobs
+					WHERE route = $5 AND state = 'running' AND grp IS NOT NULL AND token <> ALL($11::bigint[])))::int END,
+				CASE WHEN $8::bigint > 0 THEN coalesce((SELECT greatest(0, floor(
+					(extract(epoch FROM now() - greatest(tat, now())) * 1e6 + $9::int * $8::bigint) / $8::bigint) + 1)::int
+					FROM flow_rates WHERE route = $5), $9::int + 1) END)
+			END AS n
+	), g(grp) AS (
+		(SELECT grp FROM jobs
+		 WHERE route = $5 AND grp > $10 AND state IN ('queued', 'retrying') AND grp IS NOT NULL AND scheduled_at <= now()
+		 ORDER BY route, grp LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.grp FROM jobs j
+			WHERE j.route = $5 AND j.grp > g.grp AND j.state IN ('queued', 'retrying') AND j.grp IS NOT NULL
+			  AND j.scheduled_at <= now()
+			ORDER BY j.route, j.grp LIMIT 1)
+		FROM g WHERE g.grp IS NOT NULL
+	), c AS (
+		SELECT t.id FROM g
+		CROSS JOIN LATERAL (
+			SELECT CASE WHEN $7::int > 0 THEN $7::int - (SELECT count(*) FROM jobs r
+				WHERE r.route = $5 AND r.grp = g.grp AND r.state = 'running' AND r.grp IS NOT NULL
+				  AND r.token <> ALL($11::bigint[]))::int
+				ELSE $2::int END AS n
+		) gr
+		CROSS JOIN LATERAL (
+			SELECT id FROM jobs j
+			WHERE j.route = $5 AND j.grp = g.grp AND j.state IN ('queued', 'retrying') AND j.grp IS NOT NULL
+			  AND j.scheduled_at <= now() AND j.queue = $1
+			ORDER BY j.scheduled_at, j.id
+			LIMIT greatest(gr.n, 0)
+			FOR UPDATE SKIP LOCKED
+		) t
+		WHERE g.grp IS NOT NULL
+		LIMIT (SELECT n FROM room)
+	), claimed AS (
+		UPDATE jobs j SET ` + claimSet("j", "least($3::bigint, $4::bigint)") + `
+		FROM c WHERE j.id = c.id
+		RETURNING ` + workerColumns + `, j.scheduled_at, j.grp
+	), rate AS (
+		INSERT INTO flow_rates AS f (route, tat)
+		SELECT $5, now() + (SELECT count(*) FROM claimed) * $8::bigint * interval '1 microsecond'
+		WHERE $8::bigint > 0
+		ON CONFLICT (route) DO UPDATE
+		SET tat = greatest(f.tat, now()) + (SELECT count(*) FROM claimed) * $8::bigint * interval '1 microsecond'
+	)
+	SELECT * FROM claimed`
+
+// reportThrottle names to p.Throttled the limit that held a short claim
+// of a limited route back, if work was held back at all: the route still
+// has runnable jobs, now that the claim's are running. Read after the
+// claim committed, so the rooms it sees are what the claim left.
+func (s *Store) reportThrottle(ctx context.Context, p JobClaimParams, route string) {
+	l := p.Limits[route]
+	var capRoom, rateRoom *int
+	var left bool
+	err := s.pool.QueryRow(ctx, `
+		SELECT
+			CASE WHEN $2::int > 0 THEN $2::int - (SELECT count(*) FROM jobs
+				WHERE route = $1 AND state = 'running' AND grp IS NOT NULL AND token <> ALL($5::bigint[]))::int END,
+			CASE WHEN $3::bigint > 0 THEN (SELECT floor((extract(epoch FROM now() - greatest(tat, now())) * 1e6
+				+ $4::int * $3::bigint) / $3::bigint)::int + 1 FROM flow_rates WHERE route = $1) END,
+			EXISTS (SELECT 1 FROM jobs WHERE route = $1 AND state IN ('queued', 'retrying') AND grp IS NOT NULL
+				AND scheduled_at <= now())`,
+		route, l.MaxRunning, l.RateInterval.Microseconds(), l.RateBurst, append([]int64{}, p.Ended...)).Scan(&capRoom, &rateRoom, &left)
+	switch {
+	case err != nil || !left:
+	case rateRoom != nil && *rateRoom <= 0:
+		p.Throttled(route, LimitRate)
+	case capRoom != nil && *capRoom <= 0:
+		p.Throttled(route, LimitMaxRunning)
+	case l.GroupMaxRunning > 0:
+		p.Throttled(route, LimitGroup)
+	}
+}
+
+// FlowGroupsAssign puts the unfinished jobs of limited routes that carry
+// no group value (stored before the route had limits) in the route's
+// one group, GroupAll: only jobs with a group value are claimed under
+// the limits, and the others of a limited route would never be claimed.
+// Every process that claims calls it at start: one pass over the
+// unfinished jobs, and nothing to change after the first.
+func (s *Store) FlowGroupsAssign(ctx context.Context, routes []string) (int64, error) {
+	if len(routes) == 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE jobs SET grp = $2
+		WHERE state IN ('waiting', 'queued', 'running', 'retrying') AND route = ANY($1) AND grp IS NULL`,
+		routes, GroupAll)
+	return tag.RowsAffected(), err
+}
+
+// groupCursor is the group value after which this process's next claim
+// of a limited route starts walking its groups, so that its claims take
+// turns among the groups instead of always serving the first values.
+func (s *Store) groupCursor(route string) string {
+	s.cursorMu.Lock()
+	defer s.cursorMu.Unlock()
+	return s.groupCursors[route]
+}
+
+func (s *Store) setGroupCursor(route, grp string) {
+	s.cursorMu.Lock()
+	defer s.cursorMu.Unlock()
+	if s.groupCursors == nil {
+		s.groupCursors = map[string]string{}
+	}
+	s.groupCursors[route] = grp
 }
 
 // claimSet is the SET list of a claim of the jobs row aliased alias,

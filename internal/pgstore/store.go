@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,9 @@ func ValidSchema(name string) bool { return schemaPattern.MatchString(name) }
 type Store struct {
 	pool   *pgxpool.Pool
 	schema string
+
+	cursorMu     sync.Mutex
+	groupCursors map[string]string // see groupCursor
 }
 
 // Config opens a Store.

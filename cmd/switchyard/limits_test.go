@@ -1,0 +1,190 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// tenantRecords are n records of tenant, with unique ids, spread over 4
+// partitions.
+func tenantRecords(tenant string, n int) []*kgo.Record {
+	recs := make([]*kgo.Record, n)
+	for i := range n {
+		recs[i] = &kgo.Record{Partition: int32(i % 4), Value: fmt.Appendf(nil, `{"id":"%s%d","tenant":%q}`, tenant, i, tenant)}
+	}
+	return recs
+}
+
+// inFlight counts a target's requests in flight by a label, and the
+// highest count each label reached.
+type inFlight struct {
+	mu       sync.Mutex
+	now, top map[string]int
+}
+
+func (f *inFlight) enter(label string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.now == nil {
+		f.now, f.top = map[string]int{}, map[string]int{}
+	}
+	f.now[label]++
+	f.top[label] = max(f.top[label], f.now[label])
+}
+
+func (f *inFlight) leave(label string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now[label]--
+}
+
+func (f *inFlight) peaks() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range f.top {
+		out[k] = v
+	}
+	return out
+}
+
+// TestGroupCapHoldsAndEveryTenantProgresses: SPEC §2 I9 for a group
+// cap, with two processes and a kill -9. Tenant A floods the route with
+// 10,000 jobs, produced before the 10 each of tenants B–J; with
+// group.max_running 2, no tenant ever has more than 2 requests in flight
+// at the target, and B–J finish while A is still draining. Every record ends as exactly one succeeded job.
+func TestGroupCapHoldsAndEveryTenantProgresses(t *testing.T) {
+	t.Parallel()
+	const flood, few, perTenant = 10_000, 10, 2
+	tenants := []string{"B", "C", "D", "E", "F", "G", "H", "I", "J"}
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, 4)
+	tg := newTarget(t)
+	var flight inFlight
+	tg.setBehaviour(func(r *http.Request, c call) int {
+		var v struct{ Tenant string }
+		_ = json.Unmarshal(c.Body, &v)
+		flight.enter(v.Tenant)
+		defer flight.leave(v.Tenant)
+		if v.Tenant != "A" {
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-r.Context().Done():
+			}
+		}
+		return 0
+	})
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Body: fmt.Sprintf(`queues:
+  q: {concurrency: 8, lease: 2s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, group: {field: tenant, max_running: %d}, dedupe: {field: id}, target: {http: {url: %q, timeout: 5s}}}
+`, topic, perTenant, tg.URL())})
+	a := startRun(t, "run-a", cfg)
+	startRun(t, "run-b", cfg)
+	testenv.Produce(t, topic, tenantRecords("A", flood)...)
+	var rest []*kgo.Record
+	for _, tn := range tenants {
+		rest = append(rest, tenantRecords(tn, few)...)
+	}
+	testenv.Produce(t, topic, rest...)
+
+	fewDone := `SELECT count(*) FROM jobs WHERE state = 'succeeded' AND grp <> 'A'`
+	testenv.Eventually(t, 60*time.Second, "half of tenants B-J's jobs to succeed", func() bool {
+		return count(t, store, fewDone) >= len(tenants)*few/2
+	})
+	a.kill()
+	testenv.Eventually(t, 60*time.Second, "every job of tenants B-J to succeed", func() bool {
+		return count(t, store, fewDone) == len(tenants)*few
+	})
+	if n := count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded' AND grp = 'A'`); n >= flood*9/10 {
+		t.Fatalf("tenants B-J finished only once tenant A had %d of its %d jobs done: the flood held them back", n, flood)
+	} else {
+		t.Logf("tenants B-J finished while tenant A had %d of %d done", n, flood)
+	}
+	testenv.Eventually(t, 240*time.Second, "every job to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == flood+len(tenants)*few
+	})
+	if n := count(t, store, `SELECT count(*) FROM jobs`); n != flood+len(tenants)*few {
+		t.Fatalf("%d jobs for %d records", n, flood+len(tenants)*few)
+	}
+	peaks := flight.peaks()
+	t.Logf("peak requests in flight per tenant at the target %v", peaks)
+	for tn, p := range peaks {
+		if p > perTenant {
+			t.Fatalf("tenant %s had %d requests in flight at once, over its group's max_running %d", tn, p, perTenant)
+		}
+	}
+	// A's requests return at once and rarely overlap; B-J's take 50 ms.
+	if peaks["B"] < perTenant {
+		t.Fatalf("tenant B never had more than %d in flight: its cap was never reached, so the test proved nothing", peaks["B"])
+	}
+}
+
+// TestRateLimitHoldsAcrossProcesses: SPEC §2 I9 for a rate limit, with
+// two processes and a kill -9: in any window of `per`, the target sees
+// at most limit + burst starts, one more at a window's edge — counted
+// over every attempt, the killed process's too — and every record ends
+// as one succeeded job.
+func TestRateLimitHoldsAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	const total, limit, burst, per = 150, 20, 4, time.Second
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, 4)
+	tg := newTarget(t)
+	var mu sync.Mutex
+	var starts []time.Time
+	tg.setBehaviour(func(*http.Request, call) int {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		return 0
+	})
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Body: fmt.Sprintf(`queues:
+  q: {concurrency: 8, lease: 2s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, rate_limit: {limit: %d, per: %s, burst: %d}, dedupe: {field: id}, target: {http: {url: %q, timeout: 5s}}}
+`, topic, limit, per, burst, tg.URL())})
+	a := startRun(t, "run-a", cfg)
+	startRun(t, "run-b", cfg)
+	testenv.Produce(t, topic, records(0, total)...)
+	testenv.Eventually(t, 60*time.Second, "a third of the jobs to run", func() bool { return len(tg.received()) >= total/3 })
+	a.kill()
+	testenv.Eventually(t, 60*time.Second, "every job to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == total
+	})
+	if n := count(t, store, `SELECT count(*) FROM jobs`); n != total {
+		t.Fatalf("%d jobs for %d records", n, total)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i, s := range starts {
+		j, _ := slices.BinarySearchFunc(starts, s.Add(per), func(x, end time.Time) int { return x.Compare(end) })
+		most = max(most, j-i)
+	}
+	perSecond := map[int]int{}
+	for _, s := range starts {
+		perSecond[int(s.Sub(starts[0])/time.Second)]++
+	}
+	t.Logf("starts per second %v", perSecond)
+	t.Logf("%d starts in %s; at most %d in any window of %s (limit %d, burst %d)",
+		len(starts), starts[len(starts)-1].Sub(starts[0]).Round(time.Millisecond), most, per, limit, burst)
+	if most > limit+burst+1 {
+		t.Fatalf("%d starts in one window of %s, over limit %d + burst %d (+1 at a window's edge)", most, per, limit, burst)
+	}
+	if most < limit {
+		t.Fatalf("never %d starts in a window of %s: the limit was never reached, so the test proved nothing", limit, per)
+	}
+}
