@@ -95,9 +95,11 @@ type claimResult struct {
 	own        int // of got, from the pool's own queue
 	last       pgstore.ClaimPosition
 	err        error
-	// retry, when set, is how soon to claim again: a flow limit held the
-	// claim back, and its room comes back sooner than the poll.
-	retry time.Duration
+	// throttled: a flow limit held the claim back, not a dry queue; retry
+	// is then how soon to claim again, as its room comes back sooner than
+	// the poll.
+	throttled bool
+	retry     time.Duration
 }
 
 // claimLoop claims for every free worker in one statement, up to
@@ -123,6 +125,10 @@ func (p *pool) claimLoop() {
 	var cursor pgstore.ClaimPosition // where the last full claim ended
 	var fromStart time.Time          // when the last claim from the beginning started
 	var retry time.Duration          // the last short claim's result.retry
+	// held: the last claim was short for a flow limit. A second claim in
+	// flight would only wait for the route's lock, then find less room
+	// than its count of ended attempts, stale by then, promised.
+	held := false
 	for {
 		select {
 		case <-p.env.stopClaim:
@@ -136,7 +142,7 @@ func (p *pool) claimLoop() {
 		// the pool at the claim's round trip. Without a backlog, claim
 		// for any free worker at once: latency matters more. A second
 		// claim in flight only pays under a backlog.
-		if news && free > 0 && (inFlight == 0 || (backlog && inFlight < claimsInFlight)) &&
+		if news && free > 0 && (inFlight == 0 || (backlog && !held && inFlight < claimsInFlight)) &&
 			(!backlog || free >= max(1, p.q.Concurrency/4)) && !p.env.paused(p.q.Name) {
 			after := pgstore.ClaimPosition{ScheduledAt: cursor.ScheduledAt.Add(-claimLookBack)}
 			if !backlog || time.Since(fromStart) >= fromStartEvery {
@@ -169,7 +175,7 @@ func (p *pool) claimLoop() {
 		case r := <-results:
 			inFlight--
 			p.settleClaim(r)
-			retry = r.retry
+			retry, held = r.retry, r.throttled
 			switch {
 			case r.err != nil:
 				p.log.Warn("claim failed", zap.Error(r.err), zap.Duration("backoff", backoff))
@@ -189,6 +195,15 @@ func (p *pool) claimLoop() {
 				case r.own < r.asked+r.extra: // its own queue came back short
 					cursor = pgstore.ClaimPosition{}
 				case cursor.Before(r.last):
+					cursor = r.last
+				}
+			case r.throttled:
+				// Short for a limit, not for want of jobs: the backlog and
+				// its position stand, but nothing is news until a worker
+				// frees or the retry is due.
+				backoff = 100 * time.Millisecond
+				backlog = true
+				if cursor.Before(r.last) {
 					cursor = r.last
 				}
 			default:
@@ -273,6 +288,7 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 		if r.retry == 0 || retry < r.retry {
 			r.retry = retry
 		}
+		r.throttled = true
 	}
 	jobs, last, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
 		Queue: p.q.Name, Limit: n, Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime, After: after,

@@ -167,22 +167,31 @@ const (
 
 // claimLimited claims up to limit jobs of one flow-limited route (SPEC
 // §2 I9); internal/flow/doc.go holds the argument of why no limit can be
-// exceeded. One transaction: the route's advisory lock, so that its
-// claims run one at a time across every process, then claimLimitedSQL,
-// whose snapshot is taken once the lock is granted: from the group after
-// the last one this process claimed from, then, if that came back short,
-// from the first group again. When a limit held the claim back, a last
-// statement, after the commit, names it to p.Throttled.
+// exceeded. One round trip, one implicit transaction: the route's
+// advisory lock, so that its claims run one at a time across every
+// process; claimLimitedSQL, whose snapshot is taken once the lock is
+// granted; and throttleSQL, which reads what the claim left. A grouped
+// route's claim walks its groups from the one after the last this
+// process claimed from, then, if that came back short, from the first
+// group again. When a limit held the claim back, it is named to
+// p.Throttled.
 func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string, limit int) ([]*Claimed, ClaimPosition, error) {
 	l := p.Limits[route]
 	var jobs []*Claimed
 	last := p.After
 	ended := append([]int64{}, p.Ended...) // never nil: token <> ALL(NULL) counts nothing
 	after := ""
+	// A route of one group starts where the pool's claims left off (see
+	// ClaimPosition); a grouped route walks each of its groups from the
+	// start, since a group held at its cap keeps old jobs behind any
+	// position.
+	from := p.After
 	if l.GroupMaxRunning > 0 {
-		after = s.groupCursor(route)
+		after, from = s.groupCursor(route), ClaimPosition{}
 	}
 	var err error
+	var capRoom, rateRoom *int
+	var left bool
 	for pass := 0; pass < 2 && len(jobs) < limit && err == nil; pass++ {
 		if pass == 1 {
 			if after == "" {
@@ -190,12 +199,13 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 			}
 			after = ""
 		}
-		// One round trip, one implicit transaction: the lock, then the
-		// claim, whose snapshot is taken once the lock is granted.
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1))`, s.schema+"/flow/"+route)
 		b.Queue(claimLimitedSQL, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
-			l.MaxRunning, l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, after, ended)
+			l.MaxRunning, l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, after, ended,
+			from.ScheduledAt, from.ID)
+		b.Queue(throttleSQL, route, l.MaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ended,
+			from.ScheduledAt, from.ID)
 		err = func() error {
 			br := s.pool.SendBatch(ctx, b)
 			defer br.Close()
@@ -221,6 +231,9 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 			if err != nil {
 				return err
 			}
+			if err := br.QueryRow().Scan(&capRoom, &rateRoom, &left); err != nil {
+				return err
+			}
 			if err := br.Close(); err != nil {
 				return err // the implicit transaction failed: nothing was claimed
 			}
@@ -231,18 +244,40 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 	if l.GroupMaxRunning > 0 {
 		s.setGroupCursor(route, after)
 	}
-	if err == nil && len(jobs) < limit && p.Throttled != nil {
-		s.reportThrottle(ctx, p, route)
+	if err == nil && len(jobs) < limit && left && p.Throttled != nil {
+		switch {
+		case rateRoom != nil && *rateRoom <= 0:
+			p.Throttled(route, LimitRate)
+		case capRoom != nil && *capRoom <= 0:
+			p.Throttled(route, LimitMaxRunning)
+		case l.GroupMaxRunning > 0:
+			p.Throttled(route, LimitGroup)
+		}
 	}
 	return jobs, last, err
 }
+
+// throttleSQL reads, after a limited claim and in its transaction, the
+// room its limits left ($1 route, $2 max_running, $3/$4 rate interval µs
+// and burst, $5 the Ended tokens; NULL for a limit not set) and whether
+// the route still has runnable jobs past $6/$7: if it has, and the claim
+// came back short, a limit held it back.
+const throttleSQL = `
+	SELECT
+		CASE WHEN $2::int > 0 THEN $2::int - (SELECT count(*) FROM jobs
+			WHERE route = $1 AND state = 'running' AND grp IS NOT NULL AND token <> ALL($5::bigint[]))::int END,
+		CASE WHEN $3::bigint > 0 THEN (SELECT floor((extract(epoch FROM now() - greatest(tat, now())) * 1e6
+			+ $4::int * $3::bigint) / $3::bigint)::int + 1 FROM flow_rates WHERE route = $1) END,
+		EXISTS (SELECT 1 FROM jobs WHERE route = $1 AND state IN ('queued', 'retrying') AND grp IS NOT NULL
+			AND scheduled_at <= now() AND (scheduled_at, id) > ($6::timestamptz, $7::bigint))`
 
 // claimLimitedSQL claims a limited route's jobs, group by group. $1 queue,
 // $2 at most so many, $3/$4 lease and max_runtime (ms), $5 route, $6 its
 // max_running (0: none), $7 each group's max_running (0: none), $8/$9
 // the rate's interval (µs; 0: none) and burst, $10 the group to start
-// after (” for the first: group values are never empty), $11 the
-// tokens of JobClaimParams.Ended, which no count counts.
+// after (the empty string for the first: group values are never empty),
+// $11 the tokens of JobClaimParams.Ended, which no count counts, $12/$13
+// the ClaimPosition to take jobs after.
 //
 //   - room is what the route-wide limits leave: max_running minus the
 //     route's running jobs, and the starts the rate allows now (GCRA:
@@ -287,7 +322,7 @@ var claimLimitedSQL = `
 		CROSS JOIN LATERAL (
 			SELECT id FROM jobs j
 			WHERE j.route = $5 AND j.grp = g.grp AND j.state IN ('queued', 'retrying') AND j.grp IS NOT NULL
-			  AND j.scheduled_at <= now() AND j.queue = $1
+			  AND j.scheduled_at <= now() AND j.queue = $1 AND (j.scheduled_at, j.id) > ($12::timestamptz, $13::bigint)
 			ORDER BY j.scheduled_at, j.id
 			LIMIT greatest(gr.n, 0)
 			FOR UPDATE SKIP LOCKED
@@ -306,34 +341,6 @@ var claimLimitedSQL = `
 		SET tat = greatest(f.tat, now()) + (SELECT count(*) FROM claimed) * $8::bigint * interval '1 microsecond'
 	)
 	SELECT * FROM claimed`
-
-// reportThrottle names to p.Throttled the limit that held a short claim
-// of a limited route back, if work was held back at all: the route still
-// has runnable jobs, now that the claim's are running. Read after the
-// claim committed, so the rooms it sees are what the claim left.
-func (s *Store) reportThrottle(ctx context.Context, p JobClaimParams, route string) {
-	l := p.Limits[route]
-	var capRoom, rateRoom *int
-	var left bool
-	err := s.pool.QueryRow(ctx, `
-		SELECT
-			CASE WHEN $2::int > 0 THEN $2::int - (SELECT count(*) FROM jobs
-				WHERE route = $1 AND state = 'running' AND grp IS NOT NULL AND token <> ALL($5::bigint[]))::int END,
-			CASE WHEN $3::bigint > 0 THEN (SELECT floor((extract(epoch FROM now() - greatest(tat, now())) * 1e6
-				+ $4::int * $3::bigint) / $3::bigint)::int + 1 FROM flow_rates WHERE route = $1) END,
-			EXISTS (SELECT 1 FROM jobs WHERE route = $1 AND state IN ('queued', 'retrying') AND grp IS NOT NULL
-				AND scheduled_at <= now())`,
-		route, l.MaxRunning, l.RateInterval.Microseconds(), l.RateBurst, append([]int64{}, p.Ended...)).Scan(&capRoom, &rateRoom, &left)
-	switch {
-	case err != nil || !left:
-	case rateRoom != nil && *rateRoom <= 0:
-		p.Throttled(route, LimitRate)
-	case capRoom != nil && *capRoom <= 0:
-		p.Throttled(route, LimitMaxRunning)
-	case l.GroupMaxRunning > 0:
-		p.Throttled(route, LimitGroup)
-	}
-}
 
 // FlowGroupsAssign puts the unfinished jobs of limited routes that carry
 // no group value (stored before the route had limits) in the route's
