@@ -16,13 +16,19 @@
 //     is SPEC §6's promise for what the claim does not cover.
 //   - Backpressure is not stored: it follows from the queue's depth
 //     (pgstore.QueueDepth, waiting + queued + retrying, counted no further
-//     than max_depth), which the Watcher reads every Interval and which
-//     the consumer raises between reads by what each batch it stored
-//     added (Added). A route holds at the first batch that takes its
-//     queue to max_depth — so the queue exceeds max_depth by at most one
-//     poll per ingesting process — and resumes when a read finds the
-//     queue below 90 % of it (hysteresis, so that a queue at its limit
-//     does not pause and resume on every batch).
+//     than max_depth), which the Watcher reads every Interval and again
+//     after each batch ingest stores for the queue (Added). A route holds
+//     at the first batch that takes its queue to max_depth, and resumes
+//     when a read finds the queue below 90 % of it (hysteresis, so that
+//     a queue at its limit does not pause and resume on every batch).
+//     Why the read after each batch: an estimate of the depth from this
+//     process's own batches misses the other processes', and with two
+//     ingesting processes the queue went 60 % past its limit
+//     (TestBackpressureHoldsIngestAtMaxDepth). With it, a process adds at
+//     most one batch after a read that found the queue under its limit,
+//     so the queue exceeds max_depth by at most one poll per ingesting
+//     process. A read older than the newest known depth is ignored, so a
+//     slow periodic read cannot resume a route that a batch just held.
 //
 // # Why it cannot lose or reorder records
 //

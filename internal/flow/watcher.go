@@ -48,6 +48,10 @@ type Watcher struct {
 	routes map[string]bool // paused by an operator
 	depth  map[string]int  // queue → unstarted jobs as last read, plus Added since
 	over   map[string]bool // queue → backpressured
+	// known is when what depth says of a queue was true: the start of the
+	// read it comes from, or the last Added. A read that started earlier
+	// is stale — it may miss a batch counted since — and is ignored.
+	known map[string]time.Time
 }
 
 // New builds a Watcher; Refresh (or Run) fills it.
@@ -57,7 +61,7 @@ func New(store *pgstore.Store, cfg Config, log *zap.Logger) (*Watcher, error) {
 	}
 	cfg.MaxDepth, cfg.RouteQueue = maps.Clone(cfg.MaxDepth), maps.Clone(cfg.RouteQueue)
 	return &Watcher{store: store, cfg: cfg, log: log.Named("flow"), queues: map[string]bool{},
-		routes: map[string]bool{}, depth: map[string]int{}, over: map[string]bool{}}, nil
+		routes: map[string]bool{}, depth: map[string]int{}, over: map[string]bool{}, known: map[string]time.Time{}}, nil
 }
 
 // Run refreshes every Interval until ctx ends. A failed read keeps what
@@ -92,6 +96,7 @@ func (w *Watcher) Refresh(ctx context.Context) error {
 		return err
 	}
 	depths := map[string]int{}
+	start := time.Now()
 	for _, q := range w.cfg.RouteQueue {
 		limit := w.cfg.MaxDepth[q]
 		if _, done := depths[q]; done || limit <= 0 {
@@ -105,12 +110,7 @@ func (w *Watcher) Refresh(ctx context.Context) error {
 	changed := !sameKeys(w.queues, pauses[pgstore.PauseQueue]) || !sameKeys(w.routes, pauses[pgstore.PauseRoute])
 	w.queues, w.routes = set(pauses[pgstore.PauseQueue]), set(pauses[pgstore.PauseRoute])
 	for q, n := range depths {
-		w.depth[q] = n
-		limit := w.cfg.MaxDepth[q]
-		// Over at the limit; back under only below 90 % of it.
-		over := n >= limit || (w.over[q] && n*10 >= limit*9)
-		changed = changed || over != w.over[q]
-		w.over[q] = over
+		changed = w.setDepth(q, n, start) || changed
 	}
 	w.mu.Unlock()
 	if changed && w.cfg.OnChange != nil {
@@ -119,20 +119,49 @@ func (w *Watcher) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Added counts n unstarted jobs that ingest just stored in queue, so that
-// the route holds at the batch that took it to max_depth rather than at
-// the next read.
-func (w *Watcher) Added(queue string, n int) {
+// setDepth records a read of queue's depth that started at start, unless
+// it is stale (see known), and says whether that changed the queue's
+// backpressure: over at the limit, back under only below 90 % of it
+// (hysteresis). w.mu is held.
+func (w *Watcher) setDepth(queue string, n int, start time.Time) bool {
+	if start.Before(w.known[queue]) {
+		return false
+	}
+	w.depth[queue], w.known[queue] = n, start
+	limit := w.cfg.MaxDepth[queue]
+	over := n >= limit || (w.over[queue] && n*10 >= limit*9)
+	changed := over != w.over[queue]
+	w.over[queue] = over
+	return changed
+}
+
+// Added counts n unstarted jobs that ingest just stored in queue, and
+// reads the queue's depth again at once: the other ingesting processes'
+// batches since the last read are in it, so that each process adds at
+// most one batch past the limit, never a guess's worth of the others'.
+// (A read counts no further than max_depth: at most that many index
+// entries per batch, a fraction of what storing a full batch costs.) The
+// caller applies the holds before it fetches again.
+func (w *Watcher) Added(ctx context.Context, queue string, n int) {
 	limit := w.cfg.MaxDepth[queue]
 	if limit <= 0 || n <= 0 {
 		return
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.depth[queue] += n
+	w.known[queue] = time.Now()
 	if w.depth[queue] >= limit {
 		w.over[queue] = true
 	}
+	w.mu.Unlock()
+	start := time.Now()
+	depth, err := w.store.QueueDepth(ctx, queue, limit)
+	if err != nil {
+		return // the estimate stands until the next read
+	}
+	w.mu.Lock()
+	w.setDepth(queue, depth, start)
+	w.mu.Unlock()
 }
 
 // QueuePaused reports whether an operator paused queue.

@@ -53,7 +53,7 @@ func TestRouteHoldsAtMaxDepthUntilNinetyPercent(t *testing.T) {
 	refresh()
 	hold("")
 	enqueue(9, 1)
-	w.Added("q", 1) // as the consumer does after storing the batch
+	w.Added(ctx, "q", 1) // as the consumer does after storing the batch
 	hold(flow.CauseBackpressure)
 	// Drain to 9 (90 %): still held; to 8: resumed.
 	drain := func(n int) {

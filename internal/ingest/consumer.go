@@ -53,7 +53,7 @@ type Holds interface {
 	// RouteHold says why a route's fetching is held ("" when it is not).
 	RouteHold(route string) string
 	// Added counts unstarted jobs just stored in a queue.
-	Added(queue string, n int)
+	Added(ctx context.Context, queue string, n int)
 }
 
 var errSimulatedCrash = errors.New("simulated crash after the Postgres commit")
@@ -499,7 +499,7 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 	if c.cfg.Holds != nil {
 		for topic, n := range res.InsertedByTopic {
 			if r := c.routes[topic]; r != nil {
-				c.cfg.Holds.Added(r.Queue, int(n))
+				c.cfg.Holds.Added(ctx, r.Queue, int(n))
 			}
 		}
 	}
