@@ -169,8 +169,8 @@ const (
 // §2 I9); internal/flow/doc.go holds the argument of why no limit can be
 // exceeded. One round trip, one implicit transaction: the route's
 // advisory lock, so that its claims run one at a time across every
-// process; claimLimitedSQL, whose snapshot is taken once the lock is
-// granted; and throttleSQL, which reads what the claim left. A grouped
+// process; the claim (claimLimitedStatement), whose snapshot is taken once the lock is
+// granted; and the throttle reading (throttleStatement) of what it left. A grouped
 // route's claim walks its groups from the one after the last this
 // process claimed from, then, if that came back short, from the first
 // group again. When a limit held the claim back, it is named to
@@ -189,23 +189,33 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 	if l.GroupMaxRunning > 0 {
 		after, from = s.groupCursor(route), ClaimPosition{}
 	}
+
 	var err error
 	var capRoom, rateRoom *int
 	var left bool
-	for pass := 0; pass < 2 && len(jobs) < limit && err == nil; pass++ {
+	grouped := l.GroupMaxRunning > 0
+	passes := 1
+	if grouped && after != "" {
+		passes = 2 // from the cursor to the last group, then from the first
+	}
+	for pass := 0; pass < passes && len(jobs) < limit && err == nil; pass++ {
 		if pass == 1 {
-			if after == "" {
-				break
-			}
 			after = ""
 		}
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1))`, s.schema+"/flow/"+route)
-		b.Queue(claimLimitedSQL, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
-			l.MaxRunning, l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, after, ended,
-			from.ScheduledAt, from.ID)
-		b.Queue(throttleSQL, route, l.MaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ended,
-			from.ScheduledAt, from.ID)
+		if grouped {
+			b.Queue(claimGroupedSQL, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
+				l.MaxRunning, l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, after, ended,
+				from.ScheduledAt, from.ID)
+			b.Queue(throttleGroupedSQL, route, l.MaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ended)
+		} else {
+			b.Queue(claimOneGroupSQL, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
+				l.MaxRunning, l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, GroupAll, ended,
+				from.ScheduledAt, from.ID)
+			b.Queue(throttleOneGroupSQL, route, l.MaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ended,
+				GroupAll, from.ScheduledAt, from.ID)
+		}
 		err = func() error {
 			br := s.pool.SendBatch(ctx, b)
 			defer br.Close()
@@ -223,7 +233,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 				if pos := (ClaimPosition{ScheduledAt: at, ID: j.ID}); last.Before(pos) {
 					last = pos
 				}
-				if grp > after {
+				if grouped && grp > after {
 					after = grp
 				}
 				return j, err
@@ -241,7 +251,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 			return nil
 		}()
 	}
-	if l.GroupMaxRunning > 0 {
+	if grouped {
 		s.setGroupCursor(route, after)
 	}
 	if err == nil && len(jobs) < limit && left && p.Throttled != nil {
@@ -257,21 +267,32 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 	return jobs, last, err
 }
 
-// throttleSQL reads, after a limited claim and in its transaction, the
-// room its limits left ($1 route, $2 max_running, $3/$4 rate interval µs
-// and burst, $5 the Ended tokens; NULL for a limit not set) and whether
-// the route still has runnable jobs past $6/$7: if it has, and the claim
-// came back short, a limit held it back.
-const throttleSQL = `
+// throttleStatement reads, after a limited claim and in its transaction,
+// the room its limits left ($1 route, $2 max_running, $3/$4 rate
+// interval µs and burst, $5 the Ended tokens; NULL for a limit not set)
+// and whether the route still has runnable jobs that match left: if it
+// has, and the claim came back short, a limit held it back.
+func throttleStatement(left string) string {
+	return `
 	SELECT
 		CASE WHEN $2::int > 0 THEN $2::int - (SELECT count(*) FROM jobs
 			WHERE route = $1 AND state = 'running' AND grp IS NOT NULL AND token <> ALL($5::bigint[]))::int END,
 		CASE WHEN $3::bigint > 0 THEN (SELECT floor((extract(epoch FROM now() - greatest(tat, now())) * 1e6
 			+ $4::int * $3::bigint) / $3::bigint)::int + 1 FROM flow_rates WHERE route = $1) END,
-		EXISTS (SELECT 1 FROM jobs WHERE route = $1 AND state IN ('queued', 'retrying') AND grp IS NOT NULL
-			AND scheduled_at <= now() AND (scheduled_at, id) > ($6::timestamptz, $7::bigint))`
+		EXISTS (SELECT 1 FROM jobs WHERE route = $1 AND state IN ('queued', 'retrying') AND scheduled_at <= now()
+			AND ` + left + `)`
+}
 
-// claimLimitedSQL claims a limited route's jobs, group by group. $1 queue,
+// The two forms of the throttle reading, as of the claim: any group of a
+// grouped route; the one group of a route without groups ($6), past the
+// claim's position ($7/$8).
+var (
+	throttleGroupedSQL  = throttleStatement(`grp IS NOT NULL`)
+	throttleOneGroupSQL = throttleStatement(`grp = $6 AND (scheduled_at, id) > ($7::timestamptz, $8::bigint)`)
+)
+
+// claimLimitedStatement is the claim of a limited route's jobs, group by
+// group, around its walk of groups (claimGroupedSQL, claimOneGroupSQL). $1 queue,
 // $2 at most so many, $3/$4 lease and max_runtime (ms), $5 route, $6 its
 // max_running (0: none), $7 each group's max_running (0: none), $8/$9
 // the rate's interval (µs; 0: none) and burst, $10 the group to start
@@ -286,12 +307,14 @@ const throttleSQL = `
 //     paused.
 //   - g walks the groups that have a runnable job (a loose index scan of
 //     jobs_group_runnable_idx: one descent per group, however many jobs a
-//     group holds), in value order from $10.
+//     group holds), in value order from $10; for a route without groups,
+//     g is its one group.
 //   - c takes, from each group, its oldest runnable jobs, as many as the
 //     group's room (its max_running minus its running jobs), until room
 //     is used up.
 //   - the rate's tat then moves on by one interval per job claimed.
-var claimLimitedSQL = `
+func claimLimitedStatement(groups string) string {
+	return `
 	WITH RECURSIVE room AS (
 		SELECT CASE WHEN EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1) THEN 0
 			ELSE least($2::int,
@@ -301,16 +324,7 @@ var claimLimitedSQL = `
 					(extract(epoch FROM now() - greatest(tat, now())) * 1e6 + $9::int * $8::bigint) / $8::bigint) + 1)::int
 					FROM flow_rates WHERE route = $5), $9::int + 1) END)
 			END AS n
-	), g(grp) AS (
-		(SELECT grp FROM jobs
-		 WHERE route = $5 AND grp > $10 AND state IN ('queued', 'retrying') AND grp IS NOT NULL AND scheduled_at <= now()
-		 ORDER BY route, grp LIMIT 1)
-		UNION ALL
-		SELECT (SELECT j.grp FROM jobs j
-			WHERE j.route = $5 AND j.grp > g.grp AND j.state IN ('queued', 'retrying') AND j.grp IS NOT NULL
-			  AND j.scheduled_at <= now()
-			ORDER BY j.route, j.grp LIMIT 1)
-		FROM g WHERE g.grp IS NOT NULL
+	), g(grp) AS (` + groups + `
 	), c AS (
 		SELECT t.id FROM g
 		CROSS JOIN LATERAL (
@@ -341,6 +355,26 @@ var claimLimitedSQL = `
 		SET tat = greatest(f.tat, now()) + (SELECT count(*) FROM claimed) * $8::bigint * interval '1 microsecond'
 	)
 	SELECT * FROM claimed`
+}
+
+// The two forms of claimLimitedStatement's walk of groups: a grouped route's
+// groups that have a runnable job, from the one after $10 (a loose index
+// scan), and a route without groups' one group, GroupAll, passed as $10
+// — walking from the start of the index would step over the dead entries
+// of every job claimed since the last vacuum, all in that one group.
+var (
+	claimGroupedSQL = claimLimitedStatement(`
+		(SELECT grp FROM jobs
+		 WHERE route = $5 AND grp > $10 AND state IN ('queued', 'retrying') AND grp IS NOT NULL AND scheduled_at <= now()
+		 ORDER BY route, grp LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.grp FROM jobs j
+			WHERE j.route = $5 AND j.grp > g.grp AND j.state IN ('queued', 'retrying') AND j.grp IS NOT NULL
+			  AND j.scheduled_at <= now()
+			ORDER BY j.route, j.grp LIMIT 1)
+		FROM g WHERE g.grp IS NOT NULL`)
+	claimOneGroupSQL = claimLimitedStatement(`SELECT $10::text`)
+)
 
 // FlowGroupsAssign puts the unfinished jobs of limited routes that carry
 // no group value (stored before the route had limits) in the route's
