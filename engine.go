@@ -95,6 +95,7 @@ type Engine struct {
 	// flow holds queues and routes back (pauses, backpressure); its
 	// loop stops with stopFlow and has ended when flowDone is closed.
 	flow     *flow.Watcher
+	lag      *ingest.LagReader
 	stopFlow context.CancelFunc
 	flowDone chan struct{}
 
@@ -235,6 +236,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.dlq = dlq.New(store, e.compiled, ingest.NewRereader(append(kopts, e.opts.KafkaOpts...)))
+	e.lag = ingest.NewLagReader(append(kopts, e.opts.KafkaOpts...), store, e.cfg.Kafka.Group, e.cfg.Kafka.Reset)
 	if err := e.startFlow(ctx); err != nil {
 		return err
 	}
@@ -357,6 +359,7 @@ func (e *Engine) startHTTP() error {
 		Ready:        e.kafkaReady,
 		DLQ:          e.dlq,
 		Enqueue:      ingest.NewEnqueuer(e.store, e.compiled, e.maxDepths()),
+		Lag:          e.lag.Lag,
 	}, e.store, e.log)
 	ln, err := net.Listen("tcp", e.cfg.HTTP.Listen)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
@@ -104,6 +106,11 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 	if code, body := api(t, addr, "GET", "/v1/routes"); code != http.StatusOK || !strings.Contains(body, `"paused":true`) {
 		t.Fatalf("GET /v1/routes does not show the pause: %d %s", code, body)
 	}
+	// The 100 records wait in Kafka: the route's lag says so, over all
+	// four partitions, whichever process owns them.
+	if lag := routeLag(t, addr); lag.Records != 100 || len(lag.Partitions) != 4 {
+		t.Fatalf("GET /v1/routes lag %+v, want 100 records over 4 partitions", lag)
+	}
 	if _, body := api(t, addr, "GET", "/metrics"); !strings.Contains(body,
 		fmt.Sprintf(`switchyard_ingest_paused{cause="operator",route=%q} 1`, topic)) {
 		t.Fatalf("/metrics does not show the route held by the operator:\n%s", grepLines(body, "switchyard_ingest_paused"))
@@ -122,9 +129,29 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 	if stored, end := storedOffsets(t, store, group, topic), endOffsets(t, testenv.Admin(t), topic); !offsetsCovered(stored, end) {
 		t.Fatalf("stored offsets %v do not reach the end %v", stored, end)
 	}
+	if lag := routeLag(t, addr); lag.Records != 0 {
+		t.Fatalf("GET /v1/routes lag %+v once every record is stored, want 0", lag)
+	}
 	if code, _ := api(t, addr, "POST", "/v1/queues/nope/pause"); code != http.StatusNotFound {
 		t.Errorf("pausing an unknown queue answered %d, want 404", code)
 	}
+}
+
+// routeLag is the lag GET /v1/routes reports for the one route there is.
+func routeLag(t *testing.T, addr string) ingest.TopicLag {
+	t.Helper()
+	code, body := api(t, addr, "GET", "/v1/routes")
+	var page struct {
+		Items []struct {
+			Lag      *ingest.TopicLag `json:"lag"`
+			LagError string           `json:"lag_error"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(body), &page); code != http.StatusOK || err != nil || len(page.Items) != 1 ||
+		page.Items[0].Lag == nil {
+		t.Fatalf("GET /v1/routes: %d %s (%v)", code, body, err)
+	}
+	return *page.Items[0].Lag
 }
 
 // samplePeak runs query (a count) every 5 ms from now on; the function it

@@ -6,7 +6,10 @@ import (
 	"slices"
 	"sort"
 
+	"go.uber.org/zap"
+
 	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
@@ -22,6 +25,11 @@ type Route struct {
 	Backpressured bool `json:"backpressured"`
 	// Limits are its fleet-wide flow limits, as configured; nil: none.
 	Limits *RouteLimits `json:"limits,omitempty"`
+	// Lag is the fleet's lag on the route's topic, every partition's
+	// stored position against its end; LagError says why it is missing
+	// when Kafka could not be read (the rest of the answer stands).
+	Lag      *ingest.TopicLag `json:"lag,omitempty"`
+	LagError string           `json:"lag_error,omitempty"`
 }
 
 // RouteLimits are a route's flow limits as GET /v1/routes shows them,
@@ -84,9 +92,26 @@ func (s *Server) routeList(w http.ResponseWriter, r *http.Request) error {
 	}
 	routes := slices.Clone(s.cfg.Routes)
 	sort.Slice(routes, func(i, j int) bool { return routes[i].Name < routes[j].Name })
+	var lags map[string]ingest.TopicLag
+	var lagErr error
+	if s.cfg.Lag != nil && len(routes) > 0 {
+		var topics []string
+		for _, rc := range routes {
+			topics = append(topics, rc.Topic)
+		}
+		if lags, lagErr = s.cfg.Lag(r.Context(), topics); lagErr != nil {
+			s.log.Warn("reading kafka lag for GET /v1/routes failed", zap.Error(lagErr))
+		}
+	}
 	items := make([]Route, 0, len(routes))
 	for _, rc := range routes {
 		item := Route{Name: rc.Name, Topic: rc.Topic, Queue: rc.Queue, Limits: rc.Limits}
+		switch lag, ok := lags[rc.Topic]; {
+		case lagErr != nil:
+			item.LagError = lagErr.Error()
+		case ok:
+			item.Lag = &lag
+		}
 		_, item.Paused = pauses[pgstore.PauseRoute][rc.Name]
 		if rc.MaxDepth > 0 {
 			depth, err := s.store.QueueDepth(r.Context(), rc.Queue, rc.MaxDepth)

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
@@ -55,6 +56,9 @@ type Config struct {
 	// Enqueue serves POST /v1/queues/{queue}/jobs (ingest.Enqueuer); nil
 	// answers 501.
 	Enqueue Enqueuer
+	// Lag reads the fleet's Kafka lag by topic for GET /v1/routes
+	// (ingest.LagReader.Lag); nil leaves lag out.
+	Lag func(ctx context.Context, topics []string) (map[string]ingest.TopicLag, error)
 	// AllowedHosts are the host names (without port) that requests may
 	// name in their Host header besides loopback names and IP addresses:
 	// the names this server is reached by (http.allowed_hosts). Any other
