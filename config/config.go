@@ -169,8 +169,16 @@ type Route struct {
 	// MaxAttempts defaults to 8.
 	MaxAttempts int     `yaml:"max_attempts"`
 	Backoff     Backoff `yaml:"backoff"`
-	// TTL is the deadline to start a job; 0 = none.
+	// TTL is the deadline to start a job, from when it may run; 0 = none.
 	TTL Duration `yaml:"ttl"`
+	// RunAt reads when a record's job may run first: an RFC 3339 time or
+	// integer Unix milliseconds, from a field of the JSON value or a
+	// header. A time past (or a record without the value) runs now; one
+	// that parses as neither is poison (decode). Optional; not with Delay.
+	RunAt FieldRef `yaml:"run_at"`
+	// Delay runs a record's job this long after the record's timestamp.
+	// Defaults to 0 (at once); not with RunAt.
+	Delay Duration `yaml:"delay"`
 	// MaxRunning caps this route's running jobs across every process of
 	// the fleet together (SPEC §2 I9): a dependency that sustains so many
 	// calls at once gets no more, however many processes and workers

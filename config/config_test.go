@@ -388,6 +388,20 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "bad run time",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, run_at: {field: at}, delay: 5s, target: {go: true}}\n" +
+				"  - {topic: o2, kind: k2, queue: bulk, run_at: {field: \"a..b\"}, target: {go: true}}\n",
+			want: []string{
+				"routes[0].delay: set run_at or delay, not both",
+				"routes[1].run_at.field:",
+			},
+		},
+		{
+			name: "negative delay",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, delay: -1s, target: {go: true}}\n",
+			want: []string{`routes[0].delay: bad duration "-1s": must not be negative`},
+		},
+		{
 			name: "bad route limits",
 			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, max_attempts: 5000, backoff: {initial: 1m, max: 1s}, max_record_bytes: 100000000, gap_policy: wait, target: {go: true}}\n",
 			want: []string{

@@ -355,6 +355,10 @@ func (c *Config) validateRoutes(p *problems) {
 		if r.TTL < 0 {
 			p.add(f+".ttl", "must not be negative (0 means no deadline)")
 		}
+		checkFieldRef(p, f+".run_at", r.RunAt)
+		if r.Delay > 0 && !r.RunAt.IsZero() {
+			p.add(f+".delay", "set run_at or delay, not both")
+		}
 		p.between(f+".max_record_bytes", r.MaxRecordBytes, 1, maxMaxRecordBytes)
 		p.between(f+".dlq_max_bytes", r.DLQMaxBytes, 0, maxMaxRecordBytes)
 		if r.GapTimeout <= 0 {

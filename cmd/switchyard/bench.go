@@ -27,6 +27,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.HTTPJobs, "http-jobs", 50_000, "jobs burnt down through the HTTP target")
 	fs.IntVar(&c.Keys, "keys", 10_000, "distinct record keys (lanes of the ordered route)")
 	fs.IntVar(&c.History, "history", 10_000_000, "finished jobs retained for the second claim latency figure")
+	fs.IntVar(&c.Future, "future", 1_000_000, "jobs scheduled a day ahead for the third claim latency figure")
 	fs.IntVar(&c.Concurrency, "concurrency", 64, "worker pool size of work, http, ordered and e2e")
 	fs.IntVar(&c.RawLoops, "raw-loops", 2, "concurrent claim+complete loops of raw_claim")
 	fs.IntVar(&c.Rate, "rate", 1000, "e2e offered load, records/s")

@@ -41,7 +41,8 @@ func (s *Server) jobEnqueue(w http.ResponseWriter, r *http.Request) error {
 	res, err := s.cfg.Enqueue.Enqueue(r.Context(), ingest.EnqueueRequest{
 		Queue: queue, Kind: r.URL.Query().Get("kind"), IdempotencyKey: r.Header.Get("Idempotency-Key"),
 		ContentType: r.Header.Get("Content-Type"), Payload: body,
-		Key: r.Header.Get("Switchyard-Key"), Version: r.Header.Get("Switchyard-Version")})
+		Key: r.Header.Get("Switchyard-Key"), Version: r.Header.Get("Switchyard-Version"),
+		RunAt: r.Header.Get("Switchyard-Run-At"), Delay: r.Header.Get("Switchyard-Delay")})
 	var in *ingest.InputError
 	switch {
 	case errors.Is(err, ingest.ErrUnknownQueue):

@@ -54,6 +54,9 @@ type Config struct {
 	// History is how many finished jobs are retained for the second claim
 	// latency figure. Defaults to 10,000,000.
 	History int
+	// Future is how many jobs scheduled ahead the third claim latency
+	// figure passes over. Defaults to 1,000,000.
+	Future int
 	// Concurrency is the worker pool size of the burn-downs and e2e.
 	// Defaults to 64.
 	Concurrency int
@@ -99,6 +102,7 @@ func (c *Config) setDefaults() {
 	def(&c.HTTPJobs, 50_000)
 	def(&c.Keys, 10_000)
 	def(&c.History, 10_000_000)
+	def(&c.Future, 1_000_000)
 	def(&c.Concurrency, 64)
 	def(&c.RawLoops, 2)
 	def(&c.Rate, 1000)
@@ -132,7 +136,7 @@ func (c *Config) Validate() error {
 		name string
 		v    int
 	}{{"records", c.Records}, {"jobs", c.Jobs}, {"http-jobs", c.HTTPJobs}, {"keys", c.Keys},
-		{"history", c.History}, {"concurrency", c.Concurrency}, {"raw-loops", c.RawLoops},
+		{"history", c.History}, {"future", c.Future}, {"concurrency", c.Concurrency}, {"raw-loops", c.RawLoops},
 		{"rate", c.Rate}, {"samples", c.Samples}, {"point-jobs", c.PointJobs}, {"rounds", c.Rounds}} {
 		if f.v < 0 {
 			return fmt.Errorf("%s: must not be negative, got %d", f.name, f.v)
@@ -170,7 +174,7 @@ var groups = []group{
 	{"capped", []string{"capped_jobs_per_s"}, (*env).capped},
 	{"grouped", []string{"grouped_jobs_per_s"}, (*env).grouped},
 	{"e2e", []string{"e2e_latency_p50_ms", "e2e_latency_p99_ms"}, (*env).e2e},
-	{"claim", []string{"claim_ms_p99_at_0", "claim_ms_p99_at_10m"}, (*env).claim},
+	{"claim", []string{"claim_ms_p99_at_0", "claim_ms_p99_at_10m", "claim_ms_p99_at_1m_future"}, (*env).claim},
 }
 
 // Names lists what --only accepts.
@@ -400,6 +404,7 @@ func (e *env) summary() {
 	ratio("capped/work", "capped_jobs_per_s", "work_jobs_per_s", "≥ 0.8", func(x float64) bool { return x >= 0.8 })
 	ratio("grouped/work", "grouped_jobs_per_s", "work_jobs_per_s", "≥ 0.8", func(x float64) bool { return x >= 0.8 })
 	ratio("claim history/0", historyFigure(e.cfg.History), "claim_ms_p99_at_0", "≤ 1.2", func(x float64) bool { return x <= 1.2 })
+	ratio("claim future/0", futureFigure(e.cfg.Future), "claim_ms_p99_at_0", "≤ 1.2", func(x float64) bool { return x <= 1.2 })
 	absolute := func(name, target string, ok func(float64) bool) {
 		if v, found := r[name]; found {
 			e.note("%s target %s: %s", name, target, verdict(ok(v)))

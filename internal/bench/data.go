@@ -162,13 +162,19 @@ func (e *env) enqueue(ctx context.Context, route config.Route, first, n int) err
 
 // historyFigure names the second claim latency figure after the history
 // size: claim_ms_p99_at_10m for the default 10,000,000.
-func historyFigure(n int) string {
-	s := fmt.Sprint(n)
+func historyFigure(n int) string { return "claim_ms_p99_at_" + countName(n) }
+
+// futureFigure names the claim latency figure with n future jobs (SPEC
+// §9 claim_ms_p99_at_1m_future at the default size).
+func futureFigure(n int) string { return "claim_ms_p99_at_" + countName(n) + "_future" }
+
+// countName spells n as figure names do: 10m, 500k, 1234.
+func countName(n int) string {
 	switch {
 	case n >= 1_000_000 && n%1_000_000 == 0:
-		s = fmt.Sprintf("%dm", n/1_000_000)
+		return fmt.Sprintf("%dm", n/1_000_000)
 	case n >= 1000 && n%1000 == 0:
-		s = fmt.Sprintf("%dk", n/1000)
+		return fmt.Sprintf("%dk", n/1000)
 	}
-	return "claim_ms_p99_at_" + s
+	return fmt.Sprint(n)
 }

@@ -429,10 +429,12 @@ func (e *env) offer(ctx context.Context, eng *switchyard.Engine, topic string, t
 const claimPer = 10
 
 // claim: latency of one claim of 10 jobs (then completed, untimed) with
-// no finished jobs retained, and with cfg.History succeeded jobs in the
-// table. The two tables are in two schemas and the claims alternate
-// between them, so both figures see the same machine: on a shared box,
-// noise that drifts over minutes would otherwise decide the ratio.
+// no finished jobs retained, with cfg.History succeeded jobs in the
+// table, and with cfg.Future jobs scheduled a day ahead in the same queue
+// (a run_at or delay far off). The three tables are in three schemas and
+// the claims take turns between them, so every figure sees the same
+// machine: on a shared box, noise that drifts over minutes would
+// otherwise decide the ratios.
 func (e *env) claim(ctx context.Context) error {
 	route := e.route("claim")
 	if err := e.reset(ctx); err != nil {
@@ -456,9 +458,19 @@ func (e *env) claim(ctx context.Context) error {
 	e.note("history: %d succeeded rows inserted in %s (%.0f rows/s)", e.cfg.History,
 		took.Round(time.Second), float64(e.cfg.History)/took.Seconds())
 
+	fut, err := e.sibling(ctx, "fut")
+	if err != nil {
+		return err
+	}
+	start = time.Now()
+	if err := fut.insertFuture(ctx, route.Topic+"_later", e.cfg.Future, e.record(route.Topic, 0).Value); err != nil {
+		return err
+	}
+	e.note("future: %d jobs a day ahead inserted in %s", e.cfg.Future, time.Since(start).Round(time.Second))
+
 	const warm = 50
 	n := (e.cfg.Samples + warm) * claimPer
-	tables := []*env{e, hist}
+	tables := []*env{e, hist, fut}
 	for _, t := range tables {
 		if err := t.enqueue(ctx, route, 0, n); err != nil {
 			return err
@@ -471,13 +483,10 @@ func (e *env) claim(ctx context.Context) error {
 		}
 		e.note("claim: vacuum of %s took %s", t.schema, time.Since(start).Round(time.Millisecond))
 	}
-	lat := [2][]time.Duration{}
+	lat := make([][]time.Duration, len(tables))
 	for i := range e.cfg.Samples + warm {
-		order := []int{0, 1}
-		if i%2 == 1 {
-			order = []int{1, 0} // neither table always goes first
-		}
-		for _, k := range order {
+		for o := range tables {
+			k := (i + o) % len(tables) // no table always goes first
 			got, took, err := tables[k].claimBatch(ctx, queue, claimPer)
 			if err != nil {
 				return err
@@ -490,7 +499,7 @@ func (e *env) claim(ctx context.Context) error {
 			}
 		}
 	}
-	names := [2]string{"claim_ms_p99_at_0", historyFigure(e.cfg.History)}
+	names := []string{"claim_ms_p99_at_0", historyFigure(e.cfg.History), futureFigure(e.cfg.Future)}
 	for k, l := range lat {
 		slices.Sort(l)
 		e.note("%s: %d claims of %d: p50 %.2f ms, p99 %.2f ms, max %.2f ms", names[k], len(l), claimPer,

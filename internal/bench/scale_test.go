@@ -74,7 +74,7 @@ func TestFiguresRunAtSmallSizes(t *testing.T) {
 	svc := testenv.Shared(t)
 	var out bytes.Buffer
 	cfg := Config{DatabaseURL: svc.DatabaseURL, Brokers: svc.Brokers, Records: 2000, Jobs: 2000, HTTPJobs: 500,
-		Keys: 100, History: 5000, Concurrency: 8, Rate: 200, Duration: 2 * time.Second, Samples: 50, Out: &out}
+		Keys: 100, History: 5000, Future: 5000, Concurrency: 8, Rate: 200, Duration: 2 * time.Second, Samples: 50, Out: &out}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := Run(ctx, cfg); err != nil {
@@ -82,8 +82,11 @@ func TestFiguresRunAtSmallSizes(t *testing.T) {
 	}
 	for _, g := range groups {
 		for _, f := range g.figures {
-			if f == historyFigure(10_000_000) { // named after the history size
+			switch f { // named after the sizes
+			case historyFigure(10_000_000):
 				f = historyFigure(cfg.History)
+			case futureFigure(1_000_000):
+				f = futureFigure(cfg.Future)
 			}
 			if !strings.Contains(out.String(), "\n"+f+" ") {
 				t.Errorf("figure %s not reported", f)

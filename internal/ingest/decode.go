@@ -41,8 +41,10 @@ type Route struct {
 	// Limited: the route has fleet-wide flow limits, so its jobs carry a
 	// group value (the record's, read from group, or pgstore.GroupAll).
 	Limited bool
+	// Delay runs a job this long after its record's timestamp.
+	Delay time.Duration
 
-	key, dedupe, version, group source
+	key, dedupe, version, group, runAt source
 }
 
 // source says where a value comes from; the zero value means "default".
@@ -57,7 +59,8 @@ func (s source) isZero() bool { return s.path == nil && s.header == "" }
 // CompileRoute parses a validated config route.
 func CompileRoute(r config.Route) (*Route, error) {
 	out := &Route{Topic: r.Topic, Kind: r.Kind, Queue: r.Queue, Ordered: r.Ordered, Coalesce: r.Coalesce == "latest",
-		MaxAttempts: r.MaxAttempts, TTL: r.TTL.D(), MaxRecordBytes: r.MaxRecordBytes, DLQMaxBytes: r.DLQMaxBytes}
+		MaxAttempts: r.MaxAttempts, TTL: r.TTL.D(), MaxRecordBytes: r.MaxRecordBytes, DLQMaxBytes: r.DLQMaxBytes,
+		Delay: r.Delay.D()}
 	if r.Ordered {
 		out.Lane = &pgstore.LanePolicy{Policy: "none", OnDead: r.OnDead, GapTimeout: r.GapTimeout.D(), GapPolicy: r.GapPolicy}
 		if r.Version != nil {
@@ -75,6 +78,9 @@ func CompileRoute(r config.Route) (*Route, error) {
 		if out.version, err = compileSource(r.Version.FieldRef); err != nil {
 			return nil, fmt.Errorf("route %s: version: %w", r.Topic, err)
 		}
+	}
+	if out.runAt, err = compileSource(r.RunAt); err != nil {
+		return nil, fmt.Errorf("route %s: run_at: %w", r.Topic, err)
 	}
 	out.Limited = r.MaxRunning > 0 || r.Group != nil || r.RateLimit != nil
 	if r.Group != nil {
@@ -117,10 +123,11 @@ const (
 	partDedupe
 	partVersion
 	partGroup
+	partRunAt
 )
 
 func (p part) String() string {
-	return [...]string{"value", "key", "dedupe", "version", "group"}[p]
+	return [...]string{"value", "key", "dedupe", "version", "group", "run_at"}[p]
 }
 
 func problemf(reason string, p part, format string, args ...any) *problem {
@@ -128,12 +135,14 @@ func problemf(reason string, p part, format string, args ...any) *problem {
 }
 
 // given holds values that a caller supplies instead of reading them from
-// the record: the API's Switchyard-Key, Switchyard-Version and
-// Idempotency-Key. Nil pointers leave the route's own source in charge.
+// the record: the API's Switchyard-Key, Switchyard-Version,
+// Idempotency-Key and Switchyard-Run-At or Switchyard-Delay. Nil pointers
+// leave the route's own source in charge.
 type given struct {
 	key     *string
 	version *int64
 	dedupe  *string
+	runAt   *time.Time
 }
 
 // Decode turns one record into a job row, or into a poison entry that says
@@ -168,7 +177,7 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 		return nil, problemf(ReasonTooLarge, partValue, "record is %d bytes, over max_record_bytes %d", size, r.MaxRecordBytes)
 	}
 	if (in.key == nil && r.key.path != nil) || (in.dedupe == nil && r.dedupe.path != nil) ||
-		(in.version == nil && r.version.path != nil) || r.group.path != nil {
+		(in.version == nil && r.version.path != nil) || r.group.path != nil || (in.runAt == nil && r.runAt.path != nil) {
 		// The whole value must be JSON; the fields are then read from the
 		// bytes without building the document, which cost 5 to 7 times
 		// as much (bench --scale --only payload).
@@ -243,11 +252,70 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 	case r.Limited:
 		j.Group = pgstore.GroupAll
 	}
+	start := now
+	switch at, p := r.runTime(rec, in, now); {
+	case p != nil:
+		return nil, p
+	case at.After(now):
+		j.RunAt, start = &at, at
+	}
 	if r.TTL > 0 {
-		d := now.Add(r.TTL)
+		d := start.Add(r.TTL)
 		j.Deadline = &d
 	}
 	return j, nil
+}
+
+// maxRunAhead bounds how far ahead a job may be set to run: further is
+// surely a unit mistake (seconds read as milliseconds run in 1970, but
+// microseconds read as milliseconds run in the year 50,000).
+const maxRunAhead = 100 * 365 * 24 * time.Hour
+
+// runTime is when a record's job may run first: given (the API's
+// headers), else the route's run_at (RFC 3339, or integer Unix
+// milliseconds), else its timestamp plus the route's delay; a time not
+// after now means now. A record without a run_at value runs now.
+func (r *Route) runTime(rec *kgo.Record, in given, now time.Time) (time.Time, *problem) {
+	switch {
+	case in.runAt != nil:
+		return *in.runAt, nil
+	case !r.runAt.isZero():
+		v, p := r.runAt.text(rec, partRunAt)
+		if p != nil && p.reason == ReasonMissingField {
+			return now, nil
+		}
+		if p != nil {
+			return time.Time{}, p
+		}
+		at, err := ParseRunAt(v)
+		if err != nil {
+			return time.Time{}, problemf(ReasonDecode, partRunAt, "run_at: %v", err)
+		}
+		if at.Sub(now) > maxRunAhead {
+			return time.Time{}, problemf(ReasonDecode, partRunAt, "run_at: %s is more than 100 years away", at.Format(time.RFC3339))
+		}
+		return at, nil
+	case r.Delay > 0:
+		from := rec.Timestamp
+		if from.IsZero() {
+			from = now
+		}
+		return from.Add(r.Delay), nil
+	}
+	return now, nil
+}
+
+// ParseRunAt reads a run time: RFC 3339 (with or without fractional
+// seconds), or integer Unix milliseconds.
+func ParseRunAt(v string) (time.Time, error) {
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.UnixMilli(ms), nil
+	}
+	at, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor integer Unix milliseconds", v)
+	}
+	return at, nil
 }
 
 // checkKey is what a key or dedupe key must be to be stored and compared

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +47,11 @@ type EnqueueRequest struct {
 	// own key and version sources read them from the body.
 	Key     string
 	Version string
+	// RunAt (Switchyard-Run-At: RFC 3339, or Unix milliseconds) or Delay
+	// (Switchyard-Delay: seconds, or a Go duration such as 90s or 72h)
+	// make the job run later; empty: the route's own run_at or delay.
+	RunAt string
+	Delay string
 }
 
 // EnqueueResult is what Enqueue did.
@@ -109,7 +115,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (EnqueueResu
 			return EnqueueResult{ID: found.ID, State: found.State}, nil
 		}
 	}
-	enq, err := e.store.JobEnqueue(ctx, *j, time.Time{})
+	enq, err := e.store.JobEnqueue(ctx, *j)
 	if err != nil {
 		return EnqueueResult{}, err
 	}
@@ -142,6 +148,11 @@ func (r *Route) decodeRequest(req EnqueueRequest, now time.Time) (*pgstore.NewJo
 	if p := checkKey("Idempotency-Key", req.IdempotencyKey, partDedupe); p != nil {
 		return nil, &InputError{"Idempotency-Key", p.msg}
 	}
+	at, err := requestRunAt(req, now)
+	if err != nil {
+		return nil, err
+	}
+	in.runAt = at
 	j, p := r.decode(rec, now, in)
 	if p != nil {
 		return nil, r.requestError(p, in)
@@ -154,6 +165,43 @@ func (r *Route) decodeRequest(req EnqueueRequest, now time.Time) (*pgstore.NewJo
 		j.HeaderKeys, j.HeaderVals = []string{"content-type"}, [][]byte{[]byte(req.ContentType)}
 	}
 	return j, nil
+}
+
+// requestRunAt reads Switchyard-Run-At or Switchyard-Delay; nil when
+// neither is set.
+func requestRunAt(req EnqueueRequest, now time.Time) (*time.Time, error) {
+	switch {
+	case req.RunAt != "" && req.Delay != "":
+		return nil, &InputError{"Switchyard-Delay", "set Switchyard-Run-At or Switchyard-Delay, not both"}
+	case req.RunAt != "":
+		at, err := ParseRunAt(req.RunAt)
+		if err != nil {
+			return nil, &InputError{"Switchyard-Run-At", err.Error()}
+		}
+		if at.Sub(now) > maxRunAhead {
+			return nil, &InputError{"Switchyard-Run-At", fmt.Sprintf("%s is more than 100 years away", at.Format(time.RFC3339))}
+		}
+		return &at, nil
+	case req.Delay != "":
+		d, err := time.ParseDuration(req.Delay)
+		if secs, ferr := strconv.ParseFloat(req.Delay, 64); ferr == nil && !math.IsNaN(secs) && !math.IsInf(secs, 0) {
+			d, err = time.Duration(secs*float64(time.Second)), nil
+			if secs > maxRunAhead.Seconds() {
+				d = maxRunAhead + 1
+			}
+		}
+		switch {
+		case err != nil:
+			return nil, &InputError{"Switchyard-Delay", fmt.Sprintf("%q is neither seconds nor a duration such as 90s or 72h", req.Delay)}
+		case d < 0:
+			return nil, &InputError{"Switchyard-Delay", fmt.Sprintf("%q is negative", req.Delay)}
+		case d > maxRunAhead:
+			return nil, &InputError{"Switchyard-Delay", fmt.Sprintf("%q is more than 100 years", req.Delay)}
+		}
+		at := now.Add(d)
+		return &at, nil
+	}
+	return nil, nil
 }
 
 // requestError names the request field behind a decoding problem.

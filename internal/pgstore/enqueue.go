@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,17 +23,13 @@ type Enqueued struct {
 }
 
 // JobEnqueue inserts one job that did not come from Kafka (the admin API
-// or a schedule), runnable from runAt (the zero time: now), or finds the
+// or a schedule), runnable from j.RunAt (nil: now), or finds the
 // job its dedupe key already made in its origin's namespace (I2). A job
 // of an ordered route (j.Lane set) joins its key's lane in the same
 // transaction, promoted if the lane is idle: it takes its place by
 // version, after the lane's Kafka records of the same version (it has no
 // offset). A created job that is runnable wakes its queue.
-func (s *Store) JobEnqueue(ctx context.Context, j NewJob, runAt time.Time) (Enqueued, error) {
-	var at *time.Time
-	if !runAt.IsZero() {
-		at = &runAt
-	}
+func (s *Store) JobEnqueue(ctx context.Context, j NewJob) (Enqueued, error) {
 	state := jobstate.Queued
 	if j.Lane != nil {
 		state = jobstate.Waiting
@@ -54,7 +49,7 @@ func (s *Store) JobEnqueue(ctx context.Context, j NewJob, runAt time.Time) (Enqu
 			SELECT k.job_id, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, coalesce($14, now()), $15, $16 FROM k
 			RETURNING id`,
 			j.origin(), j.Route, j.Kind, j.Queue, state, j.Key, j.Version, j.DedupeKey, nonNilByte(j.Payload),
-			nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline, at, j.Lane != nil, j.group()).Scan(&e.ID)
+			nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline, j.RunAt, j.Lane != nil, j.group()).Scan(&e.ID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The conflict waited for the row's transaction to end, so a
 			// new statement sees it.

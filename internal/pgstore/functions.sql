@@ -67,7 +67,9 @@ BEGIN
             END IF;
             -- gap_policy proceed: run it despite the gap.
         END IF;
-        UPDATE jobs SET state = 'queued', scheduled_at = now() WHERE id = j.id;
+        -- A head whose run_at is still ahead keeps it, and holds its lane
+        -- until then.
+        UPDATE jobs SET state = 'queued', scheduled_at = greatest(scheduled_at, now()) WHERE id = j.id;
         UPDATE lanes SET head_job_id = j.id, gap_since = NULL WHERE route = p_route AND key = p_key;
         RETURN;
     END LOOP;
@@ -185,11 +187,14 @@ BEGIN
         RETURN QUERY
         WITH nxt AS (
             -- Each freed lane's next waiting job. lease_ms is set when the
-            -- pool that ran the head takes it (a job of its queue).
-            SELECT f.route, f.key, f.prev, w.id, CASE WHEN w.queue = h.queue THEN h.lease_ms END AS lease_ms
+            -- pool that ran the head takes it (a job of its queue that may
+            -- run now: one whose run_at is ahead waits, queued, holding
+            -- its lane).
+            SELECT f.route, f.key, f.prev, w.id,
+                CASE WHEN w.queue = h.queue AND w.scheduled_at <= now() THEN h.lease_ms END AS lease_ms
             FROM unnest(f_route, f_key, f_prev) AS f(route, key, prev)
             CROSS JOIN LATERAL (
-                SELECT id, queue FROM jobs
+                SELECT id, queue, scheduled_at FROM jobs
                 WHERE route = f.route AND key = f.key AND state = 'waiting'
                 ORDER BY version NULLS FIRST, src_offset, id
                 LIMIT 1
@@ -202,7 +207,7 @@ BEGIN
             -- state test is wrapped so that no partial index can serve the
             -- join, only the primary key (see pgstore's heldSQL: stale
             -- statistics made the planner scan every such row per batch).
-            UPDATE jobs j SET state = 'queued', scheduled_at = now()
+            UPDATE jobs j SET state = 'queued', scheduled_at = greatest(j.scheduled_at, now())
             FROM nxt WHERE j.id = nxt.id AND nxt.lease_ms IS NULL AND coalesce(j.state, '') = 'waiting'
             RETURNING j.route, j.key, j.id
         ), handed AS (

@@ -62,6 +62,10 @@ type NewJob struct {
 	// Group is the job's group value in a flow-limited route (GroupAll
 	// for one without a group); empty for every other job.
 	Group string
+	// RunAt is when the job may run first (a route's run_at or delay, the
+	// API's Switchyard-Run-At or Switchyard-Delay, a schedule's slot); nil:
+	// now, the inserting transaction's time.
+	RunAt *time.Time
 }
 
 // GroupAll is the one group of a flow-limited route that is not grouped:
@@ -183,7 +187,8 @@ func (r *IngestResult) add(o IngestResult) {
 const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS ingest_stage (
 	id bigint DEFAULT nextval('jobs_id_seq'), origin text, route text, kind text, queue text, key text, version bigint, dedupe_key text,
 	payload bytea, header_keys text[], header_values bytea[], max_attempts integer,
-	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint, lane boolean, grp text
+	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint, lane boolean, grp text,
+	scheduled_at timestamptz
 ) ON COMMIT DELETE ROWS`
 
 // IngestCommit writes a poll's job rows, poison entries and stored offsets
@@ -316,13 +321,13 @@ func (s *Store) Channel() string { return s.schema + "_jobs" }
 func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult) ([]refused[NewJob], error) {
 	return bisect(ctx, tx, jobs, func(jobs []NewJob) error {
 		var part IngestResult
-		ids, err := drawJobIDs(ctx, tx, len(jobs))
+		ids, now, err := drawJobIDs(ctx, tx, len(jobs))
 		if err != nil {
 			return err
 		}
 		_, err = tx.CopyFrom(ctx, pgx.Identifier{"job_keys"}, keyColumns, keyRows(jobs, ids))
 		if err == nil {
-			_, err = tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, append([]string{"id"}, copyColumns...), jobRows(jobs, ids))
+			_, err = tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, append([]string{"id"}, copyColumns...), jobRows(jobs, ids, now))
 			if err != nil {
 				return fmt.Errorf("copy jobs: %w", err)
 			}
@@ -435,18 +440,24 @@ func isUniqueViolation(err error) bool {
 
 var copyColumns = []string{"origin", "route", "kind", "queue", "key", "version", "dedupe_key",
 	"payload", "header_keys", "header_values", "max_attempts", "deadline",
-	"src_topic", "src_partition", "src_offset", "lane", "grp", "state"}
+	"src_topic", "src_partition", "src_offset", "lane", "grp", "scheduled_at", "state"}
 
 // jobRows yields COPY rows for jobs: with ids, for the jobs table itself
-// (its id first, then copyColumns with the initial state); without, for
-// the staging table, which draws the id and derives the state.
-func jobRows(jobs []NewJob, ids []int64) pgx.CopyFromSource {
+// (its id first, then copyColumns with the initial state, and now, the
+// transaction's time, for the jobs that run at once); without, for the
+// staging table, which draws the id, derives the state and fills in the
+// time.
+func jobRows(jobs []NewJob, ids []int64, now time.Time) pgx.CopyFromSource {
 	return pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
 		j := &jobs[i]
+		at := j.RunAt
+		if at == nil && ids != nil {
+			at = &now
+		}
 		// nil slices would COPY as NULL into NOT NULL columns.
 		row := []any{j.origin(), j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey,
 			nonNilByte(j.Payload), nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline,
-			j.Topic, j.Partition, j.Offset, j.Lane != nil, j.group()}
+			j.Topic, j.Partition, j.Offset, j.Lane != nil, j.group(), at}
 		if ids != nil {
 			row = append([]any{ids[i]}, row...)
 			state := jobstate.Queued
@@ -471,20 +482,27 @@ func keyRows(jobs []NewJob, ids []int64) pgx.CopyFromSource {
 }
 
 // drawJobIDs draws n job ids from the jobs' sequence in one round trip:
-// a job's id exists before its rows, which carry it.
-func drawJobIDs(ctx context.Context, tx pgx.Tx, n int) ([]int64, error) {
-	rows, err := tx.Query(ctx, `SELECT nextval('jobs_id_seq') FROM generate_series(1, $1)`, n)
+// a job's id exists before its rows, which carry it. It also returns the
+// transaction's now(), which the COPY writes as the scheduled_at of the
+// jobs that run at once, as the column's default would.
+func drawJobIDs(ctx context.Context, tx pgx.Tx, n int) ([]int64, time.Time, error) {
+	rows, err := tx.Query(ctx, `SELECT nextval('jobs_id_seq'), now() FROM generate_series(1, $1)`, n)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[int64])
+	var now time.Time
+	ids, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+		var id int64
+		return id, r.Scan(&id, &now)
+	})
+	return ids, now, err
 }
 
 func insertStaged(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult) error {
 	if _, err := tx.Exec(ctx, stageDDL); err != nil {
 		return err
 	}
-	staged, err := tx.CopyFrom(ctx, pgx.Identifier{"ingest_stage"}, copyColumns[:len(copyColumns)-1], jobRows(jobs, nil))
+	staged, err := tx.CopyFrom(ctx, pgx.Identifier{"ingest_stage"}, copyColumns[:len(copyColumns)-1], jobRows(jobs, nil, time.Time{}))
 	if err != nil {
 		return fmt.Errorf("copy jobs: %w", err)
 	}
@@ -499,10 +517,11 @@ func insertStaged(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResu
 			RETURNING job_id
 		), ins AS (
 			INSERT INTO jobs (id, origin, route, kind, queue, state, key, version, dedupe_key, payload,
-				header_keys, header_values, max_attempts, deadline, src_topic, src_partition, src_offset, lane, grp)
+				header_keys, header_values, max_attempts, deadline, src_topic, src_partition, src_offset, lane, grp,
+				scheduled_at)
 			SELECT s.id, origin, route, kind, queue, CASE WHEN lane THEN 'waiting' ELSE 'queued' END, key, version,
 				dedupe_key, payload, header_keys, header_values, max_attempts, deadline,
-				src_topic, src_partition, src_offset, lane, grp
+				src_topic, src_partition, src_offset, lane, grp, coalesce(s.scheduled_at, now())
 			FROM ingest_stage s JOIN k ON k.job_id = s.id
 			RETURNING queue, src_topic
 		)
