@@ -304,7 +304,25 @@ func (d *Dispatcher) prune() {
 	}
 }
 
-// listen turns NOTIFY into wake-ups, reconnecting on errors.
+// cancelled cancels this process's attempts of a job an operator
+// cancelled while it ran (its NOTIFY), with workers.ErrCancelled.
+func (d *Dispatcher) cancelled(id int64) {
+	for _, p := range d.pools {
+		p.cancelJob(id)
+	}
+}
+
+// recheckCancels asks, once LISTEN is in place again, which held jobs
+// were cancelled while it was not: their NOTIFY is lost. Off the
+// listener's goroutine, so that notifications keep flowing.
+func (d *Dispatcher) recheckCancels() {
+	for _, p := range d.pools {
+		go p.recheckCancels()
+	}
+}
+
+// listen turns NOTIFY into wake-ups and cancellations, reconnecting on
+// errors.
 func (d *Dispatcher) listen() {
 	ctx, cancel := context.WithCancel(d.jobCtx)
 	defer cancel()
@@ -315,8 +333,9 @@ func (d *Dispatcher) listen() {
 		}
 		cancel()
 	}()
+	notices := pgstore.Notices{Wake: d.Wake, Cancel: d.cancelled, Listening: d.recheckCancels}
 	for ctx.Err() == nil {
-		err := d.store.Listen(ctx, d.Wake)
+		err := d.store.Listen(ctx, notices)
 		if ctx.Err() != nil {
 			return
 		}

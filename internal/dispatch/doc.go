@@ -65,7 +65,12 @@
 //
 // Wake-ups come from LISTEN/NOTIFY after ingest commits; polling every
 // poll_interval stays the source of truth, so a lost notification only
-// costs latency.
+// costs latency. Cancels come the same way: the commit of an operator's
+// cancel of a running job notifies its id, and the process holding an
+// attempt of it cancels the attempt's context with workers.ErrCancelled
+// at once. A lost one costs latency too: on reconnecting, the listener
+// asks which held jobs were cancelled meanwhile, and the heartbeat finds
+// any job that left running.
 //
 // # Shutdown (I7)
 //

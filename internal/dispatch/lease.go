@@ -85,7 +85,8 @@ func (p *pool) heartbeat() {
 		return
 	}
 	// Rare: ask which were lost to an operator's cancel, so that the
-	// handler learns why (context.Cause is workers.ErrCancelled).
+	// handler learns why (context.Cause is workers.ErrCancelled). The
+	// cancel's NOTIFY has usually done so already (cancelJob).
 	cancelled, err := p.env.store.JobCancelled(ctx, lost)
 	if err != nil {
 		p.log.Warn("reading cancellations failed", zap.Error(err))
@@ -93,18 +94,65 @@ func (p *pool) heartbeat() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, l := range lost {
-		// A returned handler's lease may simply have been completed
-		// between the snapshot and the heartbeat; the completer knows.
-		r, ok := p.leases[l.Token]
-		if !ok || r.returned {
-			continue
-		}
 		if cancelled[l.Token] {
-			p.log.Info("job cancelled; cancelling the attempt", zap.Int64("job_id", l.ID), zap.Int64("token", l.Token))
-			r.cancel(workers.ErrCancelled)
-			continue
+			p.cancelAttempt(l.Token, workers.ErrCancelled)
+		} else {
+			p.cancelAttempt(l.Token, workers.ErrLeaseLost)
 		}
-		p.log.Warn("lease lost; cancelling the attempt", zap.Int64("job_id", l.ID), zap.Int64("token", l.Token))
-		r.cancel(workers.ErrLeaseLost)
+	}
+}
+
+// cancelAttempt cancels a held attempt's handler with cause, unless the
+// handler has returned (its lease may simply have been completed between
+// the snapshot and the heartbeat; the completer knows). p.mu is held.
+func (p *pool) cancelAttempt(token int64, cause error) {
+	r, ok := p.leases[token]
+	if !ok || r.returned || r.ctx.Err() != nil {
+		return
+	}
+	if cause == workers.ErrCancelled {
+		p.log.Info("job cancelled; cancelling the attempt", zap.Int64("job_id", r.job.ID), zap.Int64("token", token))
+	} else {
+		p.log.Warn("lease lost; cancelling the attempt", zap.Int64("job_id", r.job.ID), zap.Int64("token", token))
+	}
+	r.cancel(cause)
+}
+
+// cancelJob cancels the pool's attempts of a job an operator cancelled
+// while it ran. The NOTIFY comes after the cancel committed, so every
+// attempt of the job is over: the job is cancelled, whoever holds it.
+func (p *pool) cancelJob(id int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for token, r := range p.leases {
+		if r.job.ID == id {
+			p.cancelAttempt(token, workers.ErrCancelled)
+		}
+	}
+}
+
+// recheckCancels cancels the attempts of the pool's held jobs that were
+// cancelled while no NOTIFY could reach this process.
+func (p *pool) recheckCancels() {
+	p.mu.Lock()
+	leases := make([]pgstore.Lease, 0, len(p.leases))
+	for token, r := range p.leases {
+		leases = append(leases, pgstore.Lease{ID: r.job.ID, Token: token})
+	}
+	p.mu.Unlock()
+	if len(leases) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.env.jobCtx), 10*time.Second)
+	defer cancel()
+	cancelled, err := p.env.store.JobCancelled(ctx, leases)
+	if err != nil {
+		p.log.Warn("reading cancellations failed", zap.Error(err))
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for token := range cancelled {
+		p.cancelAttempt(token, workers.ErrCancelled)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -825,14 +826,23 @@ func truncate(s string, n int) string {
 // is rejected.
 func (s *Store) JobCancel(ctx context.Context, id int64) error {
 	var state jobstate.State
-	err := s.pool.QueryRow(ctx, `
-		WITH old AS (SELECT id, state FROM jobs WHERE id = $1 FOR UPDATE),
-		upd AS (
-			UPDATE jobs j SET state = 'cancelled', finished_at = now(), lease_expires_at = NULL
-			FROM old WHERE j.id = old.id AND old.state IN ('waiting', 'queued', 'running', 'retrying')
-			RETURNING j.id
-		)
-		SELECT old.state FROM old`, id).Scan(&state)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+			WITH old AS (SELECT id, state FROM jobs WHERE id = $1 FOR UPDATE),
+			upd AS (
+				UPDATE jobs j SET state = 'cancelled', finished_at = now(), lease_expires_at = NULL
+				FROM old WHERE j.id = old.id AND old.state IN ('waiting', 'queued', 'running', 'retrying')
+				RETURNING j.id
+			)
+			SELECT old.state FROM old`, id).Scan(&state)
+		if err != nil || state != jobstate.Running {
+			return err
+		}
+		// Sent on commit: the process that runs it cancels the attempt at
+		// once, not at its next heartbeat (which still catches a missed one).
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.CancelChannel(), strconv.FormatInt(id, 10))
+		return err
+	})
 	if err != nil {
 		return notFound(err)
 	}

@@ -104,7 +104,7 @@ func TestRuntimeRoleNeedsOnlyDML(t *testing.T) {
 	}
 	lctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if err := rt.Listen(lctx, func(string) {}); !errors.Is(err, context.DeadlineExceeded) {
+	if err := rt.Listen(lctx, pgstore.Notices{Wake: func(string) {}}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("listen: %v", err)
 	}
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -155,9 +156,25 @@ func notFound(err error) error {
 	return err
 }
 
-// Listen LISTENs on Channel and calls wake with each notification's
-// payload (a queue name) until ctx ends or the connection fails.
-func (s *Store) Listen(ctx context.Context, wake func(queue string)) error {
+// Notices are what Listen hands on, each from its own channel.
+type Notices struct {
+	// Wake: a queue has new runnable jobs (Channel).
+	Wake func(queue string)
+	// Cancel: an operator cancelled a job that was running
+	// (CancelChannel).
+	Cancel func(id int64)
+	// Listening: LISTEN is in place, at the start or again after a lost
+	// connection. What was sent meanwhile is lost: look again.
+	Listening func()
+}
+
+// CancelChannel is the LISTEN/NOTIFY channel that announces cancelled
+// running jobs; the payload is the job's id. Per schema, as Channel.
+func (s *Store) CancelChannel() string { return s.schema + "_cancel" }
+
+// Listen listens on Channel and CancelChannel until ctx ends or the
+// connection fails, handing each notification to n.
+func (s *Store) Listen(ctx context.Context, n Notices) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -165,14 +182,26 @@ func (s *Store) Listen(ctx context.Context, wake func(queue string)) error {
 	// The connection ends in LISTEN state; it never goes back to the pool.
 	pc := conn.Hijack()
 	defer pc.Close(context.Background())
-	if _, err := pc.Exec(ctx, `LISTEN `+pgx.Identifier{s.Channel()}.Sanitize()); err != nil {
-		return err
+	for _, ch := range []string{s.Channel(), s.CancelChannel()} {
+		if _, err := pc.Exec(ctx, `LISTEN `+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	if n.Listening != nil {
+		n.Listening()
 	}
 	for {
-		n, err := pc.WaitForNotification(ctx)
+		note, err := pc.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		wake(n.Payload)
+		switch note.Channel {
+		case s.Channel():
+			n.Wake(note.Payload)
+		case s.CancelChannel():
+			if id, err := strconv.ParseInt(note.Payload, 10, 64); err == nil && n.Cancel != nil {
+				n.Cancel(id)
+			}
+		}
 	}
 }

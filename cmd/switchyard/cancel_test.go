@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// TestCancelStopsARunningAttemptAtOnce: SPEC §6 prompt cancel, over two
+// processes. Two jobs hang at a target that answers only when its
+// request is cancelled; leases are a minute long, so no heartbeat comes
+// in time. POST /v1/jobs/{id}/cancel to one process aborts each HTTP
+// attempt within a second, whichever process runs it; the jobs end
+// cancelled, are never retried, and the processes count the outcome
+// cancelled.
+func TestCancelStopsARunningAttemptAtOnce(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, 2)
+	tg := newTarget(t)
+	var mu sync.Mutex
+	aborted := map[int64]time.Time{}
+	tg.setBehaviour(func(r *http.Request, c call) int {
+		<-r.Context().Done()
+		mu.Lock()
+		aborted[c.JobID] = time.Now()
+		mu.Unlock()
+		return 0
+	})
+	c := testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 1, lease: 60s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, dedupe: {field: id}, target: {http: {url: %q, timeout: 5m}}}
+`, topic, tg.URL())}
+	cfg := writeConfig(t, c)
+	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
+	addrs := []string{adminAddr(t, a), adminAddr(t, b)}
+	testenv.Produce(t, topic, records(0, 2)...)
+	// One worker each: the two jobs run in the two processes.
+	testenv.Eventually(t, 60*time.Second, "both jobs to be running at the target", func() bool {
+		return len(tg.received()) == 2
+	})
+	for _, call := range tg.received() {
+		start := time.Now()
+		code, body := api(t, addrs[0], "POST", fmt.Sprintf("/v1/jobs/%d/cancel", call.JobID))
+		if code != http.StatusOK {
+			t.Fatalf("cancel job %d: %d %s", call.JobID, code, body)
+		}
+		testenv.Eventually(t, 5*time.Second, fmt.Sprintf("job %d's attempt to be aborted", call.JobID), func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			_, ok := aborted[call.JobID]
+			return ok
+		})
+		mu.Lock()
+		took := aborted[call.JobID].Sub(start)
+		mu.Unlock()
+		t.Logf("job %d: attempt aborted %s after the cancel", call.JobID, took.Round(time.Millisecond))
+		if took > time.Second {
+			t.Fatalf("job %d's attempt was aborted %s after the cancel, want within 1 s", call.JobID, took)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, "the processes to count two cancelled attempts", func() bool {
+		return cancelledAttempts(t, addrs) == 2
+	})
+	if n := count(t, store, `SELECT count(*) FROM jobs WHERE state = 'cancelled'`); n != 2 {
+		t.Fatalf("%d cancelled jobs, want 2", n)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if calls := tg.received(); len(calls) != 2 {
+		t.Fatalf("%d calls at the target, want 2: a cancelled job is never retried", len(calls))
+	}
+}
+
+var reCancelled = regexp.MustCompile(`(?m)^switchyard_job_attempts_total\{kind="k",outcome="cancelled"\} (\d+)$`)
+
+// cancelledAttempts sums the cancelled attempts the processes report.
+func cancelledAttempts(t *testing.T, addrs []string) int {
+	t.Helper()
+	n := 0
+	for _, addr := range addrs {
+		_, body := api(t, addr, "GET", "/metrics")
+		if m := reCancelled.FindStringSubmatch(body); m != nil {
+			v, _ := strconv.Atoi(m[1])
+			n += v
+		}
+	}
+	return n
+}
