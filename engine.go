@@ -142,7 +142,8 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 			continue
 		}
 		t, err := workers.NewHTTPTarget(workers.HTTPTargetConfig{URL: r.Target.HTTP.URL,
-			Timeout: r.Target.HTTP.Timeout.D(), FollowRedirects: r.Target.HTTP.FollowRedirects})
+			Timeout: r.Target.HTTP.Timeout.D(), FollowRedirects: r.Target.HTTP.FollowRedirects,
+			ResultMaxBytes: r.ResultLimit()})
 		if err != nil {
 			return nil, fmt.Errorf("routes[%d].target: %w", i, err)
 		}
@@ -396,7 +397,8 @@ func (e *Engine) kafkaReady(ctx context.Context) error {
 
 func (e *Engine) startDispatch(ctx context.Context) error {
 	dc := dispatch.Config{Resolve: e.resolve, Grace: e.cfg.ShutdownGrace.D(), Backoff: map[string]dispatch.Backoff{},
-		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused, Limits: map[string]map[string]pgstore.FlowLimit{}}
+		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused, Limits: map[string]map[string]pgstore.FlowLimit{},
+		ResultMaxBytes: map[string]int{}}
 	for state, keep := range e.cfg.Retention {
 		dc.Retention[state] = keep.D()
 	}
@@ -408,6 +410,7 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 	}
 	for _, r := range e.cfg.Routes {
 		dc.Backoff[r.Topic] = dispatch.Backoff{Initial: r.Backoff.Initial.D(), Max: r.Backoff.Max.D()}
+		dc.ResultMaxBytes[r.Topic] = r.ResultLimit()
 		if l := flowLimit(r); l.Limited() {
 			if dc.Limits[r.Queue] == nil {
 				dc.Limits[r.Queue] = map[string]pgstore.FlowLimit{}
@@ -418,6 +421,7 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 	for _, sc := range e.cfg.Schedules {
 		if r, ok := e.routeOfKind(sc.Kind); ok {
 			dc.Backoff[schedule.Route(sc.Name)] = dc.Backoff[r.Topic]
+			dc.ResultMaxBytes[schedule.Route(sc.Name)] = r.ResultLimit()
 		}
 	}
 	var limited []string

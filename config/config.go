@@ -200,6 +200,11 @@ type Route struct {
 	// with an empty key are never coalesced. Not with version policy
 	// strict, whose lanes wait for every version. Defaults to empty (off).
 	Coalesce string `yaml:"coalesce"`
+	// ResultMaxBytes is how much of a job's result is kept: the first
+	// bytes of an HTTP target's 2xx body (with its Content-Type), or what
+	// a Go handler passed to Job.SetResult. 0 keeps none. Defaults to
+	// 64 KiB; at most 16 MiB.
+	ResultMaxBytes *int `yaml:"result_max_bytes"`
 	// MaxRecordBytes: larger records are parked as too_large. Defaults to 1 MiB.
 	MaxRecordBytes int `yaml:"max_record_bytes"`
 	// DLQMaxBytes is how much of a too_large record its DLQ entry keeps
@@ -326,4 +331,12 @@ func (c *Config) RouteForTopic(topic string) (*Route, bool) {
 		}
 	}
 	return nil, false
+}
+
+// ResultLimit is ResultMaxBytes, set by SetDefaults.
+func (r Route) ResultLimit() int {
+	if r.ResultMaxBytes == nil {
+		return DefaultResultMaxBytes
+	}
+	return *r.ResultMaxBytes
 }

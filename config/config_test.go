@@ -63,6 +63,7 @@ func TestParseSpecExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	const s, m = time.Second, time.Minute
+	defaultResult := DefaultResultMaxBytes
 	checks := []struct {
 		name      string
 		got, want any
@@ -85,7 +86,7 @@ func TestParseSpecExample(t *testing.T) {
 			Topic: "invoices", Kind: "invoice.render", Queue: "bulk",
 			OnDead: "continue", MaxAttempts: 8, Backoff: Backoff{Initial: Duration(s), Max: Duration(10 * m)},
 			MaxRecordBytes: 1 << 20, DLQMaxBytes: 64 << 10, GapTimeout: Duration(5 * m), GapPolicy: "park",
-			Target: Target{Go: true},
+			ResultMaxBytes: &defaultResult, Target: Target{Go: true},
 		}},
 		{"schedules[0]", cfg.Schedules[0], Schedule{
 			Name: "nightly-reconcile", Cron: "0 2 * * *", Timezone: "UTC", Kind: "reconcile",
@@ -394,6 +395,17 @@ func TestParseErrors(t *testing.T) {
 			want: []string{
 				"routes[0].delay: set run_at or delay, not both",
 				"routes[1].run_at.field:",
+			},
+		},
+		{
+			name: "bad result_max_bytes",
+			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, result_max_bytes: -1, target: {go: true}}\n" +
+				"  - {topic: o2, kind: k2, queue: bulk, result_max_bytes: 20000000, target: {go: true}}\n" +
+				"  - {topic: o3, kind: k3, queue: bulk, result_max_bytes: 0, target: {go: true}}\n",
+			want: []string{
+				"routes[0].result_max_bytes: -1 is out of range 0..16777216",
+				"routes[1].result_max_bytes: 20000000 is out of range 0..16777216",
+				"2 problems",
 			},
 		},
 		{

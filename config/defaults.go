@@ -38,6 +38,9 @@ const (
 	defaultMaxAttempts    = DefaultMaxAttempts
 	defaultMaxRecordBytes = 1 << 20
 	defaultDLQMaxBytes    = 64 << 10
+	// DefaultResultMaxBytes is a route's result_max_bytes when unset.
+	DefaultResultMaxBytes = 64 << 10
+	maxResultMaxBytes     = 16 << 20
 	defaultGapTimeout     = 5 * time.Minute
 	defaultGapPolicy      = "park"
 	defaultVersionPolicy  = "newer"
@@ -88,6 +91,10 @@ func (c *Config) SetDefaults() {
 		setDefault(&r.Backoff.Max, Duration(DefaultBackoffMax))
 		setDefault(&r.MaxRecordBytes, defaultMaxRecordBytes)
 		setDefault(&r.DLQMaxBytes, defaultDLQMaxBytes)
+		if r.ResultMaxBytes == nil {
+			n := DefaultResultMaxBytes
+			r.ResultMaxBytes = &n
+		}
 		setDefault(&r.GapTimeout, Duration(defaultGapTimeout))
 		setDefault(&r.GapPolicy, defaultGapPolicy)
 		if r.Version != nil {

@@ -361,6 +361,7 @@ func (c *Config) validateRoutes(p *problems) {
 		}
 		p.between(f+".max_record_bytes", r.MaxRecordBytes, 1, maxMaxRecordBytes)
 		p.between(f+".dlq_max_bytes", r.DLQMaxBytes, 0, maxMaxRecordBytes)
+		p.between(f+".result_max_bytes", r.ResultLimit(), 0, maxResultMaxBytes)
 		if r.GapTimeout <= 0 {
 			p.add(f+".gap_timeout", "must be positive")
 		}

@@ -1,9 +1,11 @@
 package workers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -35,6 +37,28 @@ type Job struct {
 	// save stores a checkpoint under this attempt's lease; set by the
 	// dispatcher that handed the job out.
 	save func(ctx context.Context, data []byte) error
+	// result is what SetResult kept, for the outcome of a success.
+	resultMu   sync.Mutex
+	result     []byte
+	resultType string
+}
+
+// SetResult keeps data, of the given content type, as the job's result
+// if this attempt succeeds: GET /v1/jobs/{id} shows it and
+// GET /v1/jobs/{id}/result answers it. Up to the route's
+// result_max_bytes is kept (the rest is cut); each call replaces the
+// last; a failed attempt's result is not kept.
+func (j *Job) SetResult(contentType string, data []byte) {
+	j.resultMu.Lock()
+	defer j.resultMu.Unlock()
+	j.result, j.resultType = bytes.Clone(data), contentType
+}
+
+// Result is what SetResult kept: nil when nothing was.
+func (j *Job) Result() (contentType string, data []byte) {
+	j.resultMu.Lock()
+	defer j.resultMu.Unlock()
+	return j.resultType, j.result
 }
 
 // ErrNoCheckpointStore is SaveCheckpoint's error for a job that no

@@ -57,6 +57,10 @@ type HTTPTargetConfig struct {
 	// response is then a permanent failure, because a target that moved is a
 	// configuration error that retrying will not fix.
 	FollowRedirects bool
+	// ResultMaxBytes is how much of a 2xx body is kept as the job's
+	// result (Job.SetResult, with the response's Content-Type): what
+	// arrives of it within 100 ms of the status line. 0 keeps none.
+	ResultMaxBytes int
 	// Client, when set, supplies the Transport (for example a test server's
 	// TLS setup). Only its Transport is used: the timeout, redirect policy
 	// and the absence of a cookie jar are the target's own. Defaults to a
@@ -80,6 +84,9 @@ func (c *HTTPTargetConfig) validate() error {
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("http target: timeout: must not be negative, got %s", c.Timeout)
+	}
+	if c.ResultMaxBytes < 0 {
+		return fmt.Errorf("http target: result_max_bytes: must not be negative, got %d", c.ResultMaxBytes)
 	}
 	return nil
 }
@@ -123,6 +130,7 @@ type HTTPTarget struct {
 	// errors and logs may show of it.
 	shownURL string
 	timeout  time.Duration
+	result   int // ResultMaxBytes
 	client   *http.Client
 	now      func() time.Time // for Retry-After HTTP-dates
 }
@@ -151,6 +159,7 @@ func NewHTTPTarget(cfg HTTPTargetConfig) (*HTTPTarget, error) {
 		url:      cfg.URL,
 		shownURL: RedactURL(cfg.URL),
 		timeout:  cfg.Timeout,
+		result:   cfg.ResultMaxBytes,
 		client: &http.Client{
 			Transport:     transport,
 			CheckRedirect: checkRedirect(cfg.FollowRedirects),
@@ -231,11 +240,19 @@ func (t *HTTPTarget) Handle(ctx context.Context, job *Job) error {
 	}
 	code := resp.StatusCode
 	if code >= 200 && code <= 299 {
-		// Reading on would only let the connection be reused: cut it off
-		// (cancelling the attempt aborts the read) if it takes longer.
+		// Beyond the result, reading on would only let the connection be
+		// reused: cut it off (cancelling the attempt aborts the read) if
+		// it takes longer.
 		stop := time.AfterFunc(successDrain, cancel)
+		var result []byte
+		if t.result > 0 {
+			result, _ = io.ReadAll(io.LimitReader(resp.Body, int64(t.result)))
+		}
 		consumeBody(resp.Body)
 		stop.Stop()
+		if t.result > 0 {
+			job.SetResult(resp.Header.Get("Content-Type"), result)
+		}
 		return nil
 	}
 	stop := time.AfterFunc(errorBodyWait, cancel)

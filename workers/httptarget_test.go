@@ -337,6 +337,33 @@ func TestHTTPTargetTruncatesErrorBody(t *testing.T) {
 	}
 }
 
+// A 2xx body is kept as the job's result, with its content type, up to
+// ResultMaxBytes; 0 keeps none.
+func TestHTTPTargetKeepsTheResult(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"invoice":"INV-7","pages":3}`)
+	}))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		keep int
+		want string
+	}{{1 << 10, `{"invoice":"INV-7","pages":3}`}, {12, `{"invoice":"`}, {0, ""}} {
+		job := &Job{ID: 1, Attempt: 1}
+		if err := newTestTarget(t, HTTPTargetConfig{URL: srv.URL, ResultMaxBytes: tc.keep}).Handle(context.Background(), job); err != nil {
+			t.Fatal(err)
+		}
+		ct, data := job.Result()
+		switch {
+		case tc.keep == 0 && (data != nil || ct != ""):
+			t.Errorf("keep 0: result %q %q, want none", ct, data)
+		case tc.keep > 0 && (ct != "application/json" || string(data) != tc.want):
+			t.Errorf("keep %d: result %q %q, want application/json %q", tc.keep, ct, data, tc.want)
+		}
+	}
+}
+
 func TestHTTPTargetErrorBodyIsValidText(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -51,12 +51,69 @@ func (s *Server) jobGet(w http.ResponseWriter, r *http.Request) error {
 	}
 	job, err := s.store.JobGet(r.Context(), id)
 	if errors.Is(err, pgstore.ErrNotFound) {
-		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("job %d not found", id), field: "id"}
+		return jobNotFound(id)
 	}
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, http.StatusOK, job)
+	ct, data, err := s.store.JobResult(r.Context(), id)
+	if err != nil && !errors.Is(err, pgstore.ErrNotFound) {
+		return err
+	}
+	detail := jobDetail{JobRow: job}
+	if data != nil {
+		detail.Result = &resultView{ContentType: ct, Bytes: len(data), Base64: data}
+	}
+	s.writeJSON(w, http.StatusOK, detail)
+	return nil
+}
+
+func jobNotFound(id int64) error {
+	return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("job %d not found", id), field: "id"}
+}
+
+// jobDetail is GET /v1/jobs/{id}: the job and its result.
+type jobDetail struct {
+	pgstore.JobRow
+	Result *resultView `json:"result,omitempty"`
+}
+
+// resultView is a kept result: its content type, size and bytes (base64
+// in JSON; GET /v1/jobs/{id}/result answers them raw).
+type resultView struct {
+	ContentType string `json:"content_type"`
+	Bytes       int    `json:"bytes"`
+	Base64      []byte `json:"base64"`
+}
+
+// jobResult answers a job's result raw, with its content type. The body
+// is the target's or handler's data, not ours: the browser must neither
+// sniff it nor run it as a page of this origin.
+func (s *Server) jobResult(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	ct, data, err := s.store.JobResult(r.Context(), id)
+	switch {
+	case errors.Is(err, pgstore.ErrNotFound):
+		return jobNotFound(id)
+	case err != nil:
+		return err
+	case data == nil:
+		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("job %d has no result", id), field: "result"}
+	}
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	h := w.Header()
+	h.Set("Content-Type", ct)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set("Content-Disposition", "attachment")
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
 	return nil
 }
 

@@ -119,6 +119,7 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/readyz", nil, s.readyz},
 		{"GET", "/v1/jobs", append([]string{"state", "queue", "key", "route"}, listParams...), s.jobList},
 		{"GET", "/v1/jobs/{id}", nil, s.jobGet},
+		{"GET", "/v1/jobs/{id}/result", nil, s.jobResult},
 		{"POST", "/v1/jobs/{id}/cancel", nil, s.jobCancel},
 		{"GET", "/v1/dlq", append([]string{"queue", "reason", "route"}, listParams...), s.dlqList},
 		{"GET", "/v1/dlq/{id}", nil, s.dlqGet},

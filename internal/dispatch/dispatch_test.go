@@ -732,3 +732,40 @@ func TestCancelledJobsHandlerIsToldWhy(t *testing.T) {
 		t.Fatalf("states %v, want the job cancelled", s)
 	}
 }
+
+// A Go handler's result is kept with its success, cut at the route's
+// result_max_bytes; a failed attempt's result is not kept.
+func TestResultIsKeptWithASuccess(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 3)
+	d, err := New(Config{
+		Queues: []Queue{{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute,
+			PollInterval: 50 * time.Millisecond}},
+		Backoff: map[string]Backoff{"r": {Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}},
+		Resolve: func(*workers.Job) (workers.Handler, error) {
+			return workers.HandlerFunc(func(_ context.Context, j *workers.Job) error {
+				j.SetResult("text/plain", []byte(fmt.Sprintf("attempt %d: 0123456789", j.Attempt)))
+				if j.Attempt == 1 {
+					return errors.New("transient: again")
+				}
+				return nil
+			}), nil
+		},
+		Grace:          200 * time.Millisecond,
+		ResultMaxBytes: map[string]int{"r": 12},
+	}, store, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	testenv.Eventually(t, 30*time.Second, "the job to succeed", func() bool { return states(t, store)["succeeded"] == 1 })
+	var id int64
+	if err := store.Pool().QueryRow(context.Background(), `SELECT id FROM jobs`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	ct, data, err := store.JobResult(context.Background(), id)
+	if err != nil || ct != "text/plain" || string(data) != "attempt 2: 0" {
+		t.Fatalf("result %q %q (%v), want the second attempt's, cut at 12 bytes", ct, data, err)
+	}
+}

@@ -70,6 +70,9 @@ type Config struct {
 	// route → limits. Their jobs are claimed under the route's lock
 	// (pgstore.JobClaimParams.Limits) and never handed off.
 	Limits map[string]map[string]pgstore.FlowLimit
+	// ResultMaxBytes is how much of a success's result is kept, by route
+	// (result_max_bytes); a route not listed keeps none.
+	ResultMaxBytes map[string]int
 }
 
 // DefaultBackoff applies to routes without their own.
@@ -129,7 +132,8 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 // poolEnv is what the dispatcher gives each of its pools.
 func (d *Dispatcher) poolEnv() poolEnv {
 	return poolEnv{store: d.store, metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
-		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused, limits: d.cfg.Limits}
+		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused, limits: d.cfg.Limits,
+		resultMax: d.cfg.ResultMaxBytes}
 }
 
 // Start launches the pools, the completer, the rescuer and the wake-up

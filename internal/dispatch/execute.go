@@ -104,6 +104,11 @@ func (p *pool) outcome(job *workers.Job, err error) pgstore.Outcome {
 	switch {
 	case err == nil:
 		o.State = jobstate.Succeeded
+		if ct, data := job.Result(); data != nil {
+			if keep := p.env.resultMax[job.Route]; keep > 0 {
+				o.Result, o.ResultType = data[:min(len(data), keep)], ct
+			}
+		}
 		return o
 	case workers.IsPermanent(err):
 		o.State, o.Reason = jobstate.Dead, "permanent"

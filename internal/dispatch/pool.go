@@ -30,6 +30,8 @@ type poolEnv struct {
 	paused func(queue string) bool
 	// limits is Config.Limits.
 	limits map[string]map[string]pgstore.FlowLimit
+	// resultMax is Config.ResultMaxBytes.
+	resultMax map[string]int
 }
 
 // limited reports whether a route of a queue has fleet-wide flow limits.

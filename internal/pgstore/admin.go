@@ -63,6 +63,17 @@ func (s *Store) JobGet(ctx context.Context, id int64) (JobRow, error) {
 	return j, notFound(err)
 }
 
+// JobResult is a job's kept result (Data nil: none), or ErrNotFound
+// when the job does not exist.
+func (s *Store) JobResult(ctx context.Context, id int64) (contentType string, data []byte, err error) {
+	var ct *string
+	err = s.pool.QueryRow(ctx, `SELECT result_type, result FROM jobs WHERE id = $1`, id).Scan(&ct, &data)
+	if ct != nil {
+		contentType = *ct
+	}
+	return contentType, data, notFound(err)
+}
+
 // JobFilter selects jobs for listing; empty fields do not filter. Results
 // are ordered by id and resume after After (keyset pagination).
 type JobFilter struct {

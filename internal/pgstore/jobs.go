@@ -610,6 +610,9 @@ type Outcome struct {
 	// to the caller, claimed under this lease, if it belongs to the queue
 	// named. Nil: the next job is queued for any pool to claim.
 	Handoff *Handoff
+	// Result and ResultType are kept with a success (nil: none).
+	Result     []byte
+	ResultType string
 }
 
 // Handoff is what a pool asks of a lane's next job: its queue, and the
@@ -642,6 +645,7 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	ids, tokens := make([]int64, n), make([]int64, n)
 	states, reasons, errs := make([]string, n), make([]string, n), make([]*string, n)
 	delays := make([]int64, n)
+	results, resultTypes := make([][]byte, n), make([]*string, n)
 	var laneEnds, handoffs, leases []int64
 	var queues []string
 	for i, o := range outs {
@@ -649,6 +653,9 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 		if o.Error != "" {
 			e := truncate(o.Error, 4096)
 			errs[i] = &e
+		}
+		if o.Result != nil && o.State == jobstate.Succeeded {
+			results[i], resultTypes[i] = o.Result, &outs[i].ResultType
 		}
 		if o.Lane && o.State != jobstate.Retrying {
 			laneEnds = append(laneEnds, o.ID)
@@ -658,7 +665,7 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 			}
 		}
 	}
-	args := []any{ids, tokens, states, reasons, errs, delays}
+	args := []any{ids, tokens, states, reasons, errs, delays, results, resultTypes}
 	if len(laneEnds) == 0 {
 		rows, err := s.pool.Query(ctx, completeSQL, args...)
 		applied, err := appliedTokens(rows, err, n)
@@ -699,10 +706,12 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 
 const completeSQL = `
 		WITH o AS (
-			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-				AS t(id, token, state, reason, err, delay_ms)
+			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+				$7::bytea[], $8::text[])
+				AS t(id, token, state, reason, err, delay_ms, result, result_type)
 		), u AS (
 			UPDATE jobs j SET state = t.state,
+				result = t.result, result_type = t.result_type,
 				finished_at = CASE WHEN t.state = 'retrying' THEN NULL ELSE now() END,
 				scheduled_at = CASE WHEN t.state = 'retrying'
 					THEN now() + t.delay_ms * interval '1 millisecond' ELSE j.scheduled_at END,
