@@ -89,13 +89,15 @@ type Engine struct {
 	consumer   *ingest.Consumer
 	dispatcher *dispatch.Dispatcher
 	dlq        *dlq.Service
+	lag        *ingest.LagReader
 	server     *http.Server
 	listener   net.Listener
+	// attemptKey signs attempt secrets (HTTP checkpoints).
+	attemptKey []byte
 
 	// flow holds queues and routes back (pauses, backpressure); its
 	// loop stops with stopFlow and has ended when flowDone is closed.
 	flow     *flow.Watcher
-	lag      *ingest.LagReader
 	stopFlow context.CancelFunc
 	flowDone chan struct{}
 
@@ -232,6 +234,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fmt.Errorf("postgres: schema %q is not this binary's (%s): run `switchyard migrate` first",
 			e.cfg.Postgres.Schema, problem)
 	}
+	if e.attemptKey, err = store.AttemptKey(ctx); err != nil {
+		return fmt.Errorf("postgres: read the attempt key: %w", err)
+	}
 	kopts, err := ingest.ClientOpts(e.cfg.Kafka, e.opts.OAuthToken)
 	if err != nil {
 		return err
@@ -361,6 +366,7 @@ func (e *Engine) startHTTP() error {
 		DLQ:          e.dlq,
 		Enqueue:      ingest.NewEnqueuer(e.store, e.compiled, e.maxDepths()),
 		Lag:          e.lag.Lag,
+		AttemptKey:   e.attemptKey,
 	}, e.store, e.log)
 	ln, err := net.Listen("tcp", e.cfg.HTTP.Listen)
 	if err != nil {
@@ -398,7 +404,7 @@ func (e *Engine) kafkaReady(ctx context.Context) error {
 func (e *Engine) startDispatch(ctx context.Context) error {
 	dc := dispatch.Config{Resolve: e.resolve, Grace: e.cfg.ShutdownGrace.D(), Backoff: map[string]dispatch.Backoff{},
 		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused, Limits: map[string]map[string]pgstore.FlowLimit{},
-		ResultMaxBytes: map[string]int{}}
+		ResultMaxBytes: map[string]int{}, AttemptKey: e.attemptKey}
 	for state, keep := range e.cfg.Retention {
 		dc.Retention[state] = keep.D()
 	}

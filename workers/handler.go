@@ -3,6 +3,9 @@ package workers
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -32,6 +35,9 @@ type Job struct {
 	// Checkpoint is the progress the last SaveCheckpoint of an earlier
 	// attempt stored; nil when none did.
 	Checkpoint []byte
+	// AttemptSecret proves this attempt to POST /v1/jobs/{id}/checkpoint
+	// (AttemptSecret below); the HTTP target sends it to its URL.
+	AttemptSecret string
 
 	finished atomic.Bool
 	// save stores a checkpoint under this attempt's lease; set by the
@@ -188,4 +194,14 @@ func RetryDelay(err error) (time.Duration, bool) {
 		return r.after, true
 	}
 	return 0, false
+}
+
+// AttemptSecret is the secret of attempt token of job id under a
+// deployment's attempt key: HMAC-SHA256 of "id:token", hex. Whoever holds
+// it may save a checkpoint for that attempt, and only while the attempt
+// holds the job; it is worth nothing for another attempt or job.
+func AttemptSecret(key []byte, id, token int64) string {
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "%d:%d", id, token)
+	return hex.EncodeToString(m.Sum(nil))
 }

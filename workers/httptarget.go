@@ -3,6 +3,7 @@ package workers
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -104,6 +105,8 @@ func (c *HTTPTargetConfig) validate() error {
 //	Switchyard-Version   only when the job has a version
 //	Switchyard-Source    topic/partition/offset, only for jobs from Kafka
 //	Switchyard-Token     the attempt's fencing token (an extension to SPEC §5)
+//	Switchyard-Attempt-Secret  proves the attempt to POST /v1/jobs/{id}/checkpoint
+//	Switchyard-Checkpoint      base64 of the last checkpoint an earlier attempt saved
 //	traceparent          when the record carried one
 //	Switchyard-Header-<name>  each other record header, repeated keys as repeated values
 //
@@ -296,6 +299,12 @@ func setRequestHeaders(h http.Header, job *Job) {
 		setValid(h, "Switchyard-Source", job.Source.String())
 	}
 	h.Set("Switchyard-Token", strconv.FormatInt(job.Token, 10))
+	if job.AttemptSecret != "" {
+		h.Set("Switchyard-Attempt-Secret", job.AttemptSecret)
+	}
+	if job.Checkpoint != nil {
+		h.Set("Switchyard-Checkpoint", base64.StdEncoding.EncodeToString(job.Checkpoint))
+	}
 
 	contentType := ""
 	traceparent := ""

@@ -2,14 +2,18 @@ package admin
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
+	"strconv"
 
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/workers"
 )
 
 // Enqueuer makes jobs from API requests (ingest.Enqueuer).
@@ -83,6 +87,66 @@ func (s *Server) jobCancel(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.writeJSON(w, http.StatusOK, job)
+	return nil
+}
+
+// MaxHTTPCheckpointBytes bounds a checkpoint an HTTP target saves (SPEC
+// §5): progress, such as a page or a cursor, not data.
+const MaxHTTPCheckpointBytes = 4 << 10
+
+// reCheckpoint is the path of POST /v1/jobs/{id}/checkpoint, which the
+// guard lets through without the bearer token: its handler checks the
+// attempt secret instead, first.
+var reCheckpoint = regexp.MustCompile(`^/v1/jobs/[0-9]+/checkpoint$`)
+
+func isCheckpoint(r *http.Request) bool {
+	return r.Method == http.MethodPost && reCheckpoint.MatchString(r.URL.Path)
+}
+
+// jobCheckpoint saves an HTTP target's checkpoint for its attempt: the
+// body (at most 4 KiB), which the job's next attempt receives as
+// Switchyard-Checkpoint. The attempt is named by Switchyard-Token and
+// proven by Switchyard-Attempt-Secret, both from the attempt's request;
+// the save counts only while that attempt holds the job (I4): a secret
+// that does not match, or an attempt that lost the job, is 409 and
+// changes nothing.
+func (s *Server) jobCheckpoint(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.AttemptKey == nil {
+		return notImplemented(w, r)
+	}
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	token, err := strconv.ParseInt(r.Header.Get("Switchyard-Token"), 10, 64)
+	if err != nil {
+		return badRequest("Switchyard-Token", "header required: the attempt's token, as its request carried it")
+	}
+	secret := r.Header.Get("Switchyard-Attempt-Secret")
+	if secret == "" {
+		return badRequest("Switchyard-Attempt-Secret", "header required: the attempt's secret, as its request carried it")
+	}
+	want := workers.AttemptSecret(s.cfg.AttemptKey, id, token)
+	if !hmac.Equal([]byte(secret), []byte(want)) {
+		return &httpError{status: http.StatusConflict, field: "Switchyard-Attempt-Secret",
+			msg: fmt.Sprintf("not the secret of attempt %d of job %d: no checkpoint saved", token, id)}
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, MaxHTTPCheckpointBytes+1))
+	if err != nil {
+		return badRequest("body", "reading the body: %v", err)
+	}
+	if len(data) > MaxHTTPCheckpointBytes {
+		return &httpError{status: http.StatusRequestEntityTooLarge, field: "body",
+			msg: fmt.Sprintf("a checkpoint is at most %d bytes", MaxHTTPCheckpointBytes)}
+	}
+	switch err := s.store.JobCheckpoint(r.Context(), id, token, data); {
+	case errors.Is(err, pgstore.ErrLeaseLost):
+		return &httpError{status: http.StatusConflict, field: "Switchyard-Token",
+			msg: fmt.Sprintf("attempt %d no longer holds job %d: no checkpoint saved", token, id)}
+	case err != nil:
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 

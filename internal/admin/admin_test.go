@@ -594,7 +594,7 @@ func TestToken(t *testing.T) {
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "switchyard_up 1\n")
 	})
-	e := newEnv(t, Config{Token: "s3cret", Metrics: metrics})
+	e := newEnv(t, Config{Token: "s3cret", Metrics: metrics, AttemptKey: make([]byte, 32)})
 	for _, c := range []struct {
 		name, path, auth string
 		status           int
@@ -609,6 +609,9 @@ func TestToken(t *testing.T) {
 		{"unknown /v1 path needs the token first", "/v1/nope", "", http.StatusUnauthorized},
 		{"unknown /v1 path with the token", "/v1/nope", "Bearer s3cret", http.StatusNotFound},
 		{"actions need the token", "/v1/jobs/1/cancel", "", http.StatusUnauthorized},
+		// Its attempt's secret is its credential; this one has none.
+		{"a checkpoint needs no token", "/v1/jobs/1/checkpoint", "", http.StatusBadRequest},
+		{"nor a look-alike path", "/v1/jobs/1/checkpoint/x", "", http.StatusUnauthorized},
 		{"healthz is open", "/healthz", "", http.StatusOK},
 		{"metrics are open", "/metrics", "", http.StatusOK},
 		{"dashboard is open", "/", "", http.StatusOK},
@@ -616,7 +619,7 @@ func TestToken(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			method := "GET"
-			if strings.HasSuffix(c.path, "/cancel") {
+			if strings.HasSuffix(c.path, "/cancel") || strings.Contains(c.path, "/checkpoint") {
 				method = "POST"
 			}
 			r := e.do(t, method, c.path, nil, c.auth).must(t, c.status)

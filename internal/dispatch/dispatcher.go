@@ -73,6 +73,9 @@ type Config struct {
 	// ResultMaxBytes is how much of a success's result is kept, by route
 	// (result_max_bytes); a route not listed keeps none.
 	ResultMaxBytes map[string]int
+	// AttemptKey signs every attempt's workers.Job.AttemptSecret
+	// (pgstore.Store.AttemptKey); nil: attempts carry none.
+	AttemptKey []byte
 }
 
 // DefaultBackoff applies to routes without their own.
@@ -133,7 +136,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 func (d *Dispatcher) poolEnv() poolEnv {
 	return poolEnv{store: d.store, metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
 		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused, limits: d.cfg.Limits,
-		resultMax: d.cfg.ResultMaxBytes}
+		resultMax: d.cfg.ResultMaxBytes, attemptKey: d.cfg.AttemptKey}
 }
 
 // Start launches the pools, the completer, the rescuer and the wake-up

@@ -32,6 +32,8 @@ type poolEnv struct {
 	limits map[string]map[string]pgstore.FlowLimit
 	// resultMax is Config.ResultMaxBytes.
 	resultMax map[string]int
+	// attemptKey signs each held attempt's AttemptSecret; nil: none.
+	attemptKey []byte
 }
 
 // limited reports whether a route of a queue has fleet-wide flow limits.

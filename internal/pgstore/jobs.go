@@ -472,6 +472,13 @@ type Lease struct {
 	Token int64
 }
 
+// AttemptKey is the deployment's key of attempt secrets (migration 0015).
+func (s *Store) AttemptKey(ctx context.Context) ([]byte, error) {
+	var key []byte
+	err := s.pool.QueryRow(ctx, `SELECT key FROM attempt_key`).Scan(&key)
+	return key, err
+}
+
 // MaxCheckpointBytes bounds a saved checkpoint: progress, not data.
 const MaxCheckpointBytes = 1 << 20
 
