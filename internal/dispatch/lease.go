@@ -58,15 +58,21 @@ func (p *pool) releaseLeases(jobs ...*workers.Job) {
 	}
 }
 
-// heartbeat extends all leases of the pool in one statement and cancels
-// the handlers of those it could not extend.
-func (p *pool) heartbeat() {
+// held is a snapshot of the leases the pool holds.
+func (p *pool) held() []pgstore.Lease {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	leases := make([]pgstore.Lease, 0, len(p.leases))
 	for token, r := range p.leases {
 		leases = append(leases, pgstore.Lease{ID: r.job.ID, Token: token})
 	}
-	p.mu.Unlock()
+	return leases
+}
+
+// heartbeat extends all leases of the pool in one statement and cancels
+// the handlers of those it could not extend.
+func (p *pool) heartbeat() {
+	leases := p.held()
 	if len(leases) == 0 {
 		return
 	}
@@ -137,12 +143,7 @@ func (p *pool) cancelJob(id int64) {
 // recheckCancels cancels the attempts of the pool's held jobs that were
 // cancelled while no NOTIFY could reach this process.
 func (p *pool) recheckCancels() {
-	p.mu.Lock()
-	leases := make([]pgstore.Lease, 0, len(p.leases))
-	for token, r := range p.leases {
-		leases = append(leases, pgstore.Lease{ID: r.job.ID, Token: token})
-	}
-	p.mu.Unlock()
+	leases := p.held()
 	if len(leases) == 0 {
 		return
 	}
