@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -83,6 +84,19 @@ func (e *InputError) Error() string { return e.Field + ": " + e.Msg }
 // Enqueue makes the job, or finds the one an earlier request with the
 // same idempotency key made.
 func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (EnqueueResult, error) {
+	return e.enqueue(ctx, req, e.store.JobEnqueue)
+}
+
+// EnqueueTx is Enqueue in the caller's transaction (pgstore's
+// JobEnqueueTx): the job exists if and only if tx commits.
+func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, req EnqueueRequest) (EnqueueResult, error) {
+	return e.enqueue(ctx, req, func(ctx context.Context, j pgstore.NewJob) (pgstore.Enqueued, error) {
+		return e.store.JobEnqueueTx(ctx, tx, j)
+	})
+}
+
+func (e *Enqueuer) enqueue(ctx context.Context, req EnqueueRequest,
+	insert func(context.Context, pgstore.NewJob) (pgstore.Enqueued, error)) (EnqueueResult, error) {
 	limit, known := e.maxDepth[req.Queue]
 	if !known {
 		return EnqueueResult{}, ErrUnknownQueue
@@ -115,7 +129,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (EnqueueResu
 			return EnqueueResult{ID: found.ID, State: found.State}, nil
 		}
 	}
-	enq, err := e.store.JobEnqueue(ctx, *j)
+	enq, err := insert(ctx, *j)
 	if err != nil {
 		return EnqueueResult{}, err
 	}

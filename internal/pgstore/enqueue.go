@@ -30,13 +30,42 @@ type Enqueued struct {
 // version, after the lane's Kafka records of the same version (it has no
 // offset). A created job that is runnable wakes its queue.
 func (s *Store) JobEnqueue(ctx context.Context, j NewJob) (Enqueued, error) {
+	var e Enqueued
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		e, err = s.jobEnqueue(ctx, tx, j)
+		return err
+	})
+	return e, err
+}
+
+// JobEnqueueTx is JobEnqueue in the caller's transaction, on a connection
+// of the caller's pool: the job exists if and only if tx commits, and its
+// queue is woken at the commit (NOTIFY is transactional). The schema is
+// made the transaction's search_path for the statements of the enqueue
+// only, then set back as it was.
+func (s *Store) JobEnqueueTx(ctx context.Context, tx pgx.Tx, j NewJob) (Enqueued, error) {
+	var was string
+	if err := tx.QueryRow(ctx, `SELECT current_setting('search_path'), set_config('search_path', $1, true)`,
+		pgx.Identifier{s.schema}.Sanitize()).Scan(&was, new(string)); err != nil {
+		return Enqueued{}, err
+	}
+	e, err := s.jobEnqueue(ctx, tx, j)
+	if err != nil {
+		return e, err // the transaction is aborted: its search_path no longer matters
+	}
+	_, err = tx.Exec(ctx, `SELECT set_config('search_path', $1, true)`, was)
+	return e, err
+}
+
+// jobEnqueue is JobEnqueue's work in tx, whose search_path is the schema.
+func (s *Store) jobEnqueue(ctx context.Context, tx pgx.Tx, j NewJob) (Enqueued, error) {
 	state := jobstate.Queued
 	if j.Lane != nil {
 		state = jobstate.Waiting
 	}
 	var e Enqueued
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		e = Enqueued{}
+	err := func() error {
 		err := tx.QueryRow(ctx, `
 			WITH k AS (
 				INSERT INTO job_keys (job_id, route, origin, dedupe_key, key)
@@ -81,7 +110,7 @@ func (s *Store) JobEnqueue(ctx context.Context, j NewJob) (Enqueued, error) {
 		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.Channel(), j.Queue)
 		return err
-	})
+	}()
 	return e, err
 }
 
