@@ -237,6 +237,9 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.attemptKey, err = store.AttemptKey(ctx); err != nil {
 		return fmt.Errorf("postgres: read the attempt key: %w", err)
 	}
+	if err := store.RoutesPublish(ctx, e.routeRows()); err != nil {
+		return fmt.Errorf("postgres: publish the routes for enqueue(): %w", err)
+	}
 	kopts, err := ingest.ClientOpts(e.cfg.Kafka, e.opts.OAuthToken)
 	if err != nil {
 		return err
@@ -505,6 +508,18 @@ func (e *Engine) adminRoutes() []admin.RouteConfig {
 	for _, r := range e.cfg.Routes {
 		out = append(out, admin.RouteConfig{Name: r.Topic, Topic: r.Topic, Queue: r.Queue,
 			MaxDepth: e.cfg.Queues[r.Queue].MaxDepth, Limits: admin.NewRouteLimits(r)})
+	}
+	return out
+}
+
+// routeRows are the config's routes as the SQL function enqueue() takes
+// their settings.
+func (e *Engine) routeRows() []pgstore.RouteRow {
+	var out []pgstore.RouteRow
+	for i, r := range e.cfg.Routes {
+		out = append(out, pgstore.RouteRow{Queue: r.Queue, Kind: r.Kind, Route: r.Topic, MaxAttempts: r.MaxAttempts,
+			TTL: r.TTL.D(), Lane: e.compiled[i].Lane, OnDead: r.OnDead, Limited: flowLimit(r).Limited(),
+			Grouped: r.Group != nil, Coalesce: r.Coalesce == "latest", MaxDepth: e.cfg.Queues[r.Queue].MaxDepth})
 	}
 	return out
 }

@@ -21,7 +21,7 @@ func (e *env) reset(ctx context.Context) error {
 	var tables string
 	err := e.store.Pool().QueryRow(ctx, `
 		SELECT coalesce(string_agg(quote_ident(tablename), ', '), '') FROM pg_tables
-		WHERE schemaname = current_schema() AND tablename NOT IN ('schema_migrations', 'schema_functions')`).Scan(&tables)
+		WHERE schemaname = current_schema() AND tablename NOT IN ('schema_migrations', 'schema_functions', 'attempt_key')`).Scan(&tables)
 	if err != nil || tables == "" {
 		return err
 	}

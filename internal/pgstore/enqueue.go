@@ -2,7 +2,7 @@ package pgstore
 
 import (
 	"context"
-	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,59 +58,22 @@ func (s *Store) JobEnqueueTx(ctx context.Context, tx pgx.Tx, j NewJob) (Enqueued
 	return e, err
 }
 
-// jobEnqueue is JobEnqueue's work in tx, whose search_path is the schema.
+// jobEnqueue is JobEnqueue's work in tx, whose search_path is the schema:
+// functions.sql's job_enqueue, the one definition that the SQL enqueue()
+// shares.
 func (s *Store) jobEnqueue(ctx context.Context, tx pgx.Tx, j NewJob) (Enqueued, error) {
-	state := jobstate.Queued
-	if j.Lane != nil {
-		state = jobstate.Waiting
+	var policy, onDead, gapPolicy *string
+	var gapMS *int64
+	if l := j.Lane; l != nil {
+		ms := l.GapTimeout.Milliseconds()
+		policy, onDead, gapPolicy, gapMS = &l.Policy, &l.OnDead, &l.GapPolicy, &ms
 	}
 	var e Enqueued
-	err := func() error {
-		err := tx.QueryRow(ctx, `
-			WITH k AS (
-				INSERT INTO job_keys (job_id, route, origin, dedupe_key, key)
-				VALUES (nextval('jobs_id_seq'), $2, $1, $8, $6)
-				ON CONFLICT (route, origin, dedupe_key) DO NOTHING
-				RETURNING job_id
-			)
-			INSERT INTO jobs (id, origin, route, kind, queue, state, key, version, dedupe_key, payload,
-				header_keys, header_values, max_attempts, deadline, scheduled_at, lane, grp)
-			SELECT k.job_id, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, coalesce($14, now()), $15, $16 FROM k
-			RETURNING id`,
-			j.origin(), j.Route, j.Kind, j.Queue, state, j.Key, j.Version, j.DedupeKey, nonNilByte(j.Payload),
-			nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline, j.RunAt, j.Lane != nil, j.group()).Scan(&e.ID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// The conflict waited for the row's transaction to end, so a
-			// new statement sees it.
-			return tx.QueryRow(ctx, `SELECT j.id, j.state, j.payload = $4 FROM job_keys k JOIN jobs j ON j.id = k.job_id
-				WHERE k.route = $1 AND k.origin = $2 AND k.dedupe_key = $3`,
-				j.Route, j.origin(), j.DedupeKey, nonNilByte(j.Payload)).Scan(&e.ID, &e.State, &e.SamePayload)
-		}
-		if err != nil {
-			return err
-		}
-		e.Created, e.SamePayload, e.State = true, true, state
-		if j.Lane != nil {
-			jobs := []NewJob{j}
-			if err := upsertLanes(ctx, tx, jobs); err != nil {
-				return err
-			}
-			if err := promoteLanes(ctx, tx, jobs); err != nil {
-				return err
-			}
-			if err := tx.QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, e.ID).Scan(&e.State); err != nil {
-				return err
-			}
-		}
-		if _, err := coalesceJobs(ctx, tx, []NewJob{j}); err != nil {
-			return err
-		}
-		if e.State != jobstate.Queued {
-			return nil
-		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.Channel(), j.Queue)
-		return err
-	}()
+	err := tx.QueryRow(ctx, `SELECT * FROM job_enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+		$14, $15, $16, $17, $18, $19, $20)`,
+		j.origin(), j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey, nonNilByte(j.Payload),
+		nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline, j.RunAt,
+		policy, onDead, gapMS, gapPolicy, j.group(), j.Coalesce, s.Channel()).Scan(&e.ID, &e.State, &e.Created, &e.SamePayload)
 	return e, err
 }
 
@@ -144,4 +107,55 @@ func (s *Store) RouteActive(ctx context.Context, route string) (bool, error) {
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs
 		WHERE route = $1 AND state IN ('waiting', 'queued', 'running', 'retrying'))`, route).Scan(&active)
 	return active, err
+}
+
+// RouteRow is a route as the SQL function enqueue() takes its settings
+// (migration 0016).
+type RouteRow struct {
+	Queue, Kind, Route string
+	MaxAttempts        int
+	TTL                time.Duration // 0: none
+	Lane               *LanePolicy   // nil: unordered
+	OnDead             string
+	Limited, Grouped   bool
+	Coalesce           bool
+	MaxDepth           int
+}
+
+// RoutesPublish replaces the routes table with rows: the config of the
+// process that publishes last is what enqueue() follows. The first row
+// of a (queue, kind) wins, as the enqueue API's route lookup does.
+func (s *Store) RoutesPublish(ctx context.Context, rows []RouteRow) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM routes`); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		for _, r := range rows {
+			var ttl *time.Duration
+			if r.TTL > 0 {
+				ttl = &r.TTL
+			}
+			var policy *string
+			lane := LanePolicy{OnDead: r.OnDead, GapTimeout: time.Minute, GapPolicy: "park"}
+			if r.Lane != nil {
+				policy, lane = &r.Lane.Policy, *r.Lane
+			}
+			b.Queue(`INSERT INTO routes (queue, kind, route, max_attempts, ttl, lane_policy, on_dead, gap_timeout,
+				gap_policy, limited, grouped, coalesce, max_depth)
+				VALUES ($1, $2, $3, $4, $5 * interval '1 millisecond', $6, $7, $8 * interval '1 millisecond', $9, $10, $11, $12, $13)
+				ON CONFLICT (queue, kind) DO NOTHING`,
+				r.Queue, r.Kind, r.Route, r.MaxAttempts, durationMS(ttl), policy, lane.OnDead, lane.GapTimeout.Milliseconds(),
+				lane.GapPolicy, r.Limited, r.Grouped, r.Coalesce, r.MaxDepth)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+}
+
+func durationMS(d *time.Duration) *int64 {
+	if d == nil {
+		return nil
+	}
+	ms := d.Milliseconds()
+	return &ms
 }

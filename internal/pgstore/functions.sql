@@ -259,3 +259,193 @@ CREATE OR REPLACE TRIGGER jobs_lane_advance AFTER UPDATE OF state ON jobs
           AND (NEW.state IN ('succeeded', 'dead', 'cancelled', 'expired', 'skipped', 'coalesced') OR OLD.state = 'dead')
           AND current_setting('switchyard.lanes_batched', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION lane_job_changed();
+
+-- lanes_upsert creates the lanes of ordered jobs, or updates their
+-- settings when their route's changed: one row per (route, key), in
+-- parallel arrays. Lane rows are locked in (route, key) order, so two
+-- callers touching the same lanes cannot deadlock; ON CONFLICT DO UPDATE
+-- locks the row even when its WHERE leaves it unchanged, and writes only
+-- when the settings changed. Ingest calls it per batch, job_enqueue per
+-- job: the one definition.
+CREATE OR REPLACE FUNCTION lanes_upsert(p_route text[], p_key text[], p_policy text[], p_on_dead text[],
+    p_gap_ms bigint[], p_gap_policy text[]) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO lanes AS l (route, key, policy, on_dead, gap_timeout, gap_policy)
+    SELECT route, key, policy, on_dead, gap_ms * interval '1 millisecond', gap_policy
+    FROM unnest(p_route, p_key, p_policy, p_on_dead, p_gap_ms, p_gap_policy)
+        AS u(route, key, policy, on_dead, gap_ms, gap_policy)
+    ORDER BY route, key
+    ON CONFLICT (route, key) DO UPDATE SET policy = excluded.policy, on_dead = excluded.on_dead,
+        gap_timeout = excluded.gap_timeout, gap_policy = excluded.gap_policy
+    WHERE (l.policy, l.on_dead, l.gap_timeout, l.gap_policy)
+        IS DISTINCT FROM (excluded.policy, excluded.on_dead, excluded.gap_timeout, excluded.gap_policy)
+$$;
+
+-- lanes_promote_idle promotes a head in every idle lane named (lanes_upsert
+-- made them), in (route, key) order. A lane without a row is left alone:
+-- promotion only ever looks at rows that exist.
+CREATE OR REPLACE FUNCTION lanes_promote_idle(p_route text[], p_key text[]) RETURNS void
+LANGUAGE sql AS $$
+    SELECT lane_promote(l.route, l.key)
+    FROM lanes l JOIN unnest(p_route, p_key) AS u(route, key) USING (route, key)
+    WHERE l.head_job_id IS NULL AND NOT l.blocked
+    ORDER BY l.route, l.key
+$$;
+
+-- jobs_coalesce ends coalesced the unstarted jobs of each (route, key)
+-- named but its newest (coalesce: latest): in a lane's order (version,
+-- offset, id) reversed, by ids alone elsewhere, as a key may span
+-- partitions. A lane's head is never replaced (it may be running, or
+-- about to), nor any started job. It returns the kind of each job it
+-- ended, for the metrics.
+CREATE OR REPLACE FUNCTION jobs_coalesce(p_route text[], p_key text[]) RETURNS SETOF text
+LANGUAGE sql AS $$
+    WITH c AS (
+        SELECT j.id,
+            row_number() OVER (PARTITION BY j.route, j.key ORDER BY
+                CASE WHEN j.lane THEN j.version END DESC NULLS LAST,
+                CASE WHEN j.lane THEN j.src_offset END DESC NULLS LAST, j.id DESC) AS newest
+        FROM unnest(p_route, p_key) AS u(route, key)
+        JOIN job_keys k ON k.route = u.route AND k.key = u.key
+        JOIN jobs j ON j.id = k.job_id
+        WHERE j.state IN ('waiting', 'queued', 'retrying')
+          AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id)
+    )
+    UPDATE jobs j SET state = 'coalesced', finished_at = now(), lease_expires_at = NULL,
+        last_error = 'replaced by a newer record of its key before it started'
+    FROM c WHERE j.id = c.id AND c.newest > 1 AND j.state IN ('waiting', 'queued', 'retrying')
+    RETURNING j.kind
+$$;
+
+-- job_enqueue inserts one job that did not come from Kafka (the enqueue
+-- API, the Go client, enqueue() below, a schedule), runnable from
+-- p_run_at (NULL: now), or finds the job its dedupe key already made in
+-- its origin's namespace (I2). A job of an ordered route (p_lane_policy
+-- set) joins its key's lane, promoted if the lane is idle: it takes its
+-- place by version, after the lane's Kafka records of the same version
+-- (it has no offset). With p_coalesce it replaces its key's unstarted
+-- jobs. A created job that is runnable wakes its queue at commit
+-- (p_channel). same_payload says, for a job found, whether it carries
+-- this payload: a key reused for another request is the caller's
+-- mistake, not a retry.
+CREATE OR REPLACE FUNCTION job_enqueue(p_origin text, p_route text, p_kind text, p_queue text, p_key text, p_version bigint,
+    p_dedupe text, p_payload bytea, p_header_keys text[], p_header_values bytea[], p_max_attempts integer,
+    p_deadline timestamptz, p_run_at timestamptz, p_lane_policy text, p_on_dead text, p_gap_ms bigint,
+    p_gap_policy text, p_grp text, p_coalesce boolean, p_channel text)
+RETURNS TABLE (job_id bigint, job_state text, created boolean, same_payload boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id    bigint;
+    v_state text := CASE WHEN p_lane_policy IS NULL THEN 'queued' ELSE 'waiting' END;
+BEGIN
+    WITH k AS (
+        INSERT INTO job_keys (job_id, route, origin, dedupe_key, key)
+        VALUES (nextval('jobs_id_seq'), p_route, p_origin, p_dedupe, p_key)
+        ON CONFLICT (route, origin, dedupe_key) DO NOTHING
+        RETURNING job_keys.job_id
+    )
+    INSERT INTO jobs (id, origin, route, kind, queue, state, key, version, dedupe_key, payload,
+        header_keys, header_values, max_attempts, deadline, scheduled_at, lane, grp)
+    SELECT k.job_id, p_origin, p_route, p_kind, p_queue, v_state, p_key, p_version, p_dedupe, p_payload,
+        p_header_keys, p_header_values, p_max_attempts, p_deadline, coalesce(p_run_at, now()),
+        p_lane_policy IS NOT NULL, p_grp
+    FROM k
+    RETURNING jobs.id INTO v_id;
+    IF v_id IS NULL THEN
+        -- The conflict waited for the row's transaction to end, so this
+        -- statement sees it.
+        RETURN QUERY SELECT j.id, j.state, false, j.payload = p_payload
+            FROM job_keys k JOIN jobs j ON j.id = k.job_id
+            WHERE k.route = p_route AND k.origin = p_origin AND k.dedupe_key = p_dedupe;
+        RETURN;
+    END IF;
+    IF p_lane_policy IS NOT NULL THEN
+        PERFORM lanes_upsert(ARRAY[p_route], ARRAY[p_key], ARRAY[p_lane_policy], ARRAY[p_on_dead],
+            ARRAY[p_gap_ms], ARRAY[p_gap_policy]);
+        PERFORM lanes_promote_idle(ARRAY[p_route], ARRAY[p_key]);
+        SELECT j.state INTO v_state FROM jobs j WHERE j.id = v_id;
+    END IF;
+    IF p_coalesce AND p_key <> '' THEN
+        PERFORM jobs_coalesce(ARRAY[p_route], ARRAY[p_key]);
+    END IF;
+    IF v_state = 'queued' THEN
+        PERFORM pg_notify(p_channel, p_queue);
+    END IF;
+    RETURN QUERY SELECT v_id, v_state, true, true;
+END $$;
+
+-- enqueue is the SQL way in (SPEC §8): any language enqueues a job in its
+-- own transaction, which the job exists in if and only if it commits;
+-- the queue's idle pools are woken at the commit. Named arguments:
+--
+--   SELECT * FROM myschema.enqueue(queue => 'bulk', kind => 'invoice.render',
+--       payload => convert_to('{"order":42}', 'UTF8'), idempotency_key => 'invoice-42');
+--
+-- The job takes the settings of the route of its kind in its queue (the
+-- routes table, published by the processes at start), is deduplicated by
+-- idempotency_key in the API's namespace (a second call finds the first
+-- call's job, created false), and a job of an ordered route joins its
+-- key's lane: key, and version under a version policy, are arguments
+-- here, not read from the payload. A route whose group value is read from
+-- the payload is refused: enqueue its jobs through the API or the Go
+-- client. Errors name the argument (SQLSTATE 22023), or the queue over its
+-- max_depth (53400). It runs with the schema's search_path whatever the
+-- caller's (SET ... FROM CURRENT: the one migrate applied it with).
+CREATE OR REPLACE FUNCTION enqueue(queue text, kind text, payload bytea, idempotency_key text,
+    key text DEFAULT NULL, version bigint DEFAULT NULL, run_at timestamptz DEFAULT NULL,
+    content_type text DEFAULT NULL)
+RETURNS TABLE (id bigint, state text, created boolean)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_column
+DECLARE
+    r     routes%ROWTYPE;
+    v_key text := coalesce($5, '');
+    v_at  timestamptz;
+    e     record;
+BEGIN
+    SELECT * INTO r FROM routes WHERE routes.queue = $1 AND routes.kind = $2;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'kind: no route of queue % has kind % (a process publishes its config''s routes at start)', $1, $2
+            USING ERRCODE = '22023';
+    END IF;
+    IF coalesce($4, '') = '' THEN
+        RAISE EXCEPTION 'idempotency_key: required: it makes a retried call find its job instead of making another'
+            USING ERRCODE = '22023';
+    END IF;
+    IF octet_length($4) > 1024 OR octet_length(v_key) > 1024 THEN
+        RAISE EXCEPTION '%: over the 1024-byte limit of keys', CASE WHEN octet_length($4) > 1024 THEN 'idempotency_key' ELSE 'key' END
+            USING ERRCODE = '22023';
+    END IF;
+    IF r.lane_policy IS NOT NULL AND v_key = '' THEN
+        RAISE EXCEPTION 'key: required: route % is ordered, its jobs run in per-key lanes', r.route USING ERRCODE = '22023';
+    END IF;
+    IF r.lane_policy IN ('newer', 'strict') AND $6 IS NULL THEN
+        RAISE EXCEPTION 'version: required: route % orders its lanes by version (%)', r.route, r.lane_policy
+            USING ERRCODE = '22023';
+    END IF;
+    IF r.grouped THEN
+        RAISE EXCEPTION 'kind: route % caps its groups, whose value it reads from the payload: enqueue through the API or the Go client', r.route
+            USING ERRCODE = '22023';
+    END IF;
+    IF $7 > now() + interval '100 years' THEN
+        RAISE EXCEPTION 'run_at: % is more than 100 years away', $7 USING ERRCODE = '22023';
+    END IF;
+    IF r.max_depth > 0 AND (SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE j.queue = $1
+            AND j.state IN ('waiting', 'queued', 'retrying') LIMIT r.max_depth) d) >= r.max_depth THEN
+        RAISE EXCEPTION 'queue % is over its max_depth %; try again later', $1, r.max_depth USING ERRCODE = '53400';
+    END IF;
+    v_at := CASE WHEN $7 > now() THEN $7 END;
+    SELECT * INTO e FROM job_enqueue('api', r.route, $2, $1, v_key, $6, $4, coalesce($3, ''::bytea),
+        CASE WHEN $8 IS NULL THEN '{}'::text[] ELSE ARRAY['content-type'] END,
+        CASE WHEN $8 IS NULL THEN '{}'::bytea[] ELSE ARRAY[convert_to($8, 'UTF8')] END,
+        r.max_attempts, coalesce(v_at, now()) + r.ttl, v_at, r.lane_policy, r.on_dead,
+        (extract(epoch FROM r.gap_timeout) * 1000)::bigint, r.gap_policy,
+        CASE WHEN r.limited THEN '*' END, r.coalesce, current_schema() || '_jobs');
+    IF NOT e.created AND NOT e.same_payload THEN
+        RAISE EXCEPTION 'idempotency_key: % already made job % with a different payload', $4, e.job_id
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY SELECT e.job_id, e.job_state, e.created;
+END $$;

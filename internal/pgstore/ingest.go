@@ -271,24 +271,7 @@ func coalesceJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob) (map[string]int
 	if len(routes) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, `
-		WITH c AS (
-			SELECT j.id, j.state,
-				-- A lane's order (version, offset, id) reversed; ids alone
-				-- elsewhere, as a key may span partitions.
-				row_number() OVER (PARTITION BY j.route, j.key ORDER BY
-					CASE WHEN j.lane THEN j.version END DESC NULLS LAST,
-					CASE WHEN j.lane THEN j.src_offset END DESC NULLS LAST, j.id DESC) AS newest
-			FROM unnest($1::text[], $2::text[]) AS u(route, key)
-			JOIN job_keys k ON k.route = u.route AND k.key = u.key
-			JOIN jobs j ON j.id = k.job_id
-			WHERE j.state IN ('waiting', 'queued', 'retrying')
-			  AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id)
-		)
-		UPDATE jobs j SET state = 'coalesced', finished_at = now(), lease_expires_at = NULL,
-			last_error = 'replaced by a newer record of its key before it started'
-		FROM c WHERE j.id = c.id AND c.newest > 1 AND j.state IN ('waiting', 'queued', 'retrying')
-		RETURNING j.kind`, routes, keys)
+	rows, err := tx.Query(ctx, `SELECT kind FROM jobs_coalesce($1, $2) kind`, routes, keys)
 	if err != nil {
 		return nil, fmt.Errorf("coalesce: %w", err)
 	}
@@ -583,16 +566,7 @@ func upsertLanes(ctx context.Context, tx pgx.Tx, jobs []NewJob) error {
 	if len(l.route) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `
-		INSERT INTO lanes AS l (route, key, policy, on_dead, gap_timeout, gap_policy)
-		SELECT route, key, policy, on_dead, gap_ms * interval '1 millisecond', gap_policy
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[])
-			AS u(route, key, policy, on_dead, gap_ms, gap_policy)
-		ORDER BY route, key
-		ON CONFLICT (route, key) DO UPDATE SET policy = excluded.policy, on_dead = excluded.on_dead,
-			gap_timeout = excluded.gap_timeout, gap_policy = excluded.gap_policy
-		WHERE (l.policy, l.on_dead, l.gap_timeout, l.gap_policy)
-			IS DISTINCT FROM (excluded.policy, excluded.on_dead, excluded.gap_timeout, excluded.gap_policy)`,
+	_, err := tx.Exec(ctx, `SELECT lanes_upsert($1, $2, $3, $4, $5, $6)`,
 		l.route, l.key, l.policy, l.onDead, l.gapMS, l.gapPolicy)
 	if err != nil {
 		return fmt.Errorf("lanes: %w", err)
@@ -608,11 +582,7 @@ func promoteLanes(ctx context.Context, tx pgx.Tx, jobs []NewJob) error {
 	if len(l.route) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `
-		SELECT lane_promote(l.route, l.key)
-		FROM lanes l JOIN unnest($1::text[], $2::text[]) AS u(route, key) USING (route, key)
-		WHERE l.head_job_id IS NULL AND NOT l.blocked
-		ORDER BY l.route, l.key`, l.route, l.key)
+	_, err := tx.Exec(ctx, `SELECT lanes_promote_idle($1, $2)`, l.route, l.key)
 	if err != nil {
 		return fmt.Errorf("promote lanes: %w", err)
 	}

@@ -473,9 +473,18 @@ type Lease struct {
 }
 
 // AttemptKey is the deployment's key of attempt secrets (migration 0015).
+// A table emptied since (by hand) gets a new key, so that a process can
+// start; the secrets of attempts running then stop saving checkpoints.
 func (s *Store) AttemptKey(ctx context.Context) ([]byte, error) {
 	var key []byte
-	err := s.pool.QueryRow(ctx, `SELECT key FROM attempt_key`).Scan(&key)
+	err := s.pool.QueryRow(ctx, `
+		WITH made AS (
+			INSERT INTO attempt_key (key) SELECT uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid())
+			WHERE NOT EXISTS (SELECT 1 FROM attempt_key)
+			ON CONFLICT DO NOTHING
+			RETURNING key
+		)
+		SELECT key FROM made UNION ALL SELECT key FROM attempt_key LIMIT 1`).Scan(&key)
 	return key, err
 }
 
