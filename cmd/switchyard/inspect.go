@@ -86,7 +86,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				return notFoundAs(err, "job", id)
 			}
 		}
-		j, err := store.JobGet(ctx, id)
+		j, err := store.JobGetDetail(ctx, id)
 		if err != nil {
 			return notFoundAs(err, "job", id)
 		}

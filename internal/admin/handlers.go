@@ -49,41 +49,19 @@ func (s *Server) jobGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	job, err := s.store.JobGet(r.Context(), id)
+	job, err := s.store.JobGetDetail(r.Context(), id)
 	if errors.Is(err, pgstore.ErrNotFound) {
 		return jobNotFound(id)
 	}
 	if err != nil {
 		return err
 	}
-	ct, data, err := s.store.JobResult(r.Context(), id)
-	if err != nil && !errors.Is(err, pgstore.ErrNotFound) {
-		return err
-	}
-	detail := jobDetail{JobRow: job}
-	if data != nil {
-		detail.Result = &resultView{ContentType: ct, Bytes: len(data), Base64: data}
-	}
-	s.writeJSON(w, http.StatusOK, detail)
+	s.writeJSON(w, http.StatusOK, job)
 	return nil
 }
 
 func jobNotFound(id int64) error {
 	return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("job %d not found", id), field: "id"}
-}
-
-// jobDetail is GET /v1/jobs/{id}: the job and its result.
-type jobDetail struct {
-	pgstore.JobRow
-	Result *resultView `json:"result,omitempty"`
-}
-
-// resultView is a kept result: its content type, size and bytes (base64
-// in JSON; GET /v1/jobs/{id}/result answers them raw).
-type resultView struct {
-	ContentType string `json:"content_type"`
-	Bytes       int    `json:"bytes"`
-	Base64      []byte `json:"base64"`
 }
 
 // jobResult answers a job's result raw, with its content type. The body

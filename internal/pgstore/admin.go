@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,6 +73,38 @@ func (s *Store) JobResult(ctx context.Context, id int64) (contentType string, da
 		contentType = *ct
 	}
 	return contentType, data, notFound(err)
+}
+
+// JobDetail is a job with its kept result: what GET /v1/jobs/{id} and
+// `switchyard jobs get` show.
+type JobDetail struct {
+	JobRow
+	Result *ResultView `json:"result,omitempty"`
+}
+
+// ResultView is a kept result: its content type, size and bytes (base64
+// in JSON; GET /v1/jobs/{id}/result answers them raw).
+type ResultView struct {
+	ContentType string `json:"content_type"`
+	Bytes       int    `json:"bytes"`
+	Base64      []byte `json:"base64"`
+}
+
+// JobGetDetail returns one job with its result, or ErrNotFound.
+func (s *Store) JobGetDetail(ctx context.Context, id int64) (JobDetail, error) {
+	job, err := s.JobGet(ctx, id)
+	if err != nil {
+		return JobDetail{}, err
+	}
+	d := JobDetail{JobRow: job}
+	ct, data, err := s.JobResult(ctx, id)
+	if data != nil {
+		d.Result = &ResultView{ContentType: ct, Bytes: len(data), Base64: data}
+	}
+	if errors.Is(err, ErrNotFound) {
+		err = nil // retention removed it between the two reads: no result
+	}
+	return d, err
 }
 
 // JobFilter selects jobs for listing; empty fields do not filter. Results
