@@ -192,14 +192,19 @@ func (e *Engine) resolve(j *workers.Job) (workers.Handler, error) {
 
 // Migrate creates or upgrades the schema that cfg names (postgres.url and
 // postgres.schema), as `switchyard migrate` does: safe to run from several
-// processes at once. It returns what it applied.
+// processes at once. It returns what it applied. It also publishes cfg's
+// routes for the SQL function enqueue(), as every process does at start.
 func Migrate(ctx context.Context, cfg *config.Config) ([]string, error) {
 	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
-	return store.Migrate(ctx)
+	applied, err := store.Migrate(ctx)
+	if err != nil {
+		return applied, err
+	}
+	return applied, publishRoutes(ctx, store, cfg)
 }
 
 // Addr is the admin server's address once started ("" when disabled).
@@ -237,8 +242,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	if e.attemptKey, err = store.AttemptKey(ctx); err != nil {
 		return fmt.Errorf("postgres: read the attempt key: %w", err)
 	}
-	if err := store.RoutesPublish(ctx, e.routeRows()); err != nil {
-		return fmt.Errorf("postgres: publish the routes for enqueue(): %w", err)
+	if err := publishRoutes(ctx, store, e.cfg); err != nil {
+		return err
 	}
 	kopts, err := ingest.ClientOpts(e.cfg.Kafka, e.opts.OAuthToken)
 	if err != nil {
@@ -514,14 +519,30 @@ func (e *Engine) adminRoutes() []admin.RouteConfig {
 
 // routeRows are the config's routes as the SQL function enqueue() takes
 // their settings.
-func (e *Engine) routeRows() []pgstore.RouteRow {
+func routeRows(cfg *config.Config) ([]pgstore.RouteRow, error) {
 	var out []pgstore.RouteRow
-	for i, r := range e.cfg.Routes {
+	for i, r := range cfg.Routes {
+		cr, err := ingest.CompileRoute(r)
+		if err != nil {
+			return nil, fmt.Errorf("routes[%d]: %w", i, err)
+		}
 		out = append(out, pgstore.RouteRow{Queue: r.Queue, Kind: r.Kind, Route: r.Topic, MaxAttempts: r.MaxAttempts,
-			TTL: r.TTL.D(), Lane: e.compiled[i].Lane, OnDead: r.OnDead, Limited: flowLimit(r).Limited(),
-			Grouped: r.Group != nil, Coalesce: r.Coalesce == "latest", MaxDepth: e.cfg.Queues[r.Queue].MaxDepth})
+			TTL: r.TTL.D(), Lane: cr.Lane, OnDead: r.OnDead, Limited: flowLimit(r).Limited(),
+			Grouped: r.Group != nil, Coalesce: r.Coalesce == "latest", MaxDepth: cfg.Queues[r.Queue].MaxDepth})
 	}
-	return out
+	return out, nil
+}
+
+// publishRoutes replaces the routes enqueue() follows with cfg's.
+func publishRoutes(ctx context.Context, store *pgstore.Store, cfg *config.Config) error {
+	rows, err := routeRows(cfg)
+	if err == nil {
+		err = store.RoutesPublish(ctx, rows)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: publish the routes for enqueue(): %w", err)
+	}
+	return nil
 }
 
 // maxDepths is every configured queue's max_depth (0: no limit).

@@ -23,7 +23,6 @@ import (
 
 	switchyard "github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/config"
-	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
 const devConfig = `# Written by switchyard dev; a starting point for your own.
@@ -138,13 +137,7 @@ func startDev(startCtx, ctx context.Context, kafkaPort int, httpAddr string, std
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	store, err := pgstore.Open(startCtx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
-	if err != nil {
-		return err
-	}
-	_, err = store.Migrate(startCtx)
-	store.Close()
-	if err != nil {
+	if _, err := switchyard.Migrate(startCtx, cfg); err != nil {
 		return err
 	}
 	eng, err := switchyard.New(cfg, switchyard.Options{Logger: log})

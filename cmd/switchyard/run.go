@@ -29,7 +29,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer store.Close()
-	applied, err := store.Migrate(ctx)
+	applied, err := switchyard.Migrate(ctx, cfg) // and publishes the routes for enqueue()
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,8 @@
 -- 0016: the deployment's routes as the SQL function enqueue() needs them
--- (SPEC §8): the settings a job of (queue, kind) takes. Every process
--- publishes its config's routes at start (pgstore.RoutesPublish), so the
--- table says what the last process started was configured with.
+-- (SPEC §8): the settings a job of (queue, kind) takes. `switchyard
+-- migrate` and every process at start publish their config's routes
+-- (pgstore.RoutesPublish), so the table says what the last of them was
+-- configured with.
 CREATE TABLE routes (
     queue        text        NOT NULL,
     kind         text        NOT NULL,
