@@ -76,8 +76,8 @@ const unlimitedDryFor = time.Second
 
 // limitedRetry is how soon a pool claims again after a limit held back a
 // claim: other processes' jobs of the route may end, and free room, with
-// no wake-up of this pool (its own wake it when they end here). A rate
-// limit's next start comes sooner, after one interval, at most this.
+// no wake-up of this pool (its own workers ask again as they free). A
+// rate limit's next start comes sooner, after one interval, at most this.
 const limitedRetry = 50 * time.Millisecond
 
 // claimLookBack is how far behind its position a pool's claims start.
@@ -141,9 +141,12 @@ func (p *pool) claimLoop() {
 		// it in one statement; one statement per freed worker would cap
 		// the pool at the claim's round trip. Without a backlog, claim
 		// for any free worker at once: latency matters more. A second
-		// claim in flight only pays under a backlog.
+		// claim in flight only pays under a backlog. Held back by a flow
+		// limit, claim for any free worker too: the limit's room, not the
+		// pool's, is what there is to fill (a cap of 60 on 64 workers
+		// would otherwise wait for 16 of them to be free).
 		if news && free > 0 && (inFlight == 0 || (backlog && !held && inFlight < claimsInFlight)) &&
-			(!backlog || free >= max(1, p.q.Concurrency/4)) && !p.env.paused(p.q.Name) {
+			(!backlog || held || free >= max(1, p.q.Concurrency/4)) && !p.env.paused(p.q.Name) {
 			after := pgstore.ClaimPosition{ScheduledAt: cursor.ScheduledAt.Add(-claimLookBack)}
 			if !backlog || time.Since(fromStart) >= fromStartEvery {
 				after, fromStart = pgstore.ClaimPosition{}, time.Now()
