@@ -82,6 +82,19 @@ func TestRuntimeRoleNeedsOnlyDML(t *testing.T) {
 	if _, err := rt.LaneSweepGaps(ctx, 10); err != nil {
 		t.Fatalf("gap sweep: %v", err)
 	}
+	// The newer ways in: the attempt key, the routes enqueue() follows,
+	// and enqueue() itself, which runs with its caller's privileges.
+	if _, err := rt.AttemptKey(ctx); err != nil {
+		t.Fatalf("attempt key: %v", err)
+	}
+	if err := rt.RoutesPublish(ctx, []pgstore.RouteRow{{Queue: "q", Kind: "sql", Route: "s", MaxAttempts: 1, OnDead: "continue"}}); err != nil {
+		t.Fatalf("publish routes: %v", err)
+	}
+	var made bool
+	if err := rt.Pool().QueryRow(ctx, `SELECT created FROM enqueue(queue => 'q', kind => 'sql', payload => '',
+		idempotency_key => 'i')`).Scan(&made); err != nil || !made {
+		t.Fatalf("enqueue() as the runtime role: %v %v", made, err)
+	}
 	if _, err := rt.QueueStats(ctx); err != nil {
 		t.Fatalf("stats: %v", err)
 	}
