@@ -181,42 +181,37 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 	var jobs []*Claimed
 	last := p.After
 	ended := append([]int64{}, p.Ended...) // never nil: token <> ALL(NULL) counts nothing
-	after := ""
-	// A route of one group starts where the pool's claims left off (see
-	// ClaimPosition); a grouped route walks each of its groups from the
-	// start, since a group held at its cap keeps old jobs behind any
-	// position.
-	from := p.After
-	if l.GroupMaxRunning > 0 {
-		after, from = s.groupCursor(route), ClaimPosition{}
+	grouped := l.GroupMaxRunning > 0
+	// A route of one group claims it from where the pool's claims left
+	// off (see ClaimPosition); a grouped route walks its groups from the
+	// one after its cursor, each from its start, since a group held at its
+	// cap keeps old jobs behind any position.
+	claimSQL, throttleSQL, after, from := claimOneGroupSQL, throttleOneGroupSQL, GroupAll, p.After
+	passes := 1
+	if grouped {
+		claimSQL, throttleSQL, after, from = claimGroupedSQL, throttleGroupedSQL, s.groupCursor(route), ClaimPosition{}
+		if after != "" {
+			passes = 2 // from the cursor to the last group, then from the first
+		}
+	}
+	throttleArgs := []any{route, l.MaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ended}
+	if !grouped {
+		throttleArgs = append(throttleArgs, GroupAll, from.ScheduledAt, from.ID)
 	}
 
 	var err error
 	var capRoom, rateRoom *int
 	var left bool
-	grouped := l.GroupMaxRunning > 0
-	passes := 1
-	if grouped && after != "" {
-		passes = 2 // from the cursor to the last group, then from the first
-	}
 	for pass := 0; pass < passes && len(jobs) < limit && err == nil; pass++ {
 		if pass == 1 {
 			after = ""
 		}
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1))`, s.schema+"/flow/"+route)
-		if grouped {
-			b.Queue(claimGroupedSQL, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
-				l.MaxRunning, l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, after, ended,
-				from.ScheduledAt, from.ID)
-			b.Queue(throttleGroupedSQL, route, l.MaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ended)
-		} else {
-			b.Queue(claimOneGroupSQL, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
-				l.MaxRunning, l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, GroupAll, ended,
-				from.ScheduledAt, from.ID)
-			b.Queue(throttleOneGroupSQL, route, l.MaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ended,
-				GroupAll, from.ScheduledAt, from.ID)
-		}
+		b.Queue(claimSQL, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
+			l.MaxRunning, l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, after, ended,
+			from.ScheduledAt, from.ID)
+		b.Queue(throttleSQL, throttleArgs...)
 		err = func() error {
 			br := s.pool.SendBatch(ctx, b)
 			defer br.Close()
@@ -261,7 +256,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 			p.Throttled(route, LimitRate)
 		case capRoom != nil && *capRoom <= 0:
 			p.Throttled(route, LimitMaxRunning)
-		case l.GroupMaxRunning > 0:
+		case grouped:
 			p.Throttled(route, LimitGroup)
 		}
 	}
