@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,14 +39,17 @@ type SourceRow struct {
 const jobColumns = `id, route, kind, queue, state, key, version, attempts, max_attempts, last_error,
 	created_at, scheduled_at, started_at, finished_at, src_topic, src_partition, src_offset`
 
-func scanJob(r pgx.CollectableRow) (JobRow, error) {
+func scanJob(r pgx.CollectableRow) (JobRow, error) { return scanJobRow(r) }
+
+// scanJobRow scans jobColumns, then extra.
+func scanJobRow(r pgx.Row, extra ...any) (JobRow, error) {
 	var j JobRow
 	var topic *string
 	var part *int32
 	var off *int64
-	err := r.Scan(&j.ID, &j.Route, &j.Kind, &j.Queue, &j.State, &j.Key, &j.Version, &j.Attempts,
+	err := r.Scan(append([]any{&j.ID, &j.Route, &j.Kind, &j.Queue, &j.State, &j.Key, &j.Version, &j.Attempts,
 		&j.MaxAttempts, &j.LastError, &j.CreatedAt, &j.ScheduledAt, &j.StartedAt, &j.FinishedAt,
-		&topic, &part, &off)
+		&topic, &part, &off}, extra...)...)
 	if topic != nil && part != nil && off != nil {
 		j.Source = &SourceRow{Topic: *topic, Partition: *part, Offset: *off}
 	}
@@ -92,19 +94,21 @@ type ResultView struct {
 
 // JobGetDetail returns one job with its result, or ErrNotFound.
 func (s *Store) JobGetDetail(ctx context.Context, id int64) (JobDetail, error) {
-	job, err := s.JobGet(ctx, id)
+	var ct *string
+	var data []byte
+	job, err := scanJobRow(s.pool.QueryRow(ctx, `SELECT `+jobColumns+`, result_type, result FROM jobs WHERE id = $1`, id),
+		&ct, &data)
 	if err != nil {
-		return JobDetail{}, err
+		return JobDetail{}, notFound(err)
 	}
 	d := JobDetail{JobRow: job}
-	ct, data, err := s.JobResult(ctx, id)
 	if data != nil {
-		d.Result = &ResultView{ContentType: ct, Bytes: len(data), Base64: data}
+		d.Result = &ResultView{Bytes: len(data), Base64: data}
+		if ct != nil {
+			d.Result.ContentType = *ct
+		}
 	}
-	if errors.Is(err, ErrNotFound) {
-		err = nil // retention removed it between the two reads: no result
-	}
-	return d, err
+	return d, nil
 }
 
 // JobFilter selects jobs for listing; empty fields do not filter. Results

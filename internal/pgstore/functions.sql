@@ -442,7 +442,8 @@ BEGIN
         CASE WHEN $8 IS NULL THEN '{}'::bytea[] ELSE ARRAY[convert_to($8, 'UTF8')] END,
         r.max_attempts, coalesce(v_at, now()) + r.ttl, v_at, r.lane_policy, r.on_dead,
         (extract(epoch FROM r.gap_timeout) * 1000)::bigint, r.gap_policy,
-        CASE WHEN r.limited THEN '*' END, r.coalesce, current_schema() || '_jobs');
+        CASE WHEN r.limited THEN '*' END, -- pgstore.GroupAll: a limited route's one group
+        r.coalesce, current_schema() || '_jobs');
     IF NOT e.created AND NOT e.same_payload THEN
         RAISE EXCEPTION 'idempotency_key: % already made job % with a different payload', $4, e.job_id
             USING ERRCODE = '22023';
