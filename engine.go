@@ -80,8 +80,7 @@ type Engine struct {
 	opts     Options
 	log      *zap.Logger
 	registry *workers.Registry
-	targets  map[string]*workers.HTTPTarget // by route (topic)
-	routes   map[string]config.Route
+	targets  map[string]*workers.HTTPTarget // by route name
 	compiled []*ingest.Route
 
 	store      *pgstore.Store
@@ -110,8 +109,14 @@ type Engine struct {
 	stopErr   error
 }
 
-// New builds an engine from a loaded, validated config.
+// New builds an engine from a loaded config (config.Load or Parse). A
+// config built in code needs cfg.SetDefaults() first: New refuses one
+// that does not validate, with the fields at fault, rather than run
+// with, say, routes without names.
 func New(cfg *config.Config, opts Options) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -131,10 +136,9 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		opts.StatsInterval = 5 * time.Second
 	}
 	e := &Engine{cfg: cfg, opts: opts, log: opts.Logger, registry: workers.NewRegistry(),
-		targets: map[string]*workers.HTTPTarget{}, routes: map[string]config.Route{},
+		targets: map[string]*workers.HTTPTarget{},
 		metrics: metrics.New(opts.Registry), fatal: make(chan error, 1)}
 	for i, r := range cfg.Routes {
-		e.routes[r.Topic] = r
 		cr, err := ingest.CompileRoute(r)
 		if err != nil {
 			return nil, fmt.Errorf("routes[%d]: %w", i, err)
@@ -149,13 +153,13 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		if err != nil {
 			return nil, fmt.Errorf("routes[%d].target: %w", i, err)
 		}
-		e.targets[r.Topic] = t
+		e.targets[r.Name] = t
 	}
 	// A schedule's jobs run like the jobs of the route of their kind, if
 	// there is one: its target, attempts and backoff.
 	for _, sc := range cfg.Schedules {
 		if r, ok := e.routeOfKind(sc.Kind); ok {
-			if t := e.targets[r.Topic]; t != nil {
+			if t := e.targets[r.Name]; t != nil {
 				e.targets[schedule.Route(sc.Name)] = t
 			}
 		}
@@ -273,7 +277,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	sc := sampler.Config{Queues: e.cfg.QueueNames(), Interval: e.opts.StatsInterval}
 	for _, r := range e.cfg.Routes {
 		if r.Ordered {
-			sc.OrderedRoutes = append(sc.OrderedRoutes, r.Topic)
+			sc.OrderedRoutes = append(sc.OrderedRoutes, r.Name)
 		}
 	}
 	if e.consumer != nil {
@@ -303,9 +307,9 @@ func (e *Engine) startFlow(ctx context.Context) error {
 		OnChange: e.flowChanged}
 	if e.opts.Role != RoleWork {
 		for _, r := range e.cfg.Routes {
-			fc.RouteQueue[r.Topic] = r.Queue
+			fc.RouteQueue[r.Name] = r.Queue
 			for _, cause := range flow.Causes {
-				e.metrics.IngestPaused.WithLabelValues(r.Topic, cause).Set(0)
+				e.metrics.IngestPaused.WithLabelValues(r.Name, cause).Set(0)
 			}
 		}
 	}
@@ -423,18 +427,18 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 			StealFrom: q.StealFrom})
 	}
 	for _, r := range e.cfg.Routes {
-		dc.Backoff[r.Topic] = dispatch.Backoff{Initial: r.Backoff.Initial.D(), Max: r.Backoff.Max.D()}
-		dc.ResultMaxBytes[r.Topic] = r.ResultLimit()
+		dc.Backoff[r.Name] = dispatch.Backoff{Initial: r.Backoff.Initial.D(), Max: r.Backoff.Max.D()}
+		dc.ResultMaxBytes[r.Name] = r.ResultLimit()
 		if l := flowLimit(r); l.Limited() {
 			if dc.Limits[r.Queue] == nil {
 				dc.Limits[r.Queue] = map[string]pgstore.FlowLimit{}
 			}
-			dc.Limits[r.Queue][r.Topic] = l
+			dc.Limits[r.Queue][r.Name] = l
 		}
 	}
 	for _, sc := range e.cfg.Schedules {
 		if r, ok := e.routeOfKind(sc.Kind); ok {
-			dc.Backoff[schedule.Route(sc.Name)] = dc.Backoff[r.Topic]
+			dc.Backoff[schedule.Route(sc.Name)] = dc.Backoff[r.Name]
 			dc.ResultMaxBytes[schedule.Route(sc.Name)] = r.ResultLimit()
 		}
 	}
@@ -506,12 +510,11 @@ func (e *Engine) fail(err error) {
 	}
 }
 
-// adminRoutes are the configured routes as the admin API lists them; a
-// route's name is its topic.
+// adminRoutes are the configured routes as the admin API lists them.
 func (e *Engine) adminRoutes() []admin.RouteConfig {
 	var out []admin.RouteConfig
 	for _, r := range e.cfg.Routes {
-		out = append(out, admin.RouteConfig{Name: r.Topic, Topic: r.Topic, Queue: r.Queue,
+		out = append(out, admin.RouteConfig{Name: r.Name, Topic: r.Topic, Queue: r.Queue, Filter: admin.NewRouteFilter(r),
 			MaxDepth: e.cfg.Queues[r.Queue].MaxDepth, Limits: admin.NewRouteLimits(r)})
 	}
 	return out
@@ -526,7 +529,7 @@ func routeRows(cfg *config.Config) ([]pgstore.RouteRow, error) {
 		if err != nil {
 			return nil, fmt.Errorf("routes[%d]: %w", i, err)
 		}
-		out = append(out, pgstore.RouteRow{Queue: r.Queue, Kind: r.Kind, Route: r.Topic, MaxAttempts: r.MaxAttempts,
+		out = append(out, pgstore.RouteRow{Queue: r.Queue, Kind: r.Kind, Route: r.Name, MaxAttempts: r.MaxAttempts,
 			TTL: r.TTL.D(), Lane: cr.Lane, OnDead: r.OnDead, Limited: flowLimit(r).Limited(),
 			Grouped: r.Group != nil, Coalesce: r.Coalesce == "latest", MaxDepth: cfg.Queues[r.Queue].MaxDepth})
 	}

@@ -145,11 +145,21 @@ type Queue struct {
 	PollInterval Duration `yaml:"poll_interval"`
 }
 
-// Route maps a topic to jobs. A route is identified by its topic: each
-// topic has at most one route.
+// Route maps the records of a topic to jobs. A route is identified by
+// its name: jobs, lanes, DLQ entries, pauses and metrics carry it. A
+// topic may have several routes; each record becomes one job per route
+// whose filter takes it.
 type Route struct {
-	// Topic is the Kafka topic read. Required, unique across routes.
+	// Topic is the Kafka topic read. Required.
 	Topic string `yaml:"topic"`
+	// Name identifies the route, unique across routes. Defaults to the
+	// topic when the topic has one route; required when it has several.
+	// Renaming a route leaves its unfinished jobs without a route, so an
+	// existing route keeps its topic as its name.
+	Name string `yaml:"name"`
+	// Filter selects the records the route takes. Optional: without it
+	// the route takes every record of its topic.
+	Filter *Filter `yaml:"filter"`
 	// Kind is the job kind handlers register for. Required.
 	Kind string `yaml:"kind"`
 	// Queue names the configured queue whose pool runs the jobs. Required.
@@ -230,6 +240,17 @@ type FieldRef struct {
 
 // IsZero reports whether neither field nor header is set.
 func (f FieldRef) IsZero() bool { return f.Field == "" && f.Header == "" }
+
+// Filter takes the records whose field (a dotted JSON path into the
+// value) or header reads one of In. A record the filter cannot read — the
+// field or header missing, the value not JSON, the field not a scalar —
+// is not taken. JSON strings compare by their text, numbers and booleans
+// by their JSON spelling (42, true).
+type Filter struct {
+	FieldRef `yaml:",inline"`
+	// In lists the values taken. Required, at least one.
+	In []string `yaml:"in"`
+}
 
 // Group is a route's per-group cap: the group value is read like a key
 // (a field of the JSON value, or a header), and at most MaxRunning jobs
@@ -323,14 +344,25 @@ func (c *Config) QueueNames() []string {
 	return slices.Sorted(maps.Keys(c.Queues))
 }
 
-// RouteForTopic returns the route of topic. The pointer aliases c.Routes.
-func (c *Config) RouteForTopic(topic string) (*Route, bool) {
-	for i := range c.Routes {
-		if c.Routes[i].Topic == topic {
-			return &c.Routes[i], true
+// RoutesOfTopic returns the routes of topic, in config order.
+func (c *Config) RoutesOfTopic(topic string) []Route {
+	var out []Route
+	for _, r := range c.Routes {
+		if r.Topic == topic {
+			out = append(out, r)
 		}
 	}
-	return nil, false
+	return out
+}
+
+// RouteNamed returns the route called name.
+func (c *Config) RouteNamed(name string) (Route, bool) {
+	for _, r := range c.Routes {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Route{}, false
 }
 
 // ResultLimit is ResultMaxBytes, set by SetDefaults.

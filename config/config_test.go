@@ -29,6 +29,8 @@ queues:
   bulk:        {concurrency: 4,  lease: 60s, max_runtime: 2h, steal_from: []}
 routes:
   - topic: orders
+    name: order-sync               # (v2) defaults to the topic; required when a topic has several routes
+    filter: {header: event-type, in: [order.created, order.updated]}   # (v2) optional; or {field: type, in: [...]}
     kind: order.sync
     queue: interactive
     key: {field: customer_id}      # default: the record key
@@ -78,12 +80,14 @@ func TestParseSpecExample(t *testing.T) {
 		{"queue names", cfg.QueueNames(), []string{"bulk", "interactive"}},
 		{"interactive", cfg.Queues["interactive"], Queue{Concurrency: 16, Lease: Duration(30 * s), MaxRuntime: Duration(5 * m), MaxDepth: 100000, PollInterval: Duration(s)}},
 		{"bulk", cfg.Queues["bulk"], Queue{Concurrency: 4, Lease: Duration(60 * s), MaxRuntime: Duration(120 * m), StealFrom: []string{}, PollInterval: Duration(s)}},
+		{"routes[0].name", cfg.Routes[0].Name, "order-sync"},
+		{"routes[0].filter", *cfg.Routes[0].Filter, Filter{FieldRef: FieldRef{Header: "event-type"}, In: []string{"order.created", "order.updated"}}},
 		{"routes[0].key", cfg.Routes[0].Key, FieldRef{Field: "customer_id"}},
 		{"routes[0].version", *cfg.Routes[0].Version, Version{FieldRef: FieldRef{Field: "seq"}, Policy: "newer"}},
 		{"routes[0].target", *cfg.Routes[0].Target.HTTP, HTTPTarget{URL: "http://127.0.0.1:9000/hooks/orders", Timeout: Duration(10 * s)}},
 		{"routes[0].gap_policy", cfg.Routes[0].GapPolicy, "park"},
 		{"routes[1]", cfg.Routes[1], Route{
-			Topic: "invoices", Kind: "invoice.render", Queue: "bulk",
+			Topic: "invoices", Name: "invoices", Kind: "invoice.render", Queue: "bulk",
 			OnDead: "continue", MaxAttempts: 8, Backoff: Backoff{Initial: Duration(s), Max: Duration(10 * m)},
 			MaxRecordBytes: 1 << 20, DLQMaxBytes: 64 << 10, GapTimeout: Duration(5 * m), GapPolicy: "park",
 			ResultMaxBytes: &defaultResult, Target: Target{Go: true},
@@ -99,12 +103,14 @@ func TestParseSpecExample(t *testing.T) {
 		}
 	}
 
-	r, ok := cfg.RouteForTopic("invoices")
-	if !ok || r != &cfg.Routes[1] {
-		t.Errorf("RouteForTopic(invoices) = %p, %v; want &Routes[1]", r, ok)
+	if r, ok := cfg.RouteNamed("invoices"); !ok || r.Topic != "invoices" {
+		t.Errorf("RouteNamed(invoices) = %+v, %v; want the invoices route, named after its topic", r, ok)
 	}
-	if _, ok := cfg.RouteForTopic("nope"); ok {
-		t.Error("RouteForTopic(nope) found a route")
+	if rs := cfg.RoutesOfTopic("invoices"); len(rs) != 1 || rs[0].Name != "invoices" {
+		t.Errorf("RoutesOfTopic(invoices) = %+v; want the one route", rs)
+	}
+	if _, ok := cfg.RouteNamed("nope"); ok {
+		t.Error("RouteNamed(nope) found a route")
 	}
 }
 
@@ -322,9 +328,37 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
-			name: "duplicate topic",
+			name: "several routes of a topic without names",
 			yaml: base + goRoute + "  - {topic: orders, kind: other, queue: bulk, target: {go: true}}\n",
-			want: []string{`routes[1].topic: "orders" is already routed by routes[0]; a route is identified by its topic`},
+			want: []string{
+				`routes[0].name: required: topic "orders" has 2 routes, so each needs a name (a route that existed before keeps its jobs with name: orders)`,
+				`routes[1].name: required: topic "orders" has 2 routes`,
+			},
+		},
+		{
+			name: "duplicate and bad route names",
+			yaml: base + "routes:\n  - {topic: a, name: x, kind: k, queue: bulk, target: {go: true}}\n" +
+				"  - {topic: b, name: x, kind: k, queue: bulk, target: {go: true}}\n" +
+				"  - {topic: x, kind: k, queue: bulk, target: {go: true}}\n" +
+				"  - {topic: c, name: \"schedule/x\", kind: k, queue: bulk, target: {go: true}}\n",
+			want: []string{
+				`routes[1].name: "x" is already the name of routes[0]`,
+				`routes[2].name: "x" is already the name of routes[0]`,
+				`routes[3].name: "schedule/x": use letters, digits`,
+			},
+		},
+		{
+			name: "bad filters",
+			yaml: base + "routes:\n  - {topic: a, name: a1, kind: k, queue: bulk, target: {go: true}, filter: {in: [x]}}\n" +
+				"  - {topic: a, name: a2, kind: k, queue: bulk, target: {go: true}, filter: {field: type}}\n" +
+				"  - {topic: a, name: a3, kind: k, queue: bulk, target: {go: true}, filter: {field: type, header: t, in: [x]}}\n" +
+				"  - {topic: a, name: a4, kind: k, queue: bulk, target: {go: true}, filter: {field: \"a..b\", in: [x]}}\n",
+			want: []string{
+				"routes[0].filter: set field or header: the value the filter compares",
+				"routes[1].filter.in: required: the values whose records the route takes",
+				"routes[2].filter: set field or header, not both",
+				"routes[3].filter.field:",
+			},
 		},
 		{
 			name: "bad topic and kind",

@@ -83,8 +83,17 @@ func (c *Config) SetDefaults() {
 		c.Queues[name] = q
 	}
 
+	perTopic := map[string]int{}
+	for _, r := range c.Routes {
+		perTopic[r.Topic]++
+	}
 	for i := range c.Routes {
 		r := &c.Routes[i]
+		if perTopic[r.Topic] == 1 {
+			// A topic's one route is named after it, as every route was
+			// before routes had names: existing jobs keep their route.
+			setDefault(&r.Name, r.Topic)
+		}
 		setDefault(&r.OnDead, defaultOnDead)
 		setDefault(&r.MaxAttempts, defaultMaxAttempts)
 		setDefault(&r.Backoff.Initial, Duration(DefaultBackoffInitial))

@@ -44,6 +44,9 @@ var (
 	reQueue  = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 	reTopic  = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 	reKind   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+	// reName is a route name: any topic name (the default) and ':' too,
+	// but never '/', which schedules' routes (schedule/<name>) use.
+	reName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,249}$`)
 	// reHostName is a DNS name: dot-separated labels of letters, digits and
 	// hyphens.
 	reHostName = regexp.MustCompile(`^(?i:[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.(?i:[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?))*\.?$`)
@@ -283,21 +286,41 @@ func (c *Config) validateRoutes(p *problems) {
 	if len(c.Routes) == 0 {
 		p.add("routes", "at least one route is required")
 	}
-	byTopic := map[string]int{}
+	byName, perTopic := map[string]int{}, map[string]int{}
+	for _, r := range c.Routes {
+		perTopic[r.Topic]++
+	}
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		f := fmt.Sprintf("routes[%d]", i)
+		switch first, dup := byName[r.Name]; {
+		case r.Name == "" && perTopic[r.Topic] > 1:
+			p.add(f+".name", "required: topic %q has %d routes, so each needs a name (a route that existed before keeps its jobs with name: %s)",
+				r.Topic, perTopic[r.Topic], r.Topic)
+		case r.Name == "":
+			p.add(f+".name", "required")
+		case !reName.MatchString(r.Name) || r.Name == "." || r.Name == "..":
+			p.add(f+".name", "%q: use letters, digits, _ . : and -, at most 249 characters", r.Name)
+		case dup:
+			p.add(f+".name", "%q is already the name of routes[%d]", r.Name, first)
+		default:
+			byName[r.Name] = i
+		}
+		if fl := r.Filter; fl != nil {
+			if fl.IsZero() {
+				p.add(f+".filter", "set field or header: the value the filter compares")
+			}
+			checkFieldRef(p, f+".filter", fl.FieldRef)
+			if len(fl.In) == 0 {
+				p.add(f+".filter.in", "required: the values whose records the route takes")
+			}
+		}
 
 		switch {
 		case r.Topic == "":
 			p.add(f+".topic", "required")
 		case !reTopic.MatchString(r.Topic) || r.Topic == "." || r.Topic == "..":
 			p.add(f+".topic", "%q is not a valid Kafka topic name", r.Topic)
-		}
-		if first, dup := byTopic[r.Topic]; dup && r.Topic != "" {
-			p.add(f+".topic", "%q is already routed by routes[%d]; a route is identified by its topic, so each topic has one route", r.Topic, first)
-		} else {
-			byTopic[r.Topic] = i
 		}
 		checkKind(p, f+".kind", r.Kind)
 		c.checkQueueRef(p, f+".queue", r.Queue)

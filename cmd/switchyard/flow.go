@@ -31,10 +31,13 @@ func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return runPauses(ctx, "routes", pgstore.PauseRoute, func(c *config.Config) []listed {
 		var out []listed
 		for _, r := range c.Routes {
-			// A route is named by its topic; its limits as the API shows them.
-			l := listed{name: r.Topic}
+			// Its topic, filter and limits as the API shows them.
+			l := listed{name: r.Name, extra: map[string]any{"topic": r.Topic}}
+			if f := admin.NewRouteFilter(r); f != nil {
+				l.extra["filter"] = f
+			}
 			if limits := admin.NewRouteLimits(r); limits != nil {
-				l.extra = map[string]any{"limits": limits}
+				l.extra["limits"] = limits
 			}
 			out = append(out, l)
 		}

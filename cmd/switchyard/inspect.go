@@ -187,7 +187,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
 	synopsis := "dlq discard [--config FILE] ID"
 	if sub == "redrive" {
-		synopsis = "dlq redrive [--config FILE] ID | --all-matching reason=R,queue=Q,route=T"
+		synopsis = "dlq redrive [--config FILE] ID | --all-matching reason=R,queue=Q,route=NAME"
 	}
 	fs, cfgPath := newFlags("dlq "+sub, synopsis, stderr)
 	matching := ""

@@ -10,19 +10,22 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
-// runReplay re-reads a range of a topic through its route into jobs. The
+// runReplay re-reads a range of a topic through its routes (or the one
+// route named) into jobs. The
 // consumer group and its stored positions are not touched: replay reads
 // the partitions directly, up to their end offsets as they were when it
 // started, so it always ends. Dedupe keys make it idempotent (I2); with
 // --rerun, finished jobs of the replayed records run again.
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cfgPath := newFlags("replay",
-		"replay [--config FILE] --topic T (--from-time RFC3339 | --from-offset N) [--to-time RFC3339] [--partition P] [--rerun]", stderr)
-	topic := fs.String("topic", "", "topic to re-read (required; a route must consume it)")
+		"replay [--config FILE] (--topic T | --route R) (--from-time RFC3339 | --from-offset N) [--to-time RFC3339] [--partition P] [--rerun]", stderr)
+	topic := fs.String("topic", "", "topic to re-read, through every route of it")
+	routeName := fs.String("route", "", "re-read the topic of this route, for this route only (the other routes of the topic are left alone)")
 	fromTime := fs.String("from-time", "", "start at the first record at or after this time (RFC3339)")
 	fromOffset := fs.Int64("from-offset", -1, "start at this offset of every partition replayed")
 	toTime := fs.String("to-time", "", "stop before the first record after this time (RFC3339); default: the end when replay starts")
@@ -34,8 +37,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() != 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if *topic == "" {
-		return usagef("--topic: required")
+	if *topic == "" && *routeName == "" {
+		return usagef("--topic or --route: one is required")
 	}
 	if (*fromTime == "") == (*fromOffset < 0) {
 		return usagef("exactly one of --from-time and --from-offset (≥ 0) is required")
@@ -62,13 +65,27 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	rc, ok := cfg.RouteForTopic(*topic)
-	if !ok {
+	rcs := cfg.RoutesOfTopic(*topic)
+	if *routeName != "" {
+		rc, ok := cfg.RouteNamed(*routeName)
+		switch {
+		case !ok:
+			return usagef("--route: no route is named %q (switchyard routes list shows them)", *routeName)
+		case *topic != "" && rc.Topic != *topic:
+			return usagef("--route: route %s reads topic %s, not %s (leave --topic out)", rc.Name, rc.Topic, *topic)
+		}
+		*topic, rcs = rc.Topic, []config.Route{rc}
+	}
+	if len(rcs) == 0 {
 		return usagef("--topic: no route consumes %q", *topic)
 	}
-	route, err := ingest.CompileRoute(*rc)
-	if err != nil {
-		return err
+	var routes []*ingest.Route
+	for _, rc := range rcs {
+		route, err := ingest.CompileRoute(rc)
+		if err != nil {
+			return err
+		}
+		routes = append(routes, route)
 	}
 	opts, err := ingest.ClientOpts(cfg.Kafka, nil)
 	if err != nil {
@@ -92,9 +109,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer store.Close()
-	sum, err := ingest.Replay(ctx, store, opts, route, ranges, *rerun)
-	fmt.Fprintf(stdout, "replayed %d records of %s: %d new jobs, %d already there, %d re-run, %d parked\n",
-		sum.Records, *topic, sum.Inserted, sum.Records-sum.Parked-sum.Inserted, sum.Rerun, sum.Parked)
+	sum, err := ingest.Replay(ctx, store, opts, routes, ranges, *rerun)
+	fmt.Fprintf(stdout, "replayed %d records of %s: %d new jobs, %d already there, %d re-run, %d parked, %d filtered\n",
+		sum.Records, *topic, sum.Inserted, sum.Jobs-sum.Inserted, sum.Rerun, sum.Parked, sum.Filtered)
 	for _, r := range ranges {
 		if r.Stopped >= 0 && r.Stopped < r.End {
 			fmt.Fprintf(stdout, "partition %d: stopped at offset %d of %d (nothing more to read: transaction markers)\n",

@@ -18,11 +18,17 @@ type Route struct {
 	Name  string `json:"name"`
 	Topic string `json:"topic"`
 	Queue string `json:"queue"`
+	// Filter selects the records the route takes; nil: all of them.
+	Filter *RouteFilter `json:"filter,omitempty"`
 	// Paused: an operator paused the route's fetching (every process).
 	Paused bool `json:"paused"`
 	// Backpressured: the route's queue holds max_depth unstarted jobs or
 	// more, so ingest holds its fetching (SPEC §3).
 	Backpressured bool `json:"backpressured"`
+	// HeldBy names the other routes of the same topic that are paused or
+	// backpressured: the routes of a topic share its offsets, so their
+	// hold stops this route's fetching too.
+	HeldBy []string `json:"held_by,omitempty"`
 	// Limits are its fleet-wide flow limits, as configured; nil: none.
 	Limits *RouteLimits `json:"limits,omitempty"`
 	// Lag is the fleet's lag on the route's topic, every partition's
@@ -54,6 +60,21 @@ type RateLimitShown struct {
 	Burst int    `json:"burst"`
 }
 
+// RouteFilter is a route's filter, spelled as in the config file.
+type RouteFilter struct {
+	Field  string   `json:"field,omitempty"`
+	Header string   `json:"header,omitempty"`
+	In     []string `json:"in"`
+}
+
+// NewRouteFilter shows a config route's filter; nil when it has none.
+func NewRouteFilter(r config.Route) *RouteFilter {
+	if r.Filter == nil {
+		return nil
+	}
+	return &RouteFilter{Field: r.Filter.Field, Header: r.Filter.Header, In: r.Filter.In}
+}
+
 // NewRouteLimits shows a config route's limits; nil when it has none.
 func NewRouteLimits(r config.Route) *RouteLimits {
 	if r.MaxRunning == 0 && r.Group == nil && r.RateLimit == nil {
@@ -72,6 +93,8 @@ func NewRouteLimits(r config.Route) *RouteLimits {
 // RouteConfig is a configured route as the admin server needs it.
 type RouteConfig struct {
 	Name, Topic, Queue string
+	// Filter: nil when the route takes every record.
+	Filter *RouteFilter
 	// MaxDepth is its queue's max_depth; 0: none.
 	MaxDepth int
 	// Limits: nil when the route has none.
@@ -105,7 +128,7 @@ func (s *Server) routeList(w http.ResponseWriter, r *http.Request) error {
 	}
 	items := make([]Route, 0, len(routes))
 	for _, rc := range routes {
-		item := Route{Name: rc.Name, Topic: rc.Topic, Queue: rc.Queue, Limits: rc.Limits}
+		item := Route{Name: rc.Name, Topic: rc.Topic, Queue: rc.Queue, Filter: rc.Filter, Limits: rc.Limits}
 		switch lag, ok := lags[rc.Topic]; {
 		case lagErr != nil:
 			item.LagError = lagErr.Error()
@@ -121,6 +144,13 @@ func (s *Server) routeList(w http.ResponseWriter, r *http.Request) error {
 			item.Backpressured = depth >= rc.MaxDepth
 		}
 		items = append(items, item)
+	}
+	for i := range items {
+		for _, o := range items {
+			if o.Topic == items[i].Topic && o.Name != items[i].Name && (o.Paused || o.Backpressured) {
+				items[i].HeldBy = append(items[i].HeldBy, o.Name)
+			}
+		}
 	}
 	s.writeJSON(w, http.StatusOK, page[Route]{Items: items})
 	return nil

@@ -35,7 +35,7 @@ type Rereader interface {
 // Service re-drives and discards DLQ entries.
 type Service struct {
 	store    *pgstore.Store
-	routes   map[string]*ingest.Route // by topic
+	routes   map[string]*ingest.Route // by name
 	rereader Rereader
 }
 
@@ -45,7 +45,7 @@ type Service struct {
 func New(store *pgstore.Store, routes []*ingest.Route, rereader Rereader) *Service {
 	s := &Service{store: store, routes: map[string]*ingest.Route{}, rereader: rereader}
 	for _, r := range routes {
-		s.routes[r.Topic] = r
+		s.routes[r.Name] = r
 	}
 	return s
 }
@@ -67,7 +67,7 @@ func (s *Service) Redrive(ctx context.Context, id int64) (int64, error) {
 	}
 	route, ok := s.routes[e.Route]
 	if !ok || e.Source == nil {
-		return 0, fmt.Errorf("%w: no route for topic %q in the current config", ErrStillPoison, e.Route)
+		return 0, fmt.Errorf("%w: no route named %q in the current config", ErrStillPoison, e.Route)
 	}
 	rec, err := s.record(ctx, e)
 	if err != nil {

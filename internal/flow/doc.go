@@ -33,9 +33,11 @@
 // # Why it cannot lose or reorder records
 //
 // Holding a route pauses the consumer's fetching of its topic
-// (kgo.Client.PauseFetchTopics); records already fetched and not yet
-// handed out are dropped by the client and fetched again on resume, from
-// the position after the last record ingest stored. Nothing is skipped
+// (kgo.Client.PauseFetchTopics), and so of every route of that topic:
+// they share its stored offsets, and moving them on for one route would
+// skip the records the held one has not taken. Records already fetched
+// and not yet handed out are dropped by the client and fetched again on
+// resume, from the position after the last record ingest stored. Nothing is skipped
 // (the stored offsets, committed with the jobs, are the only position),
 // and nothing is reordered (a partition is read in order, before and
 // after). A process that dies while a route is held restarts from the

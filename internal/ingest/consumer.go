@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -29,7 +28,7 @@ type Config struct {
 	Kafka config.Kafka
 	// OAuthToken is an embedder's OAUTHBEARER hook (see ClientOpts).
 	OAuthToken OAuthTokenFunc
-	// Routes, one per topic. Required.
+	// Routes, several per topic when their filters split it. Required.
 	Routes []*Route
 	// ResetOffsets allows resuming from Kafka's committed offsets for
 	// partitions that have none stored in Postgres. Without it such a
@@ -44,7 +43,8 @@ type Config struct {
 	// stuck. Defaults to 30s.
 	StuckAfter time.Duration
 	// Holds says which routes' fetching to hold (flow.Watcher; see
-	// ApplyHolds). Nil: none is ever held.
+	// ApplyHolds): a topic is fetched while none of its routes is held.
+	// Nil: none is ever held.
 	Holds Holds
 }
 
@@ -70,7 +70,10 @@ type Consumer struct {
 	store   *pgstore.Store
 	log     *zap.Logger
 	metrics *metrics.Metrics
-	routes  map[string]*Route
+	// topics are the routes of each topic, in config order; routes are
+	// the same routes by name.
+	topics map[string][]*Route
+	routes map[string]*Route
 	// crashAfterStore, when set and returning true, makes the loop stop
 	// right after the Postgres commit, before the Kafka commit, as a crash
 	// there would: tests use it to hit that exact point.
@@ -99,7 +102,7 @@ type Consumer struct {
 	fatal  error
 
 	holdMu sync.Mutex
-	held   map[string]string // topic → why its fetching is held
+	held   map[string]string // topic → why its fetching is held: hold.why
 }
 
 // New validates cfg and builds a consumer; Start connects.
@@ -124,20 +127,16 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 		cfg.StuckAfter = 30 * time.Second
 	}
 	c := &Consumer{cfg: cfg, opts: opts, store: store, log: log.Named("ingest"), metrics: m,
-		routes: map[string]*Route{}, expected: map[tp]int64{}, stored: map[tp]time.Time{}, held: map[string]string{}}
+		topics: map[string][]*Route{}, routes: map[string]*Route{}, expected: map[tp]int64{}, stored: map[tp]time.Time{}, held: map[string]string{}}
 	for _, r := range cfg.Routes {
-		c.routes[r.Topic] = r
+		c.topics[r.Topic] = append(c.topics[r.Topic], r)
+		c.routes[r.Name] = r
 	}
 	return c, nil
 }
 
-func (c *Consumer) topics() []string {
-	ts := make([]string, 0, len(c.routes))
-	for t := range c.routes {
-		ts = append(ts, t)
-	}
-	sort.Strings(ts)
-	return ts
+func (c *Consumer) topicNames() []string {
+	return slices.Sorted(maps.Keys(c.topics))
 }
 
 // Start joins the group and begins consuming. It returns once the client
@@ -146,7 +145,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	// The kafka block's options (ClientOpts, with the group's), then the
 	// consumer's own hooks, then the embedder's.
 	opts := append(slices.Clone(c.opts),
-		kgo.ConsumeTopics(c.topics()...),
+		kgo.ConsumeTopics(c.topicNames()...),
 		kgo.DisableAutoCommit(),
 		// No rebalance can revoke a partition between a poll and the end
 		// of its transaction, so we never commit for a partition we lost
@@ -217,7 +216,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 // adjustOffsets replaces Kafka's committed offsets with the positions
 // stored in Postgres, the source of truth (I1).
 func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	stored, err := c.store.OffsetLoad(ctx, c.cfg.Kafka.Group, c.topics())
+	stored, err := c.store.OffsetLoad(ctx, c.cfg.Kafka.Group, c.topicNames())
 	if err != nil {
 		return nil, fmt.Errorf("load stored offsets: %w", err)
 	}
@@ -243,8 +242,12 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]
 	return offs, nil
 }
 
-// ApplyHolds pauses the fetching of every route Holds holds and resumes
-// the others (see internal/flow for why this loses and reorders nothing).
+// ApplyHolds pauses the fetching of every topic one of whose routes
+// Holds holds, and resumes the others (see internal/flow for why this
+// loses and reorders nothing). The routes of a topic share its offsets,
+// so one held route holds its siblings too: fetching on for them would
+// move the position past records the held route has not taken. Each
+// route of a held topic reports the cause in switchyard_ingest_paused.
 // Safe to call from any goroutine, at any time after Start.
 func (c *Consumer) ApplyHolds() {
 	if c.cfg.Holds == nil || c.cl == nil {
@@ -252,8 +255,14 @@ func (c *Consumer) ApplyHolds() {
 	}
 	c.holdMu.Lock()
 	defer c.holdMu.Unlock()
-	for _, topic := range c.topics() {
-		cause := c.cfg.Holds.RouteHold(topic)
+	for _, topic := range c.topicNames() {
+		cause, by := "", ""
+		for _, r := range c.topics[topic] {
+			if cause = c.cfg.Holds.RouteHold(r.Name); cause != "" {
+				by = r.Name
+				break
+			}
+		}
 		was := c.held[topic]
 		if cause == was {
 			continue
@@ -261,18 +270,20 @@ func (c *Consumer) ApplyHolds() {
 		switch {
 		case cause != "" && was == "":
 			c.cl.PauseFetchTopics(topic)
-			c.log.Info("holding the route's fetching", zap.String("route", topic), zap.String("cause", cause))
+			c.log.Info("holding the topic's fetching", zap.String("topic", topic), zap.String("route", by), zap.String("cause", cause))
 		case cause == "":
 			c.cl.ResumeFetchTopics(topic)
-			c.log.Info("resuming the route's fetching", zap.String("route", topic), zap.String("was", was))
+			c.log.Info("resuming the topic's fetching", zap.String("topic", topic), zap.String("was", was))
 		}
 		c.held[topic] = cause
 		if c.metrics != nil {
-			if was != "" {
-				c.metrics.IngestPaused.WithLabelValues(topic, was).Set(0)
-			}
-			if cause != "" {
-				c.metrics.IngestPaused.WithLabelValues(topic, cause).Set(1)
+			for _, r := range c.topics[topic] {
+				if was != "" {
+					c.metrics.IngestPaused.WithLabelValues(r.Name, was).Set(0)
+				}
+				if cause != "" {
+					c.metrics.IngestPaused.WithLabelValues(r.Name, cause).Set(1)
+				}
 			}
 		}
 	}
@@ -418,15 +429,13 @@ func (c *Consumer) setPending(t time.Time) {
 	c.mu.Unlock()
 }
 
-type partCount struct{ jobs, poison int }
-
 func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset,
-	counts map[string]*partCount, stamps map[tp]time.Time, unknown map[tp]int64) {
+	counts map[string]*Decoded, stamps map[tp]time.Time, unknown map[tp]int64) {
 	batch = pgstore.IngestBatch{Group: c.cfg.Kafka.Group}
 	unknown = map[tp]int64{}
 	stamps = map[tp]time.Time{}
 	commits = map[string]map[int32]kgo.EpochOffset{}
-	counts = map[string]*partCount{}
+	counts = map[string]*Decoded{}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -435,8 +444,8 @@ func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commit
 			return
 		}
 		exp, owned := c.expected[tp{fp.Topic, fp.Partition}]
-		route := c.routes[fp.Topic]
-		if route == nil {
+		routes := c.topics[fp.Topic]
+		if routes == nil {
 			return
 		}
 		if !owned {
@@ -448,12 +457,13 @@ func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commit
 		}
 		cnt := counts[fp.Topic]
 		if cnt == nil {
-			cnt = &partCount{}
+			cnt = &Decoded{}
 			counts[fp.Topic] = cnt
 		}
-		jobs, poison := route.decodeInto(&batch, fp.Records, now)
-		cnt.jobs += jobs
-		cnt.poison += poison
+		n := decodeInto(&batch, routes, fp.Records, now)
+		cnt.Jobs += n.Jobs
+		cnt.Poison += n.Poison
+		cnt.Filtered += n.Filtered
 		last := fp.Records[len(fp.Records)-1]
 		batch.Offsets = append(batch.Offsets, pgstore.OffsetAdvance{
 			Topic: fp.Topic, Partition: fp.Partition, Expected: exp, Next: last.Offset + 1})
@@ -467,7 +477,7 @@ func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commit
 }
 
 func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset,
-	counts map[string]*partCount, stamps map[tp]time.Time, res pgstore.IngestResult) {
+	counts map[string]*Decoded, stamps map[tp]time.Time, res pgstore.IngestResult) {
 	c.mu.Lock()
 	for _, o := range batch.Offsets {
 		c.expected[tp{o.Topic, o.Partition}] = o.Next
@@ -497,8 +507,8 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 		}
 	})
 	if c.cfg.Holds != nil {
-		for topic, n := range res.InsertedByTopic {
-			if r := c.routes[topic]; r != nil {
+		for route, n := range res.InsertedByRoute {
+			if r := c.routes[route]; r != nil {
 				c.cfg.Holds.Added(ctx, r.Queue, int(n))
 			}
 		}
@@ -507,11 +517,18 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 		for kind, n := range res.CoalescedByKind {
 			c.metrics.JobAttempts.WithLabelValues(kind, "coalesced").Add(float64(n))
 		}
+		// Counted per topic, as SPEC §7 names them: a record that two
+		// routes take counts once per route, a filtered one once.
 		for topic, cnt := range counts {
-			inserted, refused := res.InsertedByTopic[topic], res.RefusedByTopic[topic]
+			var inserted, refused int64
+			for _, r := range c.topics[topic] {
+				inserted += res.InsertedByRoute[r.Name]
+				refused += res.RefusedByRoute[r.Name]
+			}
 			c.metrics.IngestRecords.WithLabelValues(topic, "job").Add(float64(inserted))
-			c.metrics.IngestRecords.WithLabelValues(topic, "duplicate").Add(float64(int64(cnt.jobs) - inserted - refused))
-			c.metrics.IngestRecords.WithLabelValues(topic, "poison").Add(float64(int64(cnt.poison) + refused))
+			c.metrics.IngestRecords.WithLabelValues(topic, "duplicate").Add(float64(int64(cnt.Jobs) - inserted - refused))
+			c.metrics.IngestRecords.WithLabelValues(topic, "poison").Add(float64(int64(cnt.Poison) + refused))
+			c.metrics.IngestRecords.WithLabelValues(topic, "filtered").Add(float64(cnt.Filtered))
 		}
 	}
 }
@@ -576,7 +593,7 @@ func (c *Consumer) Lag(ctx context.Context) ([]PartitionLag, error) {
 // partition with no stored row goes back to the given offset (the first
 // record not stored), so nothing polled is ever skipped.
 func (c *Consumer) reseek(ctx context.Context, parts map[tp]int64) error {
-	stored, err := c.store.OffsetLoad(ctx, c.cfg.Kafka.Group, c.topics())
+	stored, err := c.store.OffsetLoad(ctx, c.cfg.Kafka.Group, c.topicNames())
 	if err != nil {
 		return err
 	}

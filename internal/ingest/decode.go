@@ -25,6 +25,8 @@ const (
 
 // Route is a config route compiled for decoding: field paths parsed once.
 type Route struct {
+	// Name identifies the route (jobs.route, DLQ entries, metrics).
+	Name           string
 	Topic          string
 	Kind           string
 	Queue          string
@@ -45,6 +47,14 @@ type Route struct {
 	Delay time.Duration
 
 	key, dedupe, version, group, runAt source
+	// filter is nil when the route takes every record of its topic.
+	filter *filter
+}
+
+// filter is a compiled config.Filter: the values of source it takes.
+type filter struct {
+	source
+	in map[string]bool
 }
 
 // source says where a value comes from; the zero value means "default".
@@ -58,7 +68,7 @@ func (s source) isZero() bool { return s.path == nil && s.header == "" }
 
 // CompileRoute parses a validated config route.
 func CompileRoute(r config.Route) (*Route, error) {
-	out := &Route{Topic: r.Topic, Kind: r.Kind, Queue: r.Queue, Ordered: r.Ordered, Coalesce: r.Coalesce == "latest",
+	out := &Route{Name: r.Name, Topic: r.Topic, Kind: r.Kind, Queue: r.Queue, Ordered: r.Ordered, Coalesce: r.Coalesce == "latest",
 		MaxAttempts: r.MaxAttempts, TTL: r.TTL.D(), MaxRecordBytes: r.MaxRecordBytes, DLQMaxBytes: r.DLQMaxBytes,
 		Delay: r.Delay.D()}
 	if r.Ordered {
@@ -69,26 +79,52 @@ func CompileRoute(r config.Route) (*Route, error) {
 	}
 	var err error
 	if out.key, err = compileSource(r.Key); err != nil {
-		return nil, fmt.Errorf("route %s: key: %w", r.Topic, err)
+		return nil, fmt.Errorf("route %s: key: %w", r.Name, err)
 	}
 	if out.dedupe, err = compileSource(r.Dedupe); err != nil {
-		return nil, fmt.Errorf("route %s: dedupe: %w", r.Topic, err)
+		return nil, fmt.Errorf("route %s: dedupe: %w", r.Name, err)
 	}
 	if r.Version != nil {
 		if out.version, err = compileSource(r.Version.FieldRef); err != nil {
-			return nil, fmt.Errorf("route %s: version: %w", r.Topic, err)
+			return nil, fmt.Errorf("route %s: version: %w", r.Name, err)
 		}
 	}
 	if out.runAt, err = compileSource(r.RunAt); err != nil {
-		return nil, fmt.Errorf("route %s: run_at: %w", r.Topic, err)
+		return nil, fmt.Errorf("route %s: run_at: %w", r.Name, err)
 	}
 	out.Limited = r.MaxRunning > 0 || r.Group != nil || r.RateLimit != nil
 	if r.Group != nil {
 		if out.group, err = compileSource(r.Group.FieldRef); err != nil {
-			return nil, fmt.Errorf("route %s: group: %w", r.Topic, err)
+			return nil, fmt.Errorf("route %s: group: %w", r.Name, err)
+		}
+	}
+	if fl := r.Filter; fl != nil {
+		src, err := compileSource(fl.FieldRef)
+		if err != nil {
+			return nil, fmt.Errorf("route %s: filter: %w", r.Name, err)
+		}
+		out.filter = &filter{source: src, in: map[string]bool{}}
+		for _, v := range fl.In {
+			out.filter.in[v] = true
 		}
 	}
 	return out, nil
+}
+
+// Takes reports whether the route's filter takes rec: always without a
+// filter; else when the filter's field or header reads one of its
+// values. A record the filter cannot read (the value missing, not JSON,
+// not a scalar) is not taken: a filter selects, it does not judge.
+func (r *Route) Takes(rec *kgo.Record) bool {
+	f := r.filter
+	if f == nil {
+		return true
+	}
+	if f.path != nil && !validJSON(rec.Value) {
+		return false
+	}
+	v, p := f.text(rec, partValue)
+	return p == nil && f.in[v]
 }
 
 func compileSource(f config.FieldRef) (source, error) {
@@ -156,20 +192,39 @@ func (r *Route) Decode(rec *kgo.Record, now time.Time) (*pgstore.NewJob, *pgstor
 	return j, nil
 }
 
-// decodeInto decodes records of the route's topic into a batch, each as
-// a job or a poison entry: the one decoding path of the consumer and of
-// replay. It returns how many of each.
-func (r *Route) decodeInto(b *pgstore.IngestBatch, recs []*kgo.Record, now time.Time) (jobs, poison int) {
+// Decoded counts what decodeInto made of a topic's records.
+type Decoded struct {
+	Jobs, Poison int // one per record and route that takes it
+	Filtered     int // records no route took
+}
+
+// decodeInto decodes records of one topic through its routes into a
+// batch: each record becomes, for every route that takes it, a job or a
+// poison entry of that route (I6, per route), and a record that no route
+// takes is only counted. The one decoding path of the consumer and of
+// replay.
+func decodeInto(b *pgstore.IngestBatch, routes []*Route, recs []*kgo.Record, now time.Time) Decoded {
+	var n Decoded
 	for _, rec := range recs {
-		if job, p := r.Decode(rec, now); job != nil {
-			b.Jobs = append(b.Jobs, *job)
-			jobs++
-		} else {
-			b.Poison = append(b.Poison, *p)
-			poison++
+		taken := false
+		for _, r := range routes {
+			if !r.Takes(rec) {
+				continue
+			}
+			taken = true
+			if job, p := r.Decode(rec, now); job != nil {
+				b.Jobs = append(b.Jobs, *job)
+				n.Jobs++
+			} else {
+				b.Poison = append(b.Poison, *p)
+				n.Poison++
+			}
+		}
+		if !taken {
+			n.Filtered++
 		}
 	}
-	return jobs, poison
+	return n
 }
 
 func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJob, *problem) {
@@ -186,7 +241,7 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 		}
 	}
 	hk, hv := headers(rec)
-	j := &pgstore.NewJob{Route: r.Topic, Kind: r.Kind, Queue: r.Queue, Payload: nonNilBytes(rec.Value),
+	j := &pgstore.NewJob{Route: r.Name, Kind: r.Kind, Queue: r.Queue, Payload: nonNilBytes(rec.Value),
 		HeaderKeys: hk, HeaderVals: hv, MaxAttempts: r.MaxAttempts, Lane: r.Lane, Coalesce: r.Coalesce, RecordKey: rec.Key,
 		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
 
@@ -338,7 +393,7 @@ func checkKey(what, v string, p part) *problem {
 // position, from which a re-drive reads it again.
 func (r *Route) park(rec *kgo.Record, p *problem) *pgstore.Poison {
 	hk, hv := headers(rec)
-	ps := &pgstore.Poison{Reason: p.reason, Route: r.Topic, Queue: r.Queue, Error: p.msg,
+	ps := &pgstore.Poison{Reason: p.reason, Route: r.Name, Queue: r.Queue, Error: p.msg,
 		Payload: nonNilBytes(rec.Value), HeaderKeys: hk, HeaderVals: hv, RecordKey: rec.Key,
 		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
 	size := recordSize(rec)

@@ -31,8 +31,10 @@
 //
 // # Any record moves its partition on (I6)
 //
-// Decode turns every record into exactly one of a job or a poison entry,
-// whatever its bytes. Keys and dedupe values are compared for identity,
+// Decode turns every record, for each route of its topic that takes it,
+// into exactly one of a job or a poison entry of that route, whatever its
+// bytes; a record no route takes is counted filtered. Either way its
+// offset is stored. Keys and dedupe values are compared for identity,
 // so they are taken exactly or not at all: a key that is not valid UTF-8
 // or holds a NUL is parked, never rewritten — encoding/json would read
 // "\xff" and "\xfe" (or an escaped lone surrogate) as the same U+FFFD,
@@ -85,6 +87,16 @@
 // whatever their values read. Before, API keys were stored as "api/<key>"
 // beside records' keys, and a record whose dedupe field read "api/k" was
 // silently counted as a duplicate of an API job.
+//
+// # Several routes per topic
+//
+// A topic's routes (config order) each see every record; Route.Takes
+// applies a route's filter, a record becomes one job or poison entry per
+// route that takes it, and all of them go into the same batch, so one
+// transaction stores them with the partition's offset (I1). The dedupe
+// index is per route, so the jobs of one record in two routes never
+// collide. The routes share the topic's offsets: one of them held holds
+// the topic's fetching (Consumer.ApplyHolds).
 //
 // This package never runs jobs and never writes SQL itself; it decodes
 // records (Route.Decode, which always yields exactly one of a job or a

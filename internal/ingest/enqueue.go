@@ -172,7 +172,7 @@ func (r *Route) decodeRequest(req EnqueueRequest, now time.Time) (*pgstore.NewJo
 		return nil, r.requestError(p, in)
 	}
 	if r.Lane != nil && r.Lane.Policy != "none" && j.Version == nil {
-		return nil, &InputError{"Switchyard-Version", fmt.Sprintf("header required: route %s orders its lanes by version (%s)", r.Topic, r.Lane.Policy)}
+		return nil, &InputError{"Switchyard-Version", fmt.Sprintf("header required: route %s orders its lanes by version (%s)", r.Name, r.Lane.Policy)}
 	}
 	j.Origin, j.RecordKey = pgstore.OriginAPI, nil
 	if req.ContentType != "" {
@@ -223,7 +223,7 @@ func (r *Route) requestError(p *problem, in given) error {
 	switch {
 	case p.part == partKey && (in.key != nil || r.key.isZero()):
 		if p.reason == ReasonMissingField {
-			return &InputError{"Switchyard-Key", fmt.Sprintf("header required: route %s is ordered, its jobs run in per-key lanes", r.Topic)}
+			return &InputError{"Switchyard-Key", fmt.Sprintf("header required: route %s is ordered, its jobs run in per-key lanes", r.Name)}
 		}
 		return &InputError{"Switchyard-Key", p.msg}
 	case p.part == partVersion && p.reason == ReasonMissingField:
@@ -231,7 +231,7 @@ func (r *Route) requestError(p *problem, in given) error {
 	case p.part == partKey && p.reason == ReasonMissingField:
 		return &InputError{"Switchyard-Key", fmt.Sprintf("header required, or the route's key %s in the body: %s", r.key.name, p.msg)}
 	}
-	return &InputError{"body", fmt.Sprintf("%s (route %s would park such a record as %s)", p.msg, r.Topic, p.reason)}
+	return &InputError{"body", fmt.Sprintf("%s (route %s would park such a record as %s)", p.msg, r.Name, p.reason)}
 }
 
 // route finds the route of kind in queue.

@@ -106,21 +106,24 @@ func ReplayRanges(ctx context.Context, adm *kadm.Client, topic string, partition
 // ReplaySummary counts what Replay did.
 type ReplaySummary struct {
 	Records  int64 // read
+	Jobs     int64 // one per record and route that takes it, new or not
 	Inserted int64 // new jobs
 	Parked   int64 // poison, parked (or found parked already)
+	Filtered int64 // records none of the routes takes
 	Rerun    int64 // finished jobs put back to run (rerun)
 }
 
-// Replay reads the ranges of route's topic and stores each poll through
-// the same decode-and-commit path as the consumer, without offsets: job
-// rows deduplicated (I2), poison parked. With rerun, the finished jobs of
-// the records read run again. It never touches a consumer group.
-func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, route *Route, ranges []*ReplayRange, rerun bool) (ReplaySummary, error) {
+// Replay reads the ranges of one topic and stores each poll through the
+// same decode-and-commit path as the consumer, for the given routes of
+// the topic (all of them, or those an operator named), without offsets:
+// job rows deduplicated (I2), poison parked. With rerun, the finished
+// jobs of the records read run again. It never touches a consumer group.
+func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, routes []*Route, ranges []*ReplayRange, rerun bool) (ReplaySummary, error) {
 	var sum ReplaySummary
-	if len(ranges) == 0 {
+	if len(ranges) == 0 || len(routes) == 0 {
 		return sum, nil
 	}
-	topic := route.Topic
+	topic := routes[0].Topic
 	start := map[int32]kgo.Offset{}
 	for _, r := range ranges {
 		start[r.Partition] = kgo.NewOffset().At(r.From)
@@ -147,6 +150,7 @@ func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, route *Ro
 		}
 		var batch pgstore.IngestBatch
 		now := time.Now()
+		read := sum.Records
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 			r := byPartition[fp.Partition]
 			if r == nil || r.Stopped >= 0 {
@@ -159,7 +163,9 @@ func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, route *Ro
 			if len(recs) > 0 {
 				r.next = recs[len(recs)-1].Offset + 1
 				sum.Records += int64(len(recs))
-				route.decodeInto(&batch, recs, now)
+				n := decodeInto(&batch, routes, recs, now)
+				sum.Jobs += int64(n.Jobs)
+				sum.Filtered += int64(n.Filtered)
 			}
 			if r.next >= r.End {
 				r.Stopped = r.next
@@ -169,26 +175,32 @@ func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, route *Ro
 		if err := fetches.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return sum, fmt.Errorf("kafka: %w", err)
 		}
-		if len(batch.Jobs)+len(batch.Poison) > 0 {
+		if sum.Records > read {
 			lastProgress = time.Now()
+		}
+		if len(batch.Jobs)+len(batch.Poison) > 0 {
 			res, err := store.IngestCommit(ctx, batch)
 			if err != nil {
 				return sum, fmt.Errorf("storing replayed records: %w", err)
 			}
 			sum.Inserted += res.Inserted
-			sum.Parked += int64(len(batch.Poison)) + res.RefusedByTopic[route.Topic]
-			if rerun {
-				dedupeKeys := make([]string, len(batch.Jobs))
-				for i, j := range batch.Jobs {
-					dedupeKeys[i] = j.DedupeKey
-				}
-				n, err := store.JobRerun(ctx, route.Topic, dedupeKeys)
-				if err != nil {
-					return sum, fmt.Errorf("re-running replayed jobs: %w", err)
-				}
-				sum.Rerun += n
+			sum.Parked += int64(len(batch.Poison))
+			for _, n := range res.RefusedByRoute {
+				sum.Jobs, sum.Parked = sum.Jobs-n, sum.Parked+n // parked instead
 			}
-			continue
+			if rerun {
+				dedupeKeys := map[string][]string{}
+				for _, j := range batch.Jobs {
+					dedupeKeys[j.Route] = append(dedupeKeys[j.Route], j.DedupeKey)
+				}
+				for route, keys := range dedupeKeys {
+					n, err := store.JobRerun(ctx, route, keys)
+					if err != nil {
+						return sum, fmt.Errorf("re-running replayed jobs of route %s: %w", route, err)
+					}
+					sum.Rerun += n
+				}
+			}
 		}
 		if time.Since(lastProgress) > replayIdle {
 			for _, r := range ranges {

@@ -151,13 +151,14 @@ type IngestBatch struct {
 type IngestResult struct {
 	Inserted   int64 // new job rows
 	Duplicates int64 // rows skipped by the dedupe index (I2)
-	// InsertedByTopic splits Inserted by source topic, for metrics.
-	InsertedByTopic map[string]int64
+	// InsertedByRoute splits Inserted by route, for metrics and
+	// backpressure.
+	InsertedByRoute map[string]int64
 	Parked          int64 // DLQ entries for poison records
-	// RefusedByTopic counts, by source topic, the jobs that Postgres
+	// RefusedByRoute counts, by route, the jobs that Postgres
 	// refused for their data and that were parked instead (see
 	// insertJobs): poison that only the database could see.
-	RefusedByTopic map[string]int64
+	RefusedByRoute map[string]int64
 	// Queues that received runnable jobs, for wake-ups.
 	Queues []string
 	// CoalescedByKind counts, by kind, the jobs that this batch's jobs
@@ -169,11 +170,11 @@ type IngestResult struct {
 func (r *IngestResult) add(o IngestResult) {
 	r.Inserted += o.Inserted
 	r.Duplicates += o.Duplicates
-	for t, n := range o.InsertedByTopic {
-		if r.InsertedByTopic == nil {
-			r.InsertedByTopic = map[string]int64{}
+	for route, n := range o.InsertedByRoute {
+		if r.InsertedByRoute == nil {
+			r.InsertedByRoute = map[string]int64{}
 		}
-		r.InsertedByTopic[t] += n
+		r.InsertedByRoute[route] += n
 	}
 	for _, q := range o.Queues {
 		if !slices.Contains(r.Queues, q) {
@@ -216,10 +217,10 @@ func (s *Store) IngestCommit(ctx context.Context, b IngestBatch) (IngestResult, 
 			}
 			stored := b.Jobs
 			if len(refused) > 0 {
-				res.RefusedByTopic = map[string]int64{}
+				res.RefusedByRoute = map[string]int64{}
 				out := map[recordRoute]bool{}
 				for _, r := range refused {
-					res.RefusedByTopic[r.job.Topic]++
+					res.RefusedByRoute[r.job.Route]++
 					poison = append(poison, r.job.refusedPoison(r.err))
 					out[r.job.recordRoute()] = true
 				}
@@ -318,9 +319,9 @@ func insertJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResult
 		switch {
 		case err == nil:
 			part.Inserted = int64(len(jobs))
-			part.InsertedByTopic = map[string]int64{}
+			part.InsertedByRoute = map[string]int64{}
 			for _, j := range jobs {
-				part.InsertedByTopic[j.Topic]++
+				part.InsertedByRoute[j.Route]++
 				if !slices.Contains(part.Queues, j.Queue) {
 					part.Queues = append(part.Queues, j.Queue)
 				}
@@ -506,18 +507,18 @@ func insertStaged(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResu
 				dedupe_key, payload, header_keys, header_values, max_attempts, deadline,
 				src_topic, src_partition, src_offset, lane, grp, coalesce(s.scheduled_at, now())
 			FROM ingest_stage s JOIN k ON k.job_id = s.id
-			RETURNING queue, src_topic
+			RETURNING queue, route
 		)
-		SELECT queue, src_topic, count(*) FROM ins GROUP BY queue, src_topic`)
+		SELECT queue, route, count(*) FROM ins GROUP BY queue, route`)
 	if err != nil {
 		return err
 	}
-	var queue, topic string
+	var queue, route string
 	var n int64
-	res.InsertedByTopic = map[string]int64{}
-	_, err = pgx.ForEachRow(rows, []any{&queue, &topic, &n}, func() error {
+	res.InsertedByRoute = map[string]int64{}
+	_, err = pgx.ForEachRow(rows, []any{&queue, &route, &n}, func() error {
 		res.Inserted += n
-		res.InsertedByTopic[topic] += n
+		res.InsertedByRoute[route] += n
 		if !slices.Contains(res.Queues, queue) {
 			res.Queues = append(res.Queues, queue)
 		}

@@ -39,8 +39,8 @@ func TestIngestParksWhatPostgresRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the batch was not stored: %v", err)
 	}
-	if res.Inserted != 5 || res.RefusedByTopic["t"] != 3 || res.Parked != 3 {
-		t.Fatalf("inserted %d, refused %v, parked %d; want 5, 3, 3", res.Inserted, res.RefusedByTopic, res.Parked)
+	if res.Inserted != 5 || res.RefusedByRoute["r"] != 3 || res.Parked != 3 {
+		t.Fatalf("inserted %d, refused %v, parked %d; want 5, 3, 3", res.Inserted, res.RefusedByRoute, res.Parked)
 	}
 	var next int64
 	if err := s.Pool().QueryRow(ctx, `SELECT next_offset FROM kafka_offsets WHERE topic = 't'`).Scan(&next); err != nil || next != 8 {
