@@ -43,7 +43,20 @@ func TestCLIExitCodes(t *testing.T) {
 routes:
   - {topic: t, kind: k, queue: q, max_running: 20, group: {field: tenant, max_running: 2}, rate_limit: {limit: 50, per: 1s, burst: 10}, target: {http: {url: "http://127.0.0.1:1/"}}}
 `})
+	split := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Body: `queues:
+  q: {concurrency: 1}
+routes:
+  - {topic: t, name: t, filter: {header: event-type, in: [a, b]}, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
+  - {topic: t, name: t-refund, filter: {field: type, in: [c]}, kind: k2, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
+  - {topic: u, name: u, kind: k3, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
+`})
 	head := "kafka: {brokers: [\"127.0.0.1:19092\"], group: g}\npostgres: {url: \"postgres://x@127.0.0.1/db\"}\n"
+	unnamed := writeFile(t, head+`queues:
+  q: {concurrency: 1}
+routes:
+  - {topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
+  - {topic: t, kind: k2, queue: q, filter: {field: type}, target: {http: {url: "http://127.0.0.1:1/"}}}
+`)
 	unknownKey := writeFile(t, head+`queues:
   q: {concurrency: 1, bogus: 3}
 routes:
@@ -119,6 +132,15 @@ routes:
 		{"routes list limits", []string{"routes", "list", "--config", limited}, exitOK,
 			[]string{`"max_running": 20`, `"field": "tenant"`, `"max_running": 2`, `"limit": 50`, `"per": "1s"`, `"burst": 10`}},
 		{"routes pause", []string{"routes", "pause", "--config", good, "t"}, exitOK, []string{`"name": "t"`, `"paused": true`}},
+		{"routes list of a split topic", []string{"routes", "list", "--config", split}, exitOK,
+			[]string{`"name": "t-refund"`, `"topic": "t"`, `"header": "event-type"`, `"field": "type"`, `"name": "u"`}},
+		{"several routes of a topic unnamed", []string{"run", "--config", unnamed}, exitUsage,
+			[]string{`routes[1].name: required: topic "t" has 2 routes`, "routes[1].filter.in: required"}},
+		{"replay of an unknown route", []string{"replay", "--config", split, "--route", "nope", "--from-offset", "0"}, exitUsage,
+			[]string{`--route: no route is named "nope"`}},
+		{"replay of a route of another topic", []string{"replay", "--config", split, "--route", "t-refund", "--topic", "u", "--from-offset", "0"},
+			exitUsage, []string{"route t-refund reads topic t, not u"}},
+		{"replay of nothing", []string{"replay", "--config", split, "--from-offset", "0"}, exitUsage, []string{"--topic or --route"}},
 		{"routes list paused", []string{"routes", "list", "--config", good}, exitOK, []string{`"paused": true`}},
 		{"routes resume", []string{"routes", "resume", "--config", good, "t"}, exitOK, []string{`"paused": false`}},
 		{"routes unknown subcommand", []string{"routes", "frob"}, exitUsage, []string{`"frob"`}},

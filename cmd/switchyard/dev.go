@@ -56,7 +56,7 @@ routes:
 `
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, _ := newFlags("dev", "dev [--kafka-port N] [--http ADDR]", stderr)
+	fs, _ := newFlags("dev", "dev [--kafka-port N] [--http ADDR]", "", stderr)
 	kafkaPort := fs.Int("kafka-port", 9092, "port of the embedded Kafka-protocol broker (0 = any free port)")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "admin API and dashboard address")
 	if err := parseFlags(fs, args); err != nil {

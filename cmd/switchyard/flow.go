@@ -46,6 +46,24 @@ func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}, args, stdout, stderr)
 }
 
+// pauseAbout is what queues and routes subcommands' --help says.
+var pauseAbout = map[string]string{
+	"queues pause": `
+Pauses a queue for every process, within a second and across restarts:
+nothing of it is claimed; running jobs finish; new jobs wait.`,
+	"routes list": `
+Lists the config's routes by name, with their topic, filter, limits and
+whether an operator paused them (GET /v1/routes also shows lag and which
+other route of the topic holds it).`,
+	"routes pause": `
+Pauses a route for every process, within a second and across restarts:
+its topic is not fetched, so records wait in Kafka. The routes of one
+topic share its offsets, so the topic's other routes wait too.
+
+example:
+  switchyard routes pause order-refund`,
+}
+
 // listed is one configured queue or route, with what its list line says
 // beside its name and pause.
 type listed struct {
@@ -72,7 +90,7 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 	if sub != "list" {
 		synopsis += " NAME"
 	}
-	fs, cfgPath := newFlags(verb+" "+sub, synopsis, stderr)
+	fs, cfgPath := newFlags(verb+" "+sub, synopsis, pauseAbout[verb+" "+sub], stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

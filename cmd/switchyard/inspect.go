@@ -52,6 +52,34 @@ func notFoundAs(err error, what string, id int64) error {
 	return err
 }
 
+// jobsAbout is what each jobs subcommand's --help says beside its flags.
+var jobsAbout = map[string]string{
+	"get": `
+Prints a job as GET /v1/jobs/{id} does: its state, route, key, attempts
+and last error; scheduled_at (when it may run: a run_at, delay or retry
+moves it); and its result once it succeeded (up to the route's
+result_max_bytes of a 2xx body, or what a Go handler kept), base64 with its
+content type. GET /v1/jobs/{id}/result answers the result raw.
+
+example:
+  switchyard jobs get 4711`,
+	"cancel": `
+Cancels a job that has not finished: it ends cancelled and never runs
+again. A running attempt is cancelled within a second on whichever process
+runs it: an HTTP request is aborted, a Go handler's context ends with
+workers.ErrCancelled. A job that already finished is an error (exit 1).
+
+example:
+  switchyard jobs cancel 4711`,
+	"list": `
+Lists the jobs that match every filter given, in id order, a page at a
+time: --after takes the last id of a page to read the next.
+
+examples:
+  switchyard jobs list --state dead --queue bulk
+  switchyard jobs list --route order-refund --key c42`,
+}
+
 func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usagef("missing subcommand: get ID | list [--state S] [--queue Q] [--key K] | cancel ID")
@@ -62,7 +90,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stdout, "usage: switchyard jobs get ID | jobs list [--state S] [--queue Q] [--key K] | jobs cancel ID\n\n`switchyard jobs <subcommand> --help` for flags.")
 		return nil
 	case "get", "cancel":
-		fs, cfgPath := newFlags("jobs "+sub, "jobs "+sub+" [--config FILE] ID", stderr)
+		fs, cfgPath := newFlags("jobs "+sub, "jobs "+sub+" [--config FILE] ID", jobsAbout[sub], stderr)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -92,10 +120,12 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return printJSON(stdout, j)
 	case "list":
-		fs, cfgPath := newFlags("jobs list", "jobs list [--config FILE] [--state S] [--queue Q] [--key K] [--limit N] [--after ID]", stderr)
+		fs, cfgPath := newFlags("jobs list", "jobs list [--config FILE] [--state S] [--queue Q] [--route R] [--key K] [--limit N] [--after ID]",
+			jobsAbout[sub], stderr)
 		var f pgstore.JobFilter
 		state := fs.String("state", "", "only jobs in this state")
 		fs.StringVar(&f.Queue, "queue", "", "only jobs of this queue")
+		fs.StringVar(&f.Route, "route", "", "only jobs of this route (by name)")
 		fs.StringVar(&f.Key, "key", "", "only jobs of this key")
 		fs.IntVar(&f.Limit, "limit", 50, "at most this many (1-1000)")
 		fs.Int64Var(&f.After, "after", 0, "start after this job id")
@@ -134,7 +164,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stdout, "usage: switchyard dlq list [--queue Q] | dlq show ID | dlq redrive ID|--all-matching FILTER | dlq discard ID\n\n`switchyard dlq <subcommand> --help` for flags.")
 		return nil
 	case "show":
-		fs, cfgPath := newFlags("dlq show", "dlq show [--config FILE] ID", stderr)
+		fs, cfgPath := newFlags("dlq show", "dlq show [--config FILE] ID", "", stderr)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -156,7 +186,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return printJSON(stdout, e)
 	case "list":
-		fs, cfgPath := newFlags("dlq list", "dlq list [--config FILE] [--queue Q] [--reason R] [--limit N] [--after ID]", stderr)
+		fs, cfgPath := newFlags("dlq list", "dlq list [--config FILE] [--queue Q] [--reason R] [--limit N] [--after ID]", "", stderr)
 		var f pgstore.DLQFilter
 		fs.StringVar(&f.Queue, "queue", "", "only entries of this queue")
 		fs.StringVar(&f.Reason, "reason", "", "only entries with this reason")
@@ -189,7 +219,19 @@ func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr
 	if sub == "redrive" {
 		synopsis = "dlq redrive [--config FILE] ID | --all-matching reason=R,queue=Q,route=NAME"
 	}
-	fs, cfgPath := newFlags("dlq "+sub, synopsis, stderr)
+	about := ""
+	if sub == "redrive" {
+		about = `
+Puts a DLQ entry back to work. A dead job runs again with fresh attempts
+(in its lane's order). A parked record is decoded again with the current
+config's route it was parked for, by name — so fixing that route's field
+names, or raising its max_record_bytes, makes it a job.
+
+examples:
+  switchyard dlq redrive 17
+  switchyard dlq redrive --all-matching reason=missing_field,route=order-refund`
+	}
+	fs, cfgPath := newFlags("dlq "+sub, synopsis, about, stderr)
 	matching := ""
 	if sub == "redrive" {
 		fs.StringVar(&matching, "all-matching", "", "re-drive every entry matching key=value[,key=value] (keys: reason, queue, route)")

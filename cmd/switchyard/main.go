@@ -110,12 +110,18 @@ func printUsage(w io.Writer, vs map[string]verb) {
 
 // newFlags makes a verb's flag set with the shared --config flag. Parse
 // errors are returned as usage errors; --help prints and exits 0.
-func newFlags(name, synopsis string, stderr io.Writer) (*flag.FlagSet, *string) {
+// newFlags makes a verb's flag set; its --help prints the synopsis, then
+// about (what the verb does, with examples; may be empty), then the flags.
+func newFlags(name, synopsis, about string, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", envOr("SWITCHYARD_CONFIG", "switchyard.yaml"), "config file (env SWITCHYARD_CONFIG)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: switchyard %s\n\nflags:\n", synopsis)
+		fmt.Fprintf(fs.Output(), "usage: switchyard %s\n\n", synopsis)
+		if about != "" {
+			fmt.Fprintf(fs.Output(), "%s\n\n", strings.TrimSpace(about))
+		}
+		fmt.Fprintln(fs.Output(), "flags:")
 		fs.PrintDefaults()
 	}
 	return fs, cfgPath

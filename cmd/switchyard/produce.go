@@ -30,8 +30,18 @@ func (h *headerFlags) Set(s string) error {
 	return nil
 }
 
+const produceAbout = `
+Writes one record, for demos and tests. Headers reach routes that read
+them: a filter {header: event-type, in: [...]}, a key, or run_at.
+
+examples:
+  switchyard produce --topic orders --key c42 --header event-type=order.created '{"customer_id":"c42"}'
+  switchyard produce --topic emails --header send-at=2026-12-24T18:00:00Z '{"to":"a@example.com"}'
+      (for a route with run_at: {header: send-at}: the job waits until then)
+  echo '{"id":1}' | switchyard produce --topic orders -`
+
 func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("produce", "produce [--config FILE] --topic T [--key K] [--header k=v]... VALUE|-", stderr)
+	fs, cfgPath := newFlags("produce", "produce [--config FILE] --topic T [--key K] [--header k=v]... VALUE|-", produceAbout, stderr)
 	topic := fs.String("topic", "", "topic to write to (required)")
 	key := fs.String("key", "", "record key")
 	var headers headerFlags

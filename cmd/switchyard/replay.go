@@ -21,9 +21,21 @@ import (
 // the partitions directly, up to their end offsets as they were when it
 // started, so it always ends. Dedupe keys make it idempotent (I2); with
 // --rerun, finished jobs of the replayed records run again.
+const replayAbout = `
+Re-reads a range of a topic into jobs, through every route of the topic
+(--topic) or one of them (--route), without touching the consumer group.
+A record whose job still exists makes no new one; --rerun runs finished
+jobs again. It prints what it did: records read, new jobs, jobs already
+there, re-run, parked and filtered (taken by none of the routes).
+
+examples:
+  switchyard replay --topic orders --from-time 2026-11-30T08:00:00Z --to-time 2026-11-30T09:00:00Z
+  switchyard replay --route order-refund --from-offset 0 --rerun`
+
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cfgPath := newFlags("replay",
-		"replay [--config FILE] (--topic T | --route R) (--from-time RFC3339 | --from-offset N) [--to-time RFC3339] [--partition P] [--rerun]", stderr)
+		"replay [--config FILE] (--topic T | --route R) (--from-time RFC3339 | --from-offset N) [--to-time RFC3339] [--partition P] [--rerun]",
+		replayAbout, stderr)
 	topic := fs.String("topic", "", "topic to re-read, through every route of it")
 	routeName := fs.String("route", "", "re-read the topic of this route, for this route only (the other routes of the topic are left alone)")
 	fromTime := fs.String("from-time", "", "start at the first record at or after this time (RFC3339)")

@@ -16,7 +16,7 @@ import (
 )
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("migrate", "migrate [--config FILE] [--grant-runtime ROLE]", stderr)
+	fs, cfgPath := newFlags("migrate", "migrate [--config FILE] [--grant-runtime ROLE]", "", stderr)
 	grantTo := fs.String("grant-runtime", "", "after migrating, grant ROLE the DML-only privileges `switchyard run` needs")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -49,7 +49,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func runRun(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs, cfgPath := newFlags("run", "run [--config FILE] [--role all|ingest|work] [--reset-offsets]", stderr)
+	fs, cfgPath := newFlags("run", "run [--config FILE] [--role all|ingest|work] [--reset-offsets]", "", stderr)
 	role := fs.String("role", switchyard.RoleAll, "which parts run here: all, ingest or work")
 	reset := fs.Bool("reset-offsets", false, "resume from Kafka's committed offsets for partitions with none stored in Postgres (after a database loss)")
 	if err := parseFlags(fs, args); err != nil {
