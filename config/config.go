@@ -11,6 +11,7 @@ type Config struct {
 	Kafka    Kafka    `yaml:"kafka"`
 	Postgres Postgres `yaml:"postgres"`
 	HTTP     HTTP     `yaml:"http"`
+	Admin    Admin    `yaml:"admin"`
 	// Queues are the worker pools by name. At least one is required;
 	// SetDefaults never adds one.
 	Queues map[string]Queue `yaml:"queues"`
@@ -25,7 +26,45 @@ type Config struct {
 	// (succeeded, skipped, cancelled, expired, dead); 0 keeps them forever.
 	// It is also the dedupe window against replays. Defaults to 168h for
 	// every state but dead, which is kept until its DLQ entry is handled.
+	// The key audit is how long the audit log keeps an action: defaults
+	// to 2160h (90 days).
 	Retention map[string]Duration `yaml:"retention"`
+}
+
+// RetentionAudit is the retention key of the audit log.
+const RetentionAudit = "audit"
+
+// Admin configures who may use the admin API besides the operator token
+// of SWITCHYARD_ADMIN_TOKEN (http.token), which is named "default".
+type Admin struct {
+	// Tokens are named bearer tokens. Optional.
+	Tokens []AdminToken `yaml:"tokens"`
+}
+
+// Admin token roles.
+const (
+	RoleRead    = "read"    // GETs only
+	RoleOperate = "operate" // read, and every action
+)
+
+// DefaultTokenName names the token of SWITCHYARD_ADMIN_TOKEN.
+const DefaultTokenName = "default"
+
+// AdminToken is one named bearer token. The token itself is read from
+// the environment variable TokenEnv at load, never from the file, and is
+// never logged or shown.
+type AdminToken struct {
+	// Name identifies the token's holder: the actor in the audit log.
+	// Required, unique, not "default".
+	Name string `yaml:"name"`
+	// TokenEnv names the environment variable that holds the token.
+	// Required; the variable must be set.
+	TokenEnv string `yaml:"token_env"`
+	// Role is read (GETs only) or operate (every action too). Defaults
+	// to read.
+	Role string `yaml:"role"`
+	// Token is the variable's value, set by Load.
+	Token string `yaml:"-"`
 }
 
 // Kafka configures the consumer.

@@ -167,7 +167,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "unknown top-level key",
 			yaml: base + goRoute + "quues: {}\n",
-			want: []string{`line 8: unknown key "quues" (known keys: kafka, postgres, http, queues, routes, schedules, shutdown_grace, retention)`},
+			want: []string{`line 8: unknown key "quues" (known keys: kafka, postgres, http, admin, queues, routes, schedules, shutdown_grace, retention)`},
 		},
 		{
 			name: "unknown nested key",
@@ -326,6 +326,31 @@ func TestParseErrors(t *testing.T) {
 				"routes[0].target.http.url: want an absolute http:// or https:// URL with a host",
 				"routes[1].target.http.url: required",
 			},
+		},
+		{
+			name: "bad admin tokens",
+			yaml: base + goRoute + "admin:\n  tokens:\n" +
+				"    - {name: oncall, token_env: ONCALL, role: operate}\n" +
+				"    - {name: oncall, token_env: SAME, role: admin}\n" +
+				"    - {name: default, token_env: UNSET}\n" +
+				"    - {token_env: ONCALL2}\n" +
+				"    - {name: grafana}\n",
+			env: map[string]string{"ONCALL": "t0k3n-oncall", "SAME": "t0k3n-oncall", "ONCALL2": "t0k3n-admin", EnvAdminToken: "t0k3n-admin"},
+			want: []string{
+				`admin.tokens[1].name: "oncall" is already the name of admin.tokens[0]`,
+				`admin.tokens[1].role: "admin" is not one of`,
+				"admin.tokens[1].token_env: SAME holds the same token as admin.tokens[0]",
+				`admin.tokens[2].name: "default" is the name of SWITCHYARD_ADMIN_TOKEN's token`,
+				"admin.tokens[2].token_env: UNSET is not set, or empty",
+				"admin.tokens[3].name: required",
+				"admin.tokens[3].token_env: ONCALL2 holds the same token as SWITCHYARD_ADMIN_TOKEN",
+				"admin.tokens[4].token_env: required",
+			},
+		},
+		{
+			name: "bad retention",
+			yaml: base + goRoute + "retention: {running: 1h, audit: 720h}\n",
+			want: []string{"retention.running: not a final state: want one of succeeded, dead, cancelled, skipped, expired, coalesced, or audit"},
 		},
 		{
 			name: "several routes of a topic without names",
@@ -526,7 +551,7 @@ routes:
 		{
 			name: "no token on an address others can reach",
 			yaml: base + goRoute + "http: {listen: \"0.0.0.0:8080\"}\n",
-			want: []string{"http.listen: 0.0.0.0:8080 is not a loopback address; set SWITCHYARD_ADMIN_TOKEN to listen on it"},
+			want: []string{"http.listen: 0.0.0.0:8080 is not a loopback address; set SWITCHYARD_ADMIN_TOKEN (or admin.tokens) to listen on it"},
 		},
 		{
 			name: "allowed_hosts that are not host names",

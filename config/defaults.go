@@ -28,6 +28,7 @@ const (
 	defaultReset           = "earliest"
 	defaultListen          = "127.0.0.1:8080"
 	defaultRetention       = 7 * 24 * time.Hour
+	defaultAuditRetention  = 90 * 24 * time.Hour
 
 	defaultConcurrency  = 4
 	defaultLease        = 30 * time.Second
@@ -67,6 +68,12 @@ func (c *Config) SetDefaults() {
 	setDefault(&c.ShutdownGrace, Duration(defaultShutdownGrace))
 	if c.Retention == nil {
 		c.Retention = map[string]Duration{}
+	}
+	if _, set := c.Retention[RetentionAudit]; !set {
+		c.Retention[RetentionAudit] = Duration(defaultAuditRetention)
+	}
+	for i := range c.Admin.Tokens {
+		setDefault(&c.Admin.Tokens[i].Role, RoleRead)
 	}
 	for _, st := range jobstate.Final {
 		// Dead jobs stay until their DLQ entry is handled.

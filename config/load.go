@@ -143,6 +143,11 @@ func applyEnv(cfg *Config, env func(string) string) (map[string]string, error) {
 		cfg.HTTP.Token = v
 		fromEnv["http.token"] = EnvAdminToken
 	}
+	for i := range cfg.Admin.Tokens {
+		if t := &cfg.Admin.Tokens[i]; t.TokenEnv != "" {
+			t.Token = strings.TrimSpace(env(t.TokenEnv))
+		}
+	}
 	return fromEnv, nil
 }
 

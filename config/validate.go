@@ -64,10 +64,11 @@ func (c *Config) Validate() error {
 		p.add("shutdown_grace", "must be positive")
 	}
 	for st := range c.Retention {
-		if !jobstate.State(st).IsFinal() {
-			p.add("retention."+st, "not a final state: want one of %s", jobstate.Join(jobstate.Final))
+		if st != RetentionAudit && !jobstate.State(st).IsFinal() {
+			p.add("retention."+st, "not a final state: want one of %s, or audit", jobstate.Join(jobstate.Final))
 		}
 	}
+	c.validateAdmin(&p)
 	c.validateQueues(&p)
 	c.validateRoutes(&p)
 	c.validateSchedules(&p)
@@ -181,8 +182,41 @@ func (c *Config) validateHTTP(p *problems) {
 		p.add("http.listen", "%q: %s, or \"off\"", c.HTTP.Listen, msg)
 		return
 	}
-	if c.HTTP.Token == "" && !loopback(c.HTTP.Listen) {
-		p.add("http.listen", "%s is not a loopback address; set %s to listen on it", c.HTTP.Listen, EnvAdminToken)
+	if c.HTTP.Token == "" && len(c.Admin.Tokens) == 0 && !loopback(c.HTTP.Listen) {
+		p.add("http.listen", "%s is not a loopback address; set %s (or admin.tokens) to listen on it", c.HTTP.Listen, EnvAdminToken)
+	}
+}
+
+// validateAdmin checks the named tokens. Token values are never echoed.
+func (c *Config) validateAdmin(p *problems) {
+	byName, byToken := map[string]int{}, map[string]int{}
+	for i, t := range c.Admin.Tokens {
+		f := fmt.Sprintf("admin.tokens[%d]", i)
+		switch first, dup := byName[t.Name]; {
+		case t.Name == "":
+			p.add(f+".name", "required: it names the token's holder in the audit log")
+		case t.Name == DefaultTokenName:
+			p.add(f+".name", "%q is the name of %s's token; choose another", t.Name, EnvAdminToken)
+		case !reName.MatchString(t.Name):
+			p.add(f+".name", "%q: use letters, digits, _ . : and -", t.Name)
+		case dup:
+			p.add(f+".name", "%q is already the name of admin.tokens[%d]", t.Name, first)
+		default:
+			byName[t.Name] = i
+		}
+		p.oneOf(f+".role", t.Role, RoleRead, RoleOperate)
+		switch first, dup := byToken[t.Token]; {
+		case t.TokenEnv == "":
+			p.add(f+".token_env", "required: the environment variable that holds the token (tokens are never written in the file)")
+		case t.Token == "":
+			p.add(f+".token_env", "%s is not set, or empty", t.TokenEnv)
+		case t.Token == c.HTTP.Token:
+			p.add(f+".token_env", "%s holds the same token as %s: each holder needs a token of its own", t.TokenEnv, EnvAdminToken)
+		case dup:
+			p.add(f+".token_env", "%s holds the same token as admin.tokens[%d]: each holder needs a token of its own", t.TokenEnv, first)
+		default:
+			byToken[t.Token] = i
+		}
 	}
 }
 

@@ -34,6 +34,7 @@ routes:
     filter: {header: event-type, in: [order.created, order.updated]}
     kind: order.sync
     queue: q
+    max_record_bytes: 200
     target: {http: {url: %q, timeout: 5s}}
   - topic: %[1]q
     name: order-refund
@@ -50,8 +51,9 @@ routes:
 		Body: routes("\n    key: {field: customer_id}")})
 
 	// Five kinds of record, 400 of each: taken by order-sync (by its
-	// header), by order-refund (by its field), by both, poison for
-	// order-refund (no customer_id), and taken by neither.
+	// header), by order-refund (by its field), by both, taken by both and
+	// poison for both (too large for order-sync, no customer_id for
+	// order-refund), and taken by neither.
 	const each = 400
 	var recs []*kgo.Record
 	for i := range 5 * each {
@@ -65,7 +67,7 @@ routes:
 		case 2:
 			event, typ = "order.updated", "order.cancelled"
 		case 3:
-			typ, customer = "order.cancelled", ""
+			event, typ, customer = "order.created", "order.cancelled", fmt.Sprintf(`,"pad":%q`, strings.Repeat("x", 200))
 		case 4:
 			event, typ = "order.viewed", "order.viewed"
 		}
@@ -105,12 +107,14 @@ routes:
 		AND o.src_offset = j.src_offset AND o.route = 'order-refund' WHERE j.route = 'order-sync'`); n != each {
 		t.Errorf("%d records made a job in both routes, want %d", n, each)
 	}
-	if n := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM dlq_entries
-		WHERE route = 'order-refund' AND reason = 'missing_field'`); n != each {
-		t.Errorf("%d records parked for order-refund, want %d", n, each)
+	for _, c := range []struct{ route, reason string }{{"order-refund", "missing_field"}, {"order-sync", "too_large"}} {
+		if n := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM dlq_entries
+			WHERE route = $1 AND reason = $2`, c.route, c.reason); n != each {
+			t.Errorf("%d records parked for %s as %s, want %d", n, c.route, c.reason, each)
+		}
 	}
-	if n := count(t, store, `SELECT count(*) FROM dlq_entries`); n != each {
-		t.Errorf("%d DLQ entries, want %d: the poison records, once, for the one route they are poison for", n, each)
+	if n := count(t, store, `SELECT count(*) FROM dlq_entries`); n != 2*each {
+		t.Errorf("%d DLQ entries, want %d: each poison record once for each route it is poison for", n, 2*each)
 	}
 	for _, c := range []struct {
 		tg    *target
@@ -187,7 +191,7 @@ routes:
 	// A parked record is re-driven through its own route, by name: with
 	// order-refund keyed on the record key, it becomes that route's job.
 	var entry int64
-	if err := store.Pool().QueryRow(t.Context(), `SELECT min(id) FROM dlq_entries`).Scan(&entry); err != nil {
+	if err := store.Pool().QueryRow(t.Context(), `SELECT min(id) FROM dlq_entries WHERE route = 'order-refund'`).Scan(&entry); err != nil {
 		t.Fatal(err)
 	}
 	fixed := writeConfig(t, testConfig{Group: group, Schema: schema, Body: routes("")})
