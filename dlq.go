@@ -30,11 +30,15 @@ var (
 // lane's order for ordered routes; a parked record is decoded again with
 // the current route and becomes a job if it now can. Valid after Start.
 func (e *Engine) RedriveDLQ(ctx context.Context, id int64) (jobID int64, err error) {
-	return e.dlq.Redrive(ctx, id)
+	return e.dlq.Redrive(ctx, id, ActorGo)
 }
+
+// ActorGo is who the audit log says took the engine's actions
+// (RedriveDLQ, DiscardDLQ): the embedding program.
+const ActorGo = "go"
 
 // DiscardDLQ removes a DLQ entry for good, as POST /v1/dlq/{id}/discard
 // does; a lane it was blocking moves on. Valid after Start.
 func (e *Engine) DiscardDLQ(ctx context.Context, id int64) error {
-	return e.dlq.Discard(ctx, id)
+	return e.dlq.Discard(ctx, id, ActorGo)
 }

@@ -117,6 +117,11 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.HTTP.Listen != "off" {
+		if err := cfg.AdminTokenErrors(); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -368,8 +373,13 @@ func (e *Engine) checkHandlers() error {
 }
 
 func (e *Engine) startHTTP() error {
+	var tokens []admin.Token
+	for _, t := range e.cfg.Admin.Tokens {
+		tokens = append(tokens, admin.Token{Name: t.Name, Secret: t.Token, Operate: t.Role == config.RoleOperate})
+	}
 	srv := admin.New(admin.Config{
 		Token:        e.cfg.HTTP.Token,
+		Tokens:       tokens,
 		AllowedHosts: e.cfg.HTTP.AllowedHosts,
 		Queues:       e.cfg.QueueNames(),
 		Routes:       e.adminRoutes(),
@@ -418,6 +428,10 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused, Limits: map[string]map[string]pgstore.FlowLimit{},
 		ResultMaxBytes: map[string]int{}, AttemptKey: e.attemptKey}
 	for state, keep := range e.cfg.Retention {
+		if state == config.RetentionAudit {
+			dc.AuditRetention = keep.D()
+			continue
+		}
 		dc.Retention[state] = keep.D()
 	}
 	for _, name := range e.cfg.QueueNames() {

@@ -335,15 +335,11 @@ func TestParseErrors(t *testing.T) {
 				"    - {name: default, token_env: UNSET}\n" +
 				"    - {token_env: ONCALL2}\n" +
 				"    - {name: grafana}\n",
-			env: map[string]string{"ONCALL": "t0k3n-oncall", "SAME": "t0k3n-oncall", "ONCALL2": "t0k3n-admin", EnvAdminToken: "t0k3n-admin"},
 			want: []string{
 				`admin.tokens[1].name: "oncall" is already the name of admin.tokens[0]`,
 				`admin.tokens[1].role: "admin" is not one of`,
-				"admin.tokens[1].token_env: SAME holds the same token as admin.tokens[0]",
 				`admin.tokens[2].name: "default" is the name of SWITCHYARD_ADMIN_TOKEN's token`,
-				"admin.tokens[2].token_env: UNSET is not set, or empty",
 				"admin.tokens[3].name: required",
-				"admin.tokens[3].token_env: ONCALL2 holds the same token as SWITCHYARD_ADMIN_TOKEN",
 				"admin.tokens[4].token_env: required",
 			},
 		},
@@ -626,6 +622,37 @@ func TestEmptyDocument(t *testing.T) {
 		if !strings.Contains(err.Error(), "queues: at least one queue is required") {
 			t.Errorf("Parse(%q) = %v; want the missing queues reported", doc, err)
 		}
+	}
+}
+
+// A serving process checks the tokens' variables; the CLI, which reads
+// the same file without them, does not (Parse succeeds).
+func TestAdminTokenErrors(t *testing.T) {
+	doc := base + goRoute + "admin:\n  tokens:\n" +
+		"    - {name: oncall, token_env: ONCALL, role: operate}\n" +
+		"    - {name: pager, token_env: SAME}\n" +
+		"    - {name: unset, token_env: UNSET}\n" +
+		"    - {name: ci, token_env: CI_TOKEN}\n"
+	cfg, err := Parse([]byte(doc), mapEnv(map[string]string{"ONCALL": "t0k3n-oncall", "SAME": "t0k3n-oncall",
+		"CI_TOKEN": "t0k3n-admin", EnvAdminToken: "t0k3n-admin"}))
+	if err != nil {
+		t.Fatalf("parse: %v (the variables are for serving processes only)", err)
+	}
+	if cfg.Admin.Tokens[1].Role != RoleRead {
+		t.Errorf("default role %q, want read", cfg.Admin.Tokens[1].Role)
+	}
+	err = cfg.AdminTokenErrors()
+	for _, want := range []string{
+		"admin.tokens[1].token_env: SAME holds the same token as admin.tokens[0]",
+		"admin.tokens[2].token_env: UNSET is not set, or empty",
+		"admin.tokens[3].token_env: CI_TOKEN holds the same token as SWITCHYARD_ADMIN_TOKEN",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("AdminTokenErrors() = %v; want it to say %q", err, want)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "t0k3n") {
+		t.Errorf("a token value is in the error: %v", err)
 	}
 }
 

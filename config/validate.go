@@ -187,9 +187,12 @@ func (c *Config) validateHTTP(p *problems) {
 	}
 }
 
-// validateAdmin checks the named tokens. Token values are never echoed.
+// validateAdmin checks the named tokens' names, roles and variables. The
+// variables' values are checked by AdminTokenErrors, by the processes
+// that serve the API only: the CLI's verbs read the same file from an
+// operator's shell, which holds none of the tokens.
 func (c *Config) validateAdmin(p *problems) {
-	byName, byToken := map[string]int{}, map[string]int{}
+	byName := map[string]int{}
 	for i, t := range c.Admin.Tokens {
 		f := fmt.Sprintf("admin.tokens[%d]", i)
 		switch first, dup := byName[t.Name]; {
@@ -205,9 +208,22 @@ func (c *Config) validateAdmin(p *problems) {
 			byName[t.Name] = i
 		}
 		p.oneOf(f+".role", t.Role, RoleRead, RoleOperate)
+		if t.TokenEnv == "" {
+			p.add(f+".token_env", "required: the environment variable that holds the token (tokens are never written in the file)")
+		}
+	}
+}
+
+// AdminTokenErrors reports, for a process that serves the admin API, the
+// named tokens whose variable is unset or empty, or holds another
+// holder's token. Token values are never echoed.
+func (c *Config) AdminTokenErrors() error {
+	var p problems
+	byToken := map[string]int{}
+	for i, t := range c.Admin.Tokens {
+		f := fmt.Sprintf("admin.tokens[%d]", i)
 		switch first, dup := byToken[t.Token]; {
 		case t.TokenEnv == "":
-			p.add(f+".token_env", "required: the environment variable that holds the token (tokens are never written in the file)")
 		case t.Token == "":
 			p.add(f+".token_env", "%s is not set, or empty", t.TokenEnv)
 		case t.Token == c.HTTP.Token:
@@ -218,6 +234,7 @@ func (c *Config) validateAdmin(p *problems) {
 			byToken[t.Token] = i
 		}
 	}
+	return errors.Join(p...)
 }
 
 // loopback reports whether a listen address is reachable from this host

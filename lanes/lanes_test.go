@@ -288,10 +288,10 @@ func TestDeadHeadContinueAndBlock(t *testing.T) {
 				j, _ := store.JobGet(context.Background(), *e.JobID)
 				byKey[j.Key] = e.ID
 			}
-			if _, err := svc.Redrive(context.Background(), byKey["a"]); err != nil {
+			if _, err := svc.Redrive(context.Background(), byKey["a"], "test"); err != nil {
 				t.Fatal(err)
 			}
-			if err := svc.Discard(context.Background(), byKey["b"]); err != nil {
+			if err := svc.Discard(context.Background(), byKey["b"], "test"); err != nil {
 				t.Fatal(err)
 			}
 			testenv.Eventually(t, time.Minute, "lanes unblocked and drained", func() bool {

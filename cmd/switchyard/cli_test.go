@@ -79,6 +79,7 @@ routes:
   - {topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
 `)
 	openListen := writeFile(t, head+"http: {listen: \"0.0.0.0:8080\"}\n"+validQueuesAndRoute)
+	unsetToken := writeFile(t, head+"admin: {tokens: [{name: oncall, token_env: SWITCHYARD_TEST_UNSET_TOKEN}]}\n"+validQueuesAndRoute)
 
 	cases := []struct {
 		name string
@@ -105,6 +106,8 @@ routes:
 			[]string{"queues.q.concurrency: set to 0", "default (4)"}},
 		{"open listen without a token", []string{"run", "--config", openListen}, exitUsage,
 			[]string{"http.listen: 0.0.0.0:8080 is not a loopback address", "SWITCHYARD_ADMIN_TOKEN"}},
+		{"a token's variable unset", []string{"run", "--config", unsetToken}, exitUsage,
+			[]string{"admin.tokens[0].token_env: SWITCHYARD_TEST_UNSET_TOKEN is not set, or empty"}},
 		{"missing config file", []string{"run", "--config", filepath.Join(t.TempDir(), "nope.yaml")}, exitUsage,
 			[]string{"nope.yaml", "no such file"}},
 		{"jobs get abc", []string{"jobs", "get", "--config", good, "abc"}, exitUsage, []string{`"abc"`, "job id"}},

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -506,21 +505,7 @@ func adminGet(t *testing.T, addr, path, token string) (int, string) {
 // adminGetAuth is adminGet with the whole Authorization header.
 func adminGetAuth(t *testing.T, addr, path, auth string) (int, string) {
 	t.Helper()
-	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	resp, err := cl.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return apiAs(t, addr, http.MethodGet, path, auth)
 }
 
 // metricSum scrapes /metrics and sums the samples of a metric whose

@@ -120,7 +120,7 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 		if sub == "pause" {
 			change = store.Pause
 		}
-		if _, err := change(ctx, kind, name); err != nil {
+		if _, err := change(ctx, kind, name, cliActor()); err != nil {
 			return err
 		}
 		return printJSON(stdout, map[string]any{"name": name, "paused": sub == "pause"})

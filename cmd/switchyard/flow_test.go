@@ -32,11 +32,20 @@ func records(first, n int) []*kgo.Record {
 // api calls a process's admin API and returns the status and body.
 func api(t *testing.T, addr, method, path string) (int, string) {
 	t.Helper()
+	return apiAs(t, addr, method, path, "")
+}
+
+// apiAs is api with an Authorization header (none when empty).
+func apiAs(t *testing.T, addr, method, path, auth string) (int, string) {
+	t.Helper()
 	req, err := http.NewRequest(method, "http://"+addr+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &http.Client{Timeout: 10 * time.Second}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	res, err := cl.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)

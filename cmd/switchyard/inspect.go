@@ -107,7 +107,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		defer store.Close()
 		if sub == "cancel" {
-			if err := store.JobCancel(ctx, id); err != nil {
+			if err := store.JobCancel(ctx, id, cliActor()); err != nil {
 				if errors.Is(err, pgstore.ErrConflict) {
 					return fmt.Errorf("job %d already finished; nothing to cancel", id)
 				}
@@ -283,14 +283,14 @@ examples:
 	}
 	svc := dlq.New(store, routes, rereader)
 	if sub == "discard" {
-		if err := svc.Discard(ctx, id); err != nil {
+		if err := svc.Discard(ctx, id, cliActor()); err != nil {
 			return notFoundAs(err, "DLQ entry", id)
 		}
 		fmt.Fprintf(stdout, "discarded DLQ entry %d\n", id)
 		return nil
 	}
 	if id != 0 {
-		jobID, err := svc.Redrive(ctx, id)
+		jobID, err := svc.Redrive(ctx, id, cliActor())
 		if err != nil {
 			return notFoundAs(err, "DLQ entry", id)
 		}
@@ -308,7 +308,7 @@ examples:
 		}
 		for _, e := range es {
 			filter.After = e.ID
-			if _, err := svc.Redrive(ctx, e.ID); err != nil {
+			if _, err := svc.Redrive(ctx, e.ID, cliActor()); err != nil {
 				failed++
 				fmt.Fprintf(stderr, "DLQ entry %d: %v\n", e.ID, err)
 				continue

@@ -49,6 +49,7 @@ func verbs() map[string]verb {
 		{"dlq", "the dead-letter store: dlq list | show ID | redrive ID|--all-matching F | discard ID", runDLQ},
 		{"queues", "queues list | pause Q | resume Q: a paused queue claims nothing, fleet-wide", runQueues},
 		{"routes", "routes list | pause R | resume R: a paused route fetches nothing, fleet-wide", runRoutes},
+		{"audit", "audit list: who cancelled, re-drove, discarded, paused or resumed what, and when", runAudit},
 		{"replay", "re-read a topic range into jobs: replay (--topic T | --route R) (--from-time T | --from-offset N)", runReplay},
 		{"bench", "run the benchmark suite (SPEC §9)", runBench},
 	}

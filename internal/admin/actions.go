@@ -46,7 +46,7 @@ func (s *Server) jobEnqueue(w http.ResponseWriter, r *http.Request) error {
 		Queue: queue, Kind: r.URL.Query().Get("kind"), IdempotencyKey: r.Header.Get("Idempotency-Key"),
 		ContentType: r.Header.Get("Content-Type"), Payload: body,
 		Key: r.Header.Get("Switchyard-Key"), Version: r.Header.Get("Switchyard-Version"),
-		RunAt: r.Header.Get("Switchyard-Run-At"), Delay: r.Header.Get("Switchyard-Delay")})
+		RunAt: r.Header.Get("Switchyard-Run-At"), Delay: r.Header.Get("Switchyard-Delay"), Actor: caller(r).Name})
 	var in *ingest.InputError
 	switch {
 	case errors.Is(err, ingest.ErrUnknownQueue):
@@ -70,8 +70,8 @@ func (s *Server) jobEnqueue(w http.ResponseWriter, r *http.Request) error {
 
 // DLQActions re-drives and discards entries (dlq.Service).
 type DLQActions interface {
-	Redrive(ctx context.Context, id int64) (int64, error)
-	Discard(ctx context.Context, id int64) error
+	Redrive(ctx context.Context, id int64, by string) (int64, error)
+	Discard(ctx context.Context, id int64, by string) error
 }
 
 func (s *Server) jobCancel(w http.ResponseWriter, r *http.Request) error {
@@ -79,7 +79,7 @@ func (s *Server) jobCancel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.store.JobCancel(r.Context(), id); err != nil {
+	if err := s.store.JobCancel(r.Context(), id, caller(r).Name); err != nil {
 		return actionError(err, "job", id)
 	}
 	job, err := s.store.JobGet(r.Context(), id)
@@ -158,7 +158,7 @@ func (s *Server) dlqRedrive(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.DLQ == nil {
 		return notImplemented(w, r)
 	}
-	jobID, err := s.cfg.DLQ.Redrive(r.Context(), id)
+	jobID, err := s.cfg.DLQ.Redrive(r.Context(), id, caller(r).Name)
 	if err != nil {
 		return actionError(err, "DLQ entry", id)
 	}
@@ -178,7 +178,7 @@ func (s *Server) dlqDiscard(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.DLQ == nil {
 		return notImplemented(w, r)
 	}
-	if err := s.cfg.DLQ.Discard(r.Context(), id); err != nil {
+	if err := s.cfg.DLQ.Discard(r.Context(), id, caller(r).Name); err != nil {
 		return actionError(err, "DLQ entry", id)
 	}
 	s.writeJSON(w, http.StatusOK, map[string]any{"id": id, "discarded": true})
@@ -190,6 +190,8 @@ func actionError(err error, what string, id int64) error {
 	switch {
 	case errors.Is(err, pgstore.ErrNotFound):
 		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("%s %d not found", what, id), field: "id"}
+	case errors.Is(err, pgstore.ErrRedriven):
+		return &httpError{status: http.StatusConflict, msg: err.Error()}
 	case errors.Is(err, pgstore.ErrConflict):
 		return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("%s %d is not in a state that allows this", what, id)}
 	case errors.Is(err, dlq.ErrStillPoison), errors.Is(err, dlq.ErrCannotRedrive):

@@ -642,6 +642,45 @@ func TestToken(t *testing.T) {
 	}
 }
 
+// Named tokens: each authenticates as its holder, a read token may only
+// read (every POST is 403, and nothing happens), an operate token may
+// act, and the audit log names the holder of the token that acted.
+func TestNamedTokensAndRoles(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{Token: "op-s3cret", Queues: []string{"bulk"}, Tokens: []Token{
+		{Name: "grafana", Secret: "ro-s3cret"}, {Name: "oncall", Secret: "oncall-s3cret", Operate: true}}})
+	for _, c := range []struct {
+		name, method, path, auth string
+		status                   int
+	}{
+		{"read token reads", "GET", "/v1/queues", "Bearer ro-s3cret", http.StatusOK},
+		{"read token may not act", "POST", "/v1/queues/bulk/pause", "Bearer ro-s3cret", http.StatusForbidden},
+		{"an unknown token", "GET", "/v1/queues", "Bearer ro-s3cret2", http.StatusUnauthorized},
+		{"operate token acts", "POST", "/v1/queues/bulk/pause", "Bearer oncall-s3cret", http.StatusOK},
+		{"the default token acts", "POST", "/v1/queues/bulk/resume", "Bearer op-s3cret", http.StatusOK},
+	} {
+		r := e.do(t, c.method, c.path, nil, c.auth).must(t, c.status)
+		if c.status == http.StatusForbidden {
+			if b := wantError(t, r, http.StatusForbidden, "Authorization"); !strings.Contains(b.Error, "token grafana has role read") {
+				t.Errorf("%s: %q", c.name, b.Error)
+			}
+		}
+	}
+	for auth, want := range map[string]string{"Bearer ro-s3cret": `{"name":"grafana","role":"read"}`,
+		"Bearer oncall-s3cret": `{"name":"oncall","role":"operate"}`, "Bearer op-s3cret": `{"name":"default","role":"operate"}`} {
+		if r := e.do(t, "GET", "/v1/whoami", nil, auth).must(t, http.StatusOK); strings.TrimSpace(string(r.body)) != want {
+			t.Errorf("whoami with %s: %s, want %s", auth, r.body, want)
+		}
+	}
+	type entry struct{ Actor, Action, Target string }
+	got := decode[page[entry]](t, e.do(t, "GET", "/v1/audit", nil, "Bearer ro-s3cret").must(t, http.StatusOK))
+	want := []entry{{"default", "resume", "queue/bulk"}, {"oncall", "pause", "queue/bulk"}}
+	if fmt.Sprint(got.Items) != fmt.Sprint(want) {
+		t.Fatalf("GET /v1/audit: %+v, want %+v (the read token's refused pause is not there: it did nothing)", got.Items, want)
+	}
+	wantError(t, e.do(t, "GET", "/v1/audit?action=frob", nil, "Bearer ro-s3cret"), http.StatusBadRequest, "action")
+}
+
 type readyReply struct {
 	Status string            `json:"status"`
 	Error  string            `json:"error"`

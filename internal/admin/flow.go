@@ -176,7 +176,7 @@ func (s *Server) setPause(kind pgstore.PauseKind, paused bool) apiFunc {
 		if paused {
 			change = s.store.Pause
 		}
-		if _, err := change(r.Context(), kind, name); err != nil {
+		if _, err := change(r.Context(), kind, name, caller(r).Name); err != nil {
 			return err
 		}
 		s.writeJSON(w, http.StatusOK, pause{Name: name, Paused: paused})

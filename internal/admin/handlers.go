@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/jobstate"
@@ -138,8 +139,11 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) error {
 	if err := oneOf(q, "reason", dlq.Reasons); err != nil {
 		return err
 	}
+	if err := oneOf(q, "state", pgstore.DLQStates); err != nil {
+		return err
+	}
 	entries, err := s.store.DLQList(r.Context(), pgstore.DLQFilter{
-		Queue: q.filters["queue"], Reason: q.filters["reason"], Route: q.filters["route"],
+		Queue: q.filters["queue"], Reason: q.filters["reason"], Route: q.filters["route"], State: q.filters["state"],
 		After: q.after, Limit: q.limit + 1,
 	})
 	if err != nil {
@@ -273,4 +277,37 @@ func (s *Server) checkReady(ctx context.Context) (int, readyBody) {
 		}
 	}
 	return http.StatusOK, readyBody{Status: "ok", Checks: checks}
+}
+
+// auditList: GET /v1/audit, newest first; after is the id of the last
+// entry of the previous page (the page holds older entries).
+func (s *Server) auditList(w http.ResponseWriter, r *http.Request) error {
+	q, err := parseList(r)
+	if err != nil {
+		return err
+	}
+	if err := oneOf(q, "action", pgstore.AuditActions); err != nil {
+		return err
+	}
+	entries, err := s.store.AuditList(r.Context(), pgstore.AuditFilter{
+		Actor: q.filters["actor"], Action: q.filters["action"], Target: q.filters["target"],
+		Before: q.after, Limit: q.limit + 1,
+	})
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, newPage(entries, q.limit, func(e pgstore.AuditEntry) int64 { return e.ID }))
+	return nil
+}
+
+// whoami: GET /v1/whoami, the caller's token name and role, so that a
+// page can leave out the actions a read token may not take.
+func (s *Server) whoami(w http.ResponseWriter, r *http.Request) error {
+	who := caller(r)
+	role := config.RoleRead
+	if who.Operate {
+		role = config.RoleOperate
+	}
+	s.writeJSON(w, http.StatusOK, map[string]string{"name": who.Name, "role": role})
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
@@ -32,10 +33,14 @@ const maxHeaderBytes = 64 << 10
 
 // Config configures the admin server.
 type Config struct {
-	// Token, when non-empty, is required as "Authorization: Bearer <token>"
-	// on every /v1 request. Empty means no authentication, which the
-	// config allows only on a loopback address. Defaults to "".
+	// Token, when non-empty, is an operator token named "default"
+	// (SWITCHYARD_ADMIN_TOKEN). When it or Tokens is set, every /v1
+	// request needs "Authorization: Bearer <token>" of one of them. None
+	// means no authentication, which the config allows only on a loopback
+	// address; the actor is then "anonymous". Defaults to "".
 	Token string
+	// Tokens are the named tokens of admin.tokens. Defaults to none.
+	Tokens []Token
 	// Queues are the configured queue names. GET /v1/queues lists each of
 	// them even when it has no rows yet, plus any queue found in the
 	// database; only these can be paused. Defaults to none.
@@ -77,6 +82,7 @@ type Config struct {
 // store.
 type Server struct {
 	cfg     Config
+	tokens  []Token // Token and Tokens, with the SHA-256 of each secret
 	store   *pgstore.Store
 	log     *zap.Logger
 	handler http.Handler
@@ -92,7 +98,13 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger) *Server {
 	for i, h := range cfg.AllowedHosts {
 		cfg.AllowedHosts[i] = normalHost(h)
 	}
-	s := &Server{cfg: cfg, store: store, log: log.Named("admin")}
+	s := &Server{cfg: cfg, store: store, log: log.Named("admin"), tokens: slices.Clone(cfg.Tokens)}
+	if cfg.Token != "" {
+		s.tokens = append(s.tokens, Token{Name: config.DefaultTokenName, Secret: cfg.Token, Operate: true})
+	}
+	for i := range s.tokens {
+		s.tokens[i].digest = sha256.Sum256([]byte(s.tokens[i].Secret))
+	}
 	s.handler = s.guard(s.routes())
 	return s
 }
@@ -126,7 +138,7 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/v1/jobs/{id}/result", nil, s.jobResult},
 		{"POST", "/v1/jobs/{id}/cancel", nil, s.jobCancel},
 		{"POST", "/v1/jobs/{id}/checkpoint", nil, s.jobCheckpoint},
-		{"GET", "/v1/dlq", append([]string{"queue", "reason", "route"}, listParams...), s.dlqList},
+		{"GET", "/v1/dlq", append([]string{"queue", "reason", "route", "state"}, listParams...), s.dlqList},
 		{"GET", "/v1/dlq/{id}", nil, s.dlqGet},
 		{"POST", "/v1/dlq/{id}/redrive", nil, s.dlqRedrive},
 		{"POST", "/v1/dlq/{id}/discard", nil, s.dlqDiscard},
@@ -137,6 +149,8 @@ func (s *Server) routes() http.Handler {
 		{"POST", "/v1/routes/{name}/pause", nil, s.setPause(pgstore.PauseRoute, true)},
 		{"POST", "/v1/routes/{name}/resume", nil, s.setPause(pgstore.PauseRoute, false)},
 		{"GET", "/v1/openapi.json", nil, s.openapi},
+		{"GET", "/v1/audit", append([]string{"actor", "action", "target"}, listParams...), s.auditList},
+		{"GET", "/v1/whoami", nil, s.whoami},
 		{"POST", "/v1/queues/{queue}/jobs", []string{"kind"}, s.jobEnqueue},
 	}
 	mux := http.NewServeMux()
@@ -220,11 +234,19 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			w.Header().Set("Cache-Control", "no-store")
 			// A checkpoint is authorized by its attempt's secret, which
 			// the target got with the attempt: targets hold no admin token.
-			if !s.authorized(r) && !isCheckpoint(r) {
+			who, ok := s.authenticate(r)
+			switch {
+			case isCheckpoint(r):
+			case !ok:
 				w.Header().Set("WWW-Authenticate", "Bearer")
 				s.writeError(w, r, &httpError{status: http.StatusUnauthorized, msg: "missing or invalid bearer token"})
 				return
+			case stateChanging(r.Method) && !who.Operate:
+				s.writeError(w, r, &httpError{status: http.StatusForbidden, field: "Authorization",
+					msg: fmt.Sprintf("token %s has role read: actions need a token with role operate", who.Name)})
+				return
 			}
+			r = r.WithContext(context.WithValue(r.Context(), callerKey{}, who))
 		}
 		// A declared oversized body is refused before any handler runs;
 		// MaxBytesReader catches chunked bodies that grow past the limit.
@@ -304,20 +326,53 @@ func headerBytes(h http.Header) int {
 	return n
 }
 
-// authorized compares SHA-256 digests rather than the raw strings so that
-// the constant-time compare does not return early on a length mismatch and
-// reveal the token's length.
-func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.Token == "" {
-		return true
+// Token is a bearer token the API accepts: its holder's name, which the
+// audit log records as the actor, and whether it may act (role operate)
+// or only read.
+type Token struct {
+	Name, Secret string
+	Operate      bool
+	digest       [sha256.Size]byte
+}
+
+// anonymous is the caller when no token is configured (loopback only).
+var anonymous = Token{Name: "anonymous", Operate: true}
+
+// callerKey carries the authenticated Token in a request's context.
+type callerKey struct{}
+
+// caller is who sent r, as the guard authenticated it.
+func caller(r *http.Request) Token {
+	if t, ok := r.Context().Value(callerKey{}).(Token); ok {
+		return t
+	}
+	return anonymous
+}
+
+// authenticate finds the token a request carries. It compares SHA-256
+// digests rather than the raw strings, so that the constant-time compare
+// does not return early on a length mismatch and reveal a token's length,
+// and it compares against every token, so that the time taken does not
+// say which one matched.
+func (s *Server) authenticate(r *http.Request) (Token, bool) {
+	if len(s.tokens) == 0 {
+		return anonymous, true
 	}
 	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
+		return Token{}, false
 	}
-	want := sha256.Sum256([]byte(s.cfg.Token))
 	have := sha256.Sum256([]byte(got))
-	return subtle.ConstantTimeCompare(want[:], have[:]) == 1
+	match := -1
+	for i := range s.tokens {
+		if subtle.ConstantTimeCompare(s.tokens[i].digest[:], have[:]) == 1 {
+			match = i
+		}
+	}
+	if match < 0 {
+		return Token{}, false
+	}
+	return s.tokens[match], true
 }
 
 // httpError is a failure the client should see as is.

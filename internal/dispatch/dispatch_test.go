@@ -717,7 +717,7 @@ func TestCancelledJobsHandlerIsToldWhy(t *testing.T) {
 		return ctx.Err()
 	}))
 	job := <-started
-	if err := store.JobCancel(ctx, job.ID); err != nil {
+	if err := store.JobCancel(ctx, job.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	select {

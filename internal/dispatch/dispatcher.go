@@ -57,6 +57,9 @@ type Config struct {
 	// Retention is how long finished jobs are kept, by final state;
 	// states not listed (or 0) are kept forever.
 	Retention map[string]time.Duration
+	// AuditRetention is how long the audit log keeps an action; 0 keeps
+	// it forever.
+	AuditRetention time.Duration
 	// RescueInterval is how often expired leases are looked for.
 	// Defaults to a third of the shortest lease, at most 5s.
 	RescueInterval time.Duration
@@ -292,21 +295,33 @@ const (
 )
 
 func (d *Dispatcher) prune() {
+	if keep := d.cfg.AuditRetention; keep > 0 {
+		d.pruneBatches("the audit log", func(ctx context.Context) (int64, error) {
+			return d.store.AuditPrune(ctx, keep, pruneBatch)
+		})
+	}
 	for state, keep := range d.cfg.Retention {
-		if keep <= 0 {
-			continue
+		if keep > 0 {
+			d.pruneBatches(state+" jobs", func(ctx context.Context) (int64, error) {
+				return d.store.JobPrune(ctx, state, keep, pruneBatch)
+			})
 		}
-		for range pruneMaxBatches {
-			ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
-			n, err := d.store.JobPrune(ctx, state, keep, pruneBatch)
-			cancel()
-			if err != nil {
-				d.log.Warn("pruning finished jobs failed", zap.String("state", state), zap.Error(err))
-				return
-			}
-			if n < pruneBatch {
-				break
-			}
+	}
+}
+
+// pruneBatches deletes with del, a batch at a time, until a batch comes
+// back short or pruneMaxBatches have run.
+func (d *Dispatcher) pruneBatches(what string, del func(context.Context) (int64, error)) {
+	for range pruneMaxBatches {
+		ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
+		n, err := del(ctx)
+		cancel()
+		if err != nil {
+			d.log.Warn("pruning failed", zap.String("what", what), zap.Error(err))
+			return
+		}
+		if n < pruneBatch {
+			return
 		}
 	}
 }

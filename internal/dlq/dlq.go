@@ -50,14 +50,15 @@ func New(store *pgstore.Store, routes []*ingest.Route, rereader Rereader) *Servi
 	return s
 }
 
-// Redrive puts an entry back to work and returns the job id. A dead job
+// Redrive puts an entry back to work for by (who asks, for the audit log
+// and the entry's history) and returns the job id. A dead job
 // gets fresh attempts (in its lane's order, for ordered routes). A parked
 // record is decoded again with the current route — useful after fixing a
 // route's field names or raising max_record_bytes — and becomes a job if
 // it now can; one that keeps only part of itself is read again from
 // Kafka first.
-func (s *Service) Redrive(ctx context.Context, id int64) (int64, error) {
-	jobID, err := s.store.DLQRedrive(ctx, id)
+func (s *Service) Redrive(ctx context.Context, id int64, by string) (int64, error) {
+	jobID, err := s.store.DLQRedrive(ctx, id, by)
 	if !errors.Is(err, pgstore.ErrRecordEntry) {
 		return jobID, err
 	}
@@ -77,7 +78,7 @@ func (s *Service) Redrive(ctx context.Context, id int64) (int64, error) {
 	if poison != nil {
 		return 0, fmt.Errorf("%w: %s: %s", ErrStillPoison, poison.Reason, poison.Error)
 	}
-	jobID, err = s.store.DLQRedriveRecord(ctx, id, *job)
+	jobID, err = s.store.DLQRedriveRecord(ctx, id, *job, by)
 	if errors.Is(err, pgstore.ErrRefused) {
 		return 0, fmt.Errorf("%w: %v", ErrStillPoison, err)
 	}
@@ -109,6 +110,6 @@ func (s *Service) record(ctx context.Context, e pgstore.DLQEntry) (*kgo.Record, 
 }
 
 // Discard removes an entry for good; a lane it was blocking moves on.
-func (s *Service) Discard(ctx context.Context, id int64) error {
-	return s.store.DLQDiscard(ctx, id)
+func (s *Service) Discard(ctx context.Context, id int64, by string) error {
+	return s.store.DLQDiscard(ctx, id, by)
 }

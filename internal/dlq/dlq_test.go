@@ -78,7 +78,7 @@ func TestRedriveTruncatedRecordRereadsKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := dlq.New(store, []*ingest.Route{fixed}, ingest.NewRereader(kopts))
-	jobID, err := svc.Redrive(ctx, entries[0].ID)
+	jobID, err := svc.Redrive(ctx, entries[0].ID, "test")
 	if err != nil {
 		t.Fatalf("re-drive: %v", err)
 	}
@@ -101,7 +101,7 @@ func TestRedriveTruncatedRecordRereadsKafka(t *testing.T) {
 	if resp, err := adm.DeleteRecords(ctx, to); err != nil || resp.Error() != nil {
 		t.Fatalf("delete records: %v %v", err, resp.Error())
 	}
-	_, err = svc.Redrive(ctx, entries[1].ID)
+	_, err = svc.Redrive(ctx, entries[1].ID, "test")
 	if !errors.Is(err, dlq.ErrCannotRedrive) || !strings.Contains(err.Error(), "retention") {
 		t.Fatalf("re-drive of a record no longer in Kafka: %v, want ErrCannotRedrive saying why", err)
 	}
@@ -110,7 +110,7 @@ func TestRedriveTruncatedRecordRereadsKafka(t *testing.T) {
 	}
 
 	// Without a Kafka reader a truncated entry cannot be re-driven either.
-	if _, err := dlq.New(store, []*ingest.Route{fixed}, nil).Redrive(ctx, entries[1].ID); !errors.Is(err, dlq.ErrCannotRedrive) {
+	if _, err := dlq.New(store, []*ingest.Route{fixed}, nil).Redrive(ctx, entries[1].ID, "test"); !errors.Is(err, dlq.ErrCannotRedrive) {
 		t.Fatalf("without a reader: %v", err)
 	}
 }
@@ -131,7 +131,7 @@ func TestRedriveRecordKeepsItsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	fixed := compile(t, config.Route{Topic: "t", Ordered: true, MaxRecordBytes: 100, DLQMaxBytes: 100})
-	jobID, err := dlq.New(store, []*ingest.Route{fixed}, nil).Redrive(ctx, 1)
+	jobID, err := dlq.New(store, []*ingest.Route{fixed}, nil).Redrive(ctx, 1, "test")
 	if err != nil {
 		t.Fatalf("re-drive: %v", err)
 	}

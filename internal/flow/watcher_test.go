@@ -70,7 +70,7 @@ func TestRouteHoldsAtMaxDepthUntilNinetyPercent(t *testing.T) {
 	if changes != 1 {
 		t.Fatalf("%d changes reported, want 1 (the resume; Added reports none)", changes)
 	}
-	if _, err := s.Pause(ctx, pgstore.PauseRoute, "r"); err != nil {
+	if _, err := s.Pause(ctx, pgstore.PauseRoute, "r", "test"); err != nil {
 		t.Fatal(err)
 	}
 	enqueue(10, 5)
@@ -79,7 +79,7 @@ func TestRouteHoldsAtMaxDepthUntilNinetyPercent(t *testing.T) {
 	if w.QueuePaused("q") {
 		t.Fatal("a route's pause paused its queue")
 	}
-	if _, err := s.Resume(ctx, pgstore.PauseRoute, "r"); err != nil {
+	if _, err := s.Resume(ctx, pgstore.PauseRoute, "r", "test"); err != nil {
 		t.Fatal(err)
 	}
 	refresh()

@@ -53,6 +53,10 @@ type EnqueueRequest struct {
 	// make the job run later; empty: the route's own run_at or delay.
 	RunAt string
 	Delay string
+	// Actor is who asked through the admin API (a token's name), for the
+	// audit log; empty for an application's enqueue (the Go client),
+	// which is not an operator action.
+	Actor string
 }
 
 // EnqueueResult is what Enqueue did.
@@ -84,7 +88,9 @@ func (e *InputError) Error() string { return e.Field + ": " + e.Msg }
 // Enqueue makes the job, or finds the one an earlier request with the
 // same idempotency key made.
 func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (EnqueueResult, error) {
-	return e.enqueue(ctx, req, e.store.JobEnqueue)
+	return e.enqueue(ctx, req, func(ctx context.Context, j pgstore.NewJob) (pgstore.Enqueued, error) {
+		return e.store.JobEnqueue(ctx, j, req.Actor)
+	})
 }
 
 // EnqueueTx is Enqueue in the caller's transaction (pgstore's

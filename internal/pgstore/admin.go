@@ -183,6 +183,19 @@ type DLQEntry struct {
 	Payload   []byte      `json:"payload_base64,omitempty"`
 	Headers   []HeaderRow `json:"headers,omitempty"`
 	RecordKey []byte      `json:"record_key_base64,omitempty"`
+	// Redriven says what became of an entry that was re-driven; nil while
+	// it is parked.
+	Redriven *Redrive `json:"redriven"`
+}
+
+// Redrive is an entry's re-drive: when, by whom (an admin token's name,
+// cli:<user>, or "replay --rerun"), the job it made or revived, and that
+// job's state now — its new outcome, once it has one.
+type Redrive struct {
+	At       time.Time       `json:"at"`
+	By       string          `json:"by"`
+	JobID    int64           `json:"job_id"`
+	JobState *jobstate.State `json:"job_state"`
 }
 
 // HeaderRow is one record header; the value is base64 in JSON because
@@ -196,7 +209,8 @@ type HeaderRow struct {
 // and history.
 const (
 	dlqSummary = `id, reason, route, queue, job_id, src_topic, src_partition, src_offset,
-	attempts, last_error, created_at, truncated, record_bytes`
+	attempts, last_error, created_at, truncated, record_bytes, redriven_at, redriven_by, redrive_job_id,
+	(SELECT state FROM jobs WHERE jobs.id = dlq_entries.redrive_job_id)`
 	dlqColumns = dlqSummary + `, errors, payload, header_keys, header_values, record_key`
 )
 
@@ -212,12 +226,19 @@ func scanDLQRow(r pgx.CollectableRow, full bool) (DLQEntry, error) {
 	var off *int64
 	var hk []string
 	var hv [][]byte
+	var rAt *time.Time
+	var rBy *string
+	var rJob *int64
+	var rState *jobstate.State
 	dest := []any{&e.ID, &e.Reason, &e.Route, &e.Queue, &e.JobID, &topic, &part, &off,
-		&e.Attempts, &e.LastError, &e.CreatedAt, &e.Truncated, &e.RecordBytes}
+		&e.Attempts, &e.LastError, &e.CreatedAt, &e.Truncated, &e.RecordBytes, &rAt, &rBy, &rJob, &rState}
 	if full {
 		dest = append(dest, &e.Errors, &e.Payload, &hk, &hv, &e.RecordKey)
 	}
 	err := r.Scan(dest...)
+	if rAt != nil && rBy != nil && rJob != nil {
+		e.Redriven = &Redrive{At: *rAt, By: *rBy, JobID: *rJob, JobState: rState}
+	}
 	if topic != nil && part != nil && off != nil {
 		e.Source = &SourceRow{Topic: *topic, Partition: *part, Offset: *off}
 	}
@@ -233,22 +254,40 @@ func scanDLQRow(r pgx.CollectableRow, full bool) (DLQEntry, error) {
 	return e, err
 }
 
+// The states a DLQ list selects: entries still parked, entries
+// re-driven (history), or both.
+const (
+	DLQParked   = "parked"
+	DLQRedriven = "redriven"
+	DLQAll      = "all"
+)
+
+// DLQStates are the values of DLQFilter.State.
+var DLQStates = []string{DLQParked, DLQRedriven, DLQAll}
+
 // DLQFilter selects DLQ entries; empty fields do not filter.
 type DLQFilter struct {
 	Queue  string
 	Reason string
 	Route  string
-	After  int64
-	Limit  int
+	// State is DLQParked (the default, also ""), DLQRedriven or DLQAll.
+	State string
+	After int64
+	Limit int
 }
 
 // DLQList lists DLQ entries by id, without their bytes and error history
 // (see DLQEntry).
 func (s *Store) DLQList(ctx context.Context, f DLQFilter) ([]DLQEntry, error) {
+	state := f.State
+	if state == "" {
+		state = DLQParked
+	}
 	rows, err := s.pool.Query(ctx, `SELECT `+dlqSummary+` FROM dlq_entries
 		WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR reason = $2)
 		  AND ($3::text IS NULL OR route = $3) AND id > $4
-		ORDER BY id LIMIT $5`, nullable(f.Queue), nullable(f.Reason), nullable(f.Route), f.After, f.Limit)
+		  AND ($6::text = 'all' OR (redriven_at IS NULL) = ($6::text = 'parked'))
+		ORDER BY id LIMIT $5`, nullable(f.Queue), nullable(f.Reason), nullable(f.Route), f.After, f.Limit, state)
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +400,8 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err = s.pool.Query(ctx, `SELECT queue, reason, count(*) FROM dlq_entries GROUP BY queue, reason`)
+	rows, err = s.pool.Query(ctx, `SELECT queue, reason, count(*) FROM dlq_entries WHERE redriven_at IS NULL
+		GROUP BY queue, reason`)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,13 +29,17 @@ type Enqueued struct {
 // of an ordered route (j.Lane set) joins its key's lane in the same
 // transaction, promoted if the lane is idle: it takes its place by
 // version, after the lane's Kafka records of the same version (it has no
-// offset). A created job that is runnable wakes its queue.
-func (s *Store) JobEnqueue(ctx context.Context, j NewJob) (Enqueued, error) {
+// offset). A created job that is runnable wakes its queue. An operator's
+// enqueue (by non-empty: the admin API's caller) is audited; a
+// schedule's is not.
+func (s *Store) JobEnqueue(ctx context.Context, j NewJob, by string) (Enqueued, error) {
 	var e Enqueued
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		e, err = s.jobEnqueue(ctx, tx, j)
-		return err
+		if e, err = s.jobEnqueue(ctx, tx, j); err != nil || by == "" || !e.Created {
+			return err
+		}
+		return audit(ctx, tx, by, AuditEnqueue, fmt.Sprintf("job/%d", e.ID), map[string]any{"queue": j.Queue, "kind": j.Kind})
 	})
 	return e, err
 }

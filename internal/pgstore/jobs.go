@@ -844,7 +844,7 @@ func truncate(s string, n int) string {
 // JobCancel cancels a job that has not finished. A running job's lease is
 // thereby lost: its next heartbeat cancels the handler, and its completion
 // is rejected.
-func (s *Store) JobCancel(ctx context.Context, id int64) error {
+func (s *Store) JobCancel(ctx context.Context, id int64, by string) error {
 	var state jobstate.State
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `
@@ -855,8 +855,14 @@ func (s *Store) JobCancel(ctx context.Context, id int64) error {
 				RETURNING j.id
 			)
 			SELECT old.state FROM old`, id).Scan(&state)
-		if err != nil || state != jobstate.Running {
+		if err != nil || state.IsFinal() {
 			return err
+		}
+		if err := audit(ctx, tx, by, AuditCancel, fmt.Sprintf("job/%d", id), map[string]any{"was": state}); err != nil {
+			return err
+		}
+		if state != jobstate.Running {
+			return nil
 		}
 		// Sent on commit: the process that runs it cancels the attempt at
 		// once, not at its next heartbeat (which still catches a missed one).
@@ -873,8 +879,9 @@ func (s *Store) JobCancel(ctx context.Context, id int64) error {
 }
 
 // JobPrune deletes up to limit jobs that finished in state before the
-// given age, oldest first. Dead jobs with a DLQ entry are kept: the entry
-// is the operator's to re-drive or discard. Deleting a job frees its
+// given age, oldest first. Dead jobs with a parked DLQ entry are kept:
+// the entry is the operator's to re-drive or discard. The re-driven
+// entries of a pruned job go with it: they are its history. Deleting a job frees its
 // dedupe key, so the retention of a state is also the window in which a
 // replay is deduplicated against it.
 func (s *Store) JobPrune(ctx context.Context, state string, olderThan time.Duration, limit int) (int64, error) {
@@ -886,12 +893,14 @@ func (s *Store) JobPrune(ctx context.Context, state string, olderThan time.Durat
 			DELETE FROM jobs WHERE id IN (
 				SELECT j.id FROM jobs j
 				WHERE j.state = $1 AND j.finished_at < now() - $2::bigint * interval '1 millisecond'
-				  AND NOT EXISTS (SELECT 1 FROM dlq_entries d WHERE d.job_id = j.id)
+				  AND NOT EXISTS (SELECT 1 FROM dlq_entries d WHERE d.job_id = j.id AND d.redriven_at IS NULL)
 				ORDER BY j.finished_at LIMIT $3
 				FOR UPDATE SKIP LOCKED)
 			RETURNING id
 		), k AS (
 			DELETE FROM job_keys WHERE job_id IN (SELECT id FROM d)
+		), h AS (
+			DELETE FROM dlq_entries WHERE redrive_job_id IN (SELECT id FROM d)
 		)
 		SELECT count(*) FROM d`, state, olderThan.Milliseconds(), limit).Scan(&n)
 	return n, err

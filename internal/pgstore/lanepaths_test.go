@@ -62,7 +62,7 @@ var laneEnds = []laneEnd{
 	{name: "rescued to dead", rescue: true},
 	{name: "expired", expire: true},
 	{name: "cancelled", run: func(t *testing.T, s *pgstore.Store, head *pgstore.Claimed) {
-		if err := s.JobCancel(context.Background(), head.ID); err != nil {
+		if err := s.JobCancel(context.Background(), head.ID, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}},
@@ -73,21 +73,24 @@ var laneEnds = []laneEnd{
 		}
 	}},
 	{name: "re-driven", dead: true, run: func(t *testing.T, s *pgstore.Store, head *pgstore.Claimed) {
-		if _, err := s.DLQRedrive(context.Background(), dlqEntryOf(t, s, head.ID)); err != nil {
+		if _, err := s.DLQRedrive(context.Background(), dlqEntryOf(t, s, head.ID), "test"); err != nil {
 			t.Fatal(err)
 		}
 	}},
 	{name: "discarded", dead: true, discards: true, run: func(t *testing.T, s *pgstore.Store, head *pgstore.Claimed) {
-		if err := s.DLQDiscard(context.Background(), dlqEntryOf(t, s, head.ID)); err != nil {
+		if err := s.DLQDiscard(context.Background(), dlqEntryOf(t, s, head.ID), "test"); err != nil {
 			t.Fatal(err)
 		}
 	}},
 }
 
+// dlqEntryOf is the parked DLQ entry of a job (its re-driven ones are
+// history).
 func dlqEntryOf(t *testing.T, s *pgstore.Store, jobID int64) int64 {
 	t.Helper()
 	var id int64
-	if err := s.Pool().QueryRow(context.Background(), `SELECT id FROM dlq_entries WHERE job_id = $1`, jobID).Scan(&id); err != nil {
+	if err := s.Pool().QueryRow(context.Background(), `SELECT id FROM dlq_entries WHERE job_id = $1 AND redriven_at IS NULL`,
+		jobID).Scan(&id); err != nil {
 		t.Fatalf("DLQ entry of job %d: %v", jobID, err)
 	}
 	return id

@@ -21,6 +21,9 @@ var (
 	// ErrRecordEntry means a DLQ entry is a record that never became a
 	// job: it needs decoding again, not a state change.
 	ErrRecordEntry = errors.New("the entry is a record that never became a job")
+	// ErrRedriven means a DLQ entry was re-driven already: its job, not
+	// the entry, is what to act on now. It is an ErrConflict.
+	ErrRedriven = fmt.Errorf("%w: re-driven already", ErrConflict)
 	// ErrRefused means Postgres refused a job for its data (a value that
 	// decoding did not foresee); the record stays parked.
 	ErrRefused = errors.New("refused by Postgres for its data")
@@ -102,11 +105,12 @@ func (s *Store) JobApply(ctx context.Context, id, token int64, version *int64, f
 // DLQRedrive puts a dead job back with fresh attempts: the blocked head
 // of a lane runs again in place; any other lane job rejoins its lane's
 // (version, offset) order; an unordered job is runnable at once. The DLQ
-// entry is removed in the same transaction. It returns the job id.
-func (s *Store) DLQRedrive(ctx context.Context, entryID int64) (int64, error) {
+// entry stays, marked re-driven by `by` (redriveEntry), and the audit log
+// records it, in the same transaction. It returns the job id.
+func (s *Store) DLQRedrive(ctx context.Context, entryID int64, by string) (int64, error) {
 	var jobID int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		id, err := lockEntry(ctx, tx, entryID)
+		id, err := lockEntry(ctx, tx, entryID, true)
 		if err != nil {
 			return err
 		}
@@ -137,20 +141,28 @@ func (s *Store) DLQRedrive(ctx context.Context, entryID int64) (int64, error) {
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM dlq_entries WHERE id = $1`, entryID); err != nil {
-			return err
-		}
 		jobID = id
-		return nil
+		return redriveEntry(ctx, tx, entryID, id, by)
 	})
 	return jobID, err
 }
 
+// redriveEntry marks an entry re-driven to a job, and audits it: the
+// entry keeps answering, with the job that came of it, until that job is
+// pruned (JobPrune).
+func redriveEntry(ctx context.Context, tx pgx.Tx, entryID, jobID int64, by string) error {
+	if _, err := tx.Exec(ctx, `UPDATE dlq_entries SET redriven_at = now(), redriven_by = $2, redrive_job_id = $3
+		WHERE id = $1`, entryID, by, jobID); err != nil {
+		return err
+	}
+	return audit(ctx, tx, by, AuditRedrive, fmt.Sprintf("dlq/%d", entryID), map[string]any{"job_id": jobID})
+}
+
 // DLQDiscard removes an entry for good. A dead job stays dead; if it was
 // blocking its lane, the lane moves on to its next job.
-func (s *Store) DLQDiscard(ctx context.Context, entryID int64) error {
+func (s *Store) DLQDiscard(ctx context.Context, entryID int64, by string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		id, err := lockEntry(ctx, tx, entryID)
+		id, err := lockEntry(ctx, tx, entryID, false)
 		if err != nil && !errors.Is(err, ErrRecordEntry) {
 			return err
 		}
@@ -160,19 +172,21 @@ func (s *Store) DLQDiscard(ctx context.Context, entryID int64) error {
 				return err
 			}
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM dlq_entries WHERE id = $1`, entryID)
-		return err
+		if _, err = tx.Exec(ctx, `DELETE FROM dlq_entries WHERE id = $1`, entryID); err != nil {
+			return err
+		}
+		return audit(ctx, tx, by, AuditDiscard, fmt.Sprintf("dlq/%d", entryID), nil)
 	})
 }
 
 // DLQRedriveRecord turns a parked record into a job (decoded again by the
-// caller, e.g. after a route fix) and removes its entry, in one
-// transaction, and returns the job's id. An existing job with the same
+// caller, e.g. after a route fix) and marks its entry re-driven to it,
+// in one transaction, and returns the job's id. An existing job with the same
 // dedupe key wins (I2). A job Postgres refuses for its data leaves the
 // entry as it was and returns an error wrapping ErrRefused.
-func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob) (jobID int64, err error) {
+func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob, by string) (jobID int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := lockEntry(ctx, tx, entryID); !errors.Is(err, ErrRecordEntry) {
+		if _, err := lockEntry(ctx, tx, entryID, true); !errors.Is(err, ErrRecordEntry) {
 			if err == nil {
 				return ErrConflict
 			}
@@ -194,7 +208,7 @@ func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob)
 			job.Route, job.origin(), job.DedupeKey).Scan(&jobID); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM dlq_entries WHERE id = $1`, entryID); err != nil {
+		if err := redriveEntry(ctx, tx, entryID, jobID, by); err != nil {
 			return err
 		}
 		if len(res.Queues) > 0 {
@@ -207,11 +221,16 @@ func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob)
 }
 
 // lockEntry locks a DLQ entry and returns its job id, or ErrRecordEntry.
-func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64) (int64, error) {
-	var jobID *int64
-	err := tx.QueryRow(ctx, `SELECT job_id FROM dlq_entries WHERE id = $1 FOR UPDATE`, entryID).Scan(&jobID)
+// For a re-drive (parked), an entry re-driven already is ErrRedriven.
+func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64, parked bool) (int64, error) {
+	var jobID, redriveJob *int64
+	err := tx.QueryRow(ctx, `SELECT job_id, redrive_job_id FROM dlq_entries WHERE id = $1 FOR UPDATE`,
+		entryID).Scan(&jobID, &redriveJob)
 	if err != nil {
 		return 0, notFound(err)
+	}
+	if parked && redriveJob != nil {
+		return 0, fmt.Errorf("%w: entry %d was re-driven already, to job %d", ErrRedriven, entryID, *redriveJob)
 	}
 	if jobID == nil {
 		return 0, ErrRecordEntry
@@ -223,7 +242,7 @@ func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64) (int64, error) {
 // back to run again with fresh attempts (`switchyard replay --rerun`): an
 // unordered job, and a lane's blocked dead head, become queued; any other
 // job of a lane rejoins its lane's (version, offset) order as waiting.
-// Their DLQ entries go. Jobs not finished are left alone. It returns how
+// Their DLQ entries are marked re-driven (by "replay --rerun"). Jobs not finished are left alone. It returns how
 // many jobs were put back.
 func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string) (int64, error) {
 	var n int64
@@ -239,7 +258,8 @@ func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string)
 				  AND j.state IN ('succeeded', 'dead', 'cancelled', 'skipped', 'expired', 'coalesced')
 				RETURNING j.id, j.queue, j.state, j.key
 			), d AS (
-				DELETE FROM dlq_entries WHERE job_id IN (SELECT id FROM r)
+				UPDATE dlq_entries SET redriven_at = now(), redriven_by = 'replay --rerun', redrive_job_id = job_id
+				WHERE job_id IN (SELECT id FROM r) AND redriven_at IS NULL
 			)
 			SELECT queue, state, key FROM r`, route, dedupeKeys)
 		if err != nil {

@@ -19,15 +19,28 @@ const (
 // Pause records that kind name is paused, and reports whether it was not
 // already. Durable: it holds for every process, across restarts, until
 // Resume.
-func (s *Store) Pause(ctx context.Context, kind PauseKind, name string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `INSERT INTO paused (kind, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`, kind, name)
-	return tag.RowsAffected() == 1, err
+func (s *Store) Pause(ctx context.Context, kind PauseKind, name, by string) (bool, error) {
+	return s.setPause(ctx, AuditPause, `INSERT INTO paused (kind, name) VALUES ($1, $2) ON CONFLICT DO NOTHING`, kind, name, by)
 }
 
 // Resume removes a pause, and reports whether there was one.
-func (s *Store) Resume(ctx context.Context, kind PauseKind, name string) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM paused WHERE kind = $1 AND name = $2`, kind, name)
-	return tag.RowsAffected() == 1, err
+func (s *Store) Resume(ctx context.Context, kind PauseKind, name, by string) (bool, error) {
+	return s.setPause(ctx, AuditResume, `DELETE FROM paused WHERE kind = $1 AND name = $2`, kind, name, by)
+}
+
+// setPause runs a pause's or resume's statement and audits it, changed
+// or not: the operator asked, and the log says whether it did anything.
+func (s *Store) setPause(ctx context.Context, action, sql string, kind PauseKind, name, by string) (bool, error) {
+	var changed bool
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, sql, kind, name)
+		if err != nil {
+			return err
+		}
+		changed = tag.RowsAffected() == 1
+		return audit(ctx, tx, by, action, string(kind)+"/"+name, map[string]any{"changed": changed})
+	})
+	return changed, err
 }
 
 // Pauses returns every pause: kind → name → since when.

@@ -25,10 +25,10 @@ func TestClaimTakesNothingFromAPausedQueue(t *testing.T) {
 		}
 		return len(jobs)
 	}
-	if changed, err := s.Pause(ctx, pgstore.PauseQueue, "q"); err != nil || !changed {
+	if changed, err := s.Pause(ctx, pgstore.PauseQueue, "q", "test"); err != nil || !changed {
 		t.Fatalf("pause: %v %v", changed, err)
 	}
-	if changed, err := s.Pause(ctx, pgstore.PauseQueue, "q"); err != nil || changed {
+	if changed, err := s.Pause(ctx, pgstore.PauseQueue, "q", "test"); err != nil || changed {
 		t.Fatalf("a second pause changed something: %v %v", changed, err)
 	}
 	if n := claim(); n != 0 {
@@ -41,7 +41,7 @@ func TestClaimTakesNothingFromAPausedQueue(t *testing.T) {
 	if _, ok := p[pgstore.PauseQueue]["q"]; err != nil || !ok || len(p[pgstore.PauseRoute]) != 0 {
 		t.Fatalf("pauses %v (%v), want queue q only", p, err)
 	}
-	if changed, err := s.Resume(ctx, pgstore.PauseQueue, "q"); err != nil || !changed {
+	if changed, err := s.Resume(ctx, pgstore.PauseQueue, "q", "test"); err != nil || !changed {
 		t.Fatalf("resume: %v %v", changed, err)
 	}
 	if n := claim(); n != 5 {

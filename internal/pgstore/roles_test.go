@@ -104,9 +104,9 @@ func TestRuntimeRoleNeedsOnlyDML(t *testing.T) {
 	}
 	for _, e := range entries {
 		if e.JobID == nil {
-			err = rt.DLQDiscard(ctx, e.ID)
+			err = rt.DLQDiscard(ctx, e.ID, "test")
 		} else {
-			_, err = rt.DLQRedrive(ctx, e.ID)
+			_, err = rt.DLQRedrive(ctx, e.ID, "test")
 		}
 		if err != nil {
 			t.Fatalf("dlq action on %d: %v", e.ID, err)

@@ -198,7 +198,7 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, slot time.Time) error {
 	}
 	enq, err := s.store.JobEnqueue(ctx, pgstore.NewJob{Route: Route(e.Name), Kind: e.Kind, Queue: e.Queue,
 		Origin: pgstore.OriginSchedule, DedupeKey: slotKey(slot), Payload: payload, MaxAttempts: e.MaxAttempts,
-		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}, RunAt: &runAt})
+		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}, RunAt: &runAt}, "")
 	if err == nil && enq.Created {
 		s.log.Info("scheduled job enqueued", zap.String("schedule", e.Name), zap.Time("slot", slot))
 	}

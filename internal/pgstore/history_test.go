@@ -1,0 +1,160 @@
+package pgstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/jobstate"
+)
+
+// killJob claims the queue's one runnable job and ends it dead
+// (permanent), which parks it in the DLQ; it returns the entry's id.
+func killJob(t *testing.T, s *pgstore.Store) (jobID, entryID int64) {
+	t.Helper()
+	ctx := context.Background()
+	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	c, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: jobs[0].ID, Token: jobs[0].Token, State: jobstate.Dead,
+		Reason: "permanent", Error: "HTTP 422"}})
+	if err != nil || !c.Applied[jobs[0].Token] {
+		t.Fatalf("complete dead: %v %v", c.Applied, err)
+	}
+	return jobs[0].ID, dlqEntryOf(t, s, jobs[0].ID)
+}
+
+// A re-driven DLQ entry stays, with the job it revived and that job's
+// state, so its id keeps answering; a job that dies again gets an entry
+// of its own beside it; lists show parked entries unless asked; the
+// history goes when the job is pruned. Every action is in the audit log,
+// under the actor that took it.
+func TestDLQHistorySurvivesRedrive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	if _, err := s.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "r", Kind: "k", Queue: "q",
+		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	jobID, first := killJob(t, s)
+	if got, err := s.DLQRedrive(ctx, first, "oncall"); err != nil || got != jobID {
+		t.Fatalf("redrive: job %d, %v; want %d", got, err, jobID)
+	}
+	e, err := s.DLQGet(ctx, first)
+	if err != nil || e.Redriven == nil || e.Redriven.JobID != jobID || e.Redriven.By != "oncall" ||
+		e.Redriven.JobState == nil || *e.Redriven.JobState != jobstate.Queued {
+		t.Fatalf("the re-driven entry: %+v %v; want it kept, pointing at queued job %d", e.Redriven, err, jobID)
+	}
+	if _, err := s.DLQRedrive(ctx, first, "oncall"); !errors.Is(err, pgstore.ErrRedriven) || !errors.Is(err, pgstore.ErrConflict) {
+		t.Fatalf("a second re-drive of the entry: %v, want ErrRedriven", err)
+	}
+
+	// It fails again: a new entry, and the old one says how it ended.
+	if again, second := killJob(t, s); again != jobID || second == first {
+		t.Fatalf("the job died again as %d with entry %d; want job %d with a new entry", again, second, jobID)
+	}
+	e, _ = s.DLQGet(ctx, first)
+	if *e.Redriven.JobState != jobstate.Dead {
+		t.Fatalf("the old entry shows the job %s, want dead", *e.Redriven.JobState)
+	}
+	list := func(state string) []int64 {
+		es, err := s.DLQList(ctx, pgstore.DLQFilter{State: state, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, e := range es {
+			ids = append(ids, e.ID)
+		}
+		return ids
+	}
+	if p, r, a := list(""), list(pgstore.DLQRedriven), list(pgstore.DLQAll); len(p) != 1 || p[0] == first ||
+		len(r) != 1 || r[0] != first || len(a) != 2 {
+		t.Fatalf("parked %v, redriven %v, all %v", p, r, a)
+	}
+	stats, err := s.QueueStats(ctx)
+	if err != nil || stats["q"].DLQ["permanent"] != 1 {
+		t.Fatalf("the DLQ gauge counts %v, want the one parked entry", stats["q"].DLQ)
+	}
+
+	// Discarded, the job can be pruned, and its history goes with it.
+	second := list("")[0]
+	if err := s.DLQDiscard(ctx, second, "cli:ops"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET finished_at = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.JobPrune(ctx, string(jobstate.Dead), time.Minute, 10); err != nil || n != 1 {
+		t.Fatalf("prune: %d %v", n, err)
+	}
+	if _, err := s.DLQGet(ctx, first); !errors.Is(err, pgstore.ErrNotFound) {
+		t.Fatalf("the pruned job's history: %v, want gone", err)
+	}
+
+	audit, err := s.AuditList(ctx, pgstore.AuditFilter{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range audit {
+		got = append(got, fmt.Sprintf("%s %s %s %s", a.Actor, a.Action, a.Target, a.Detail))
+	}
+	want := []string{
+		fmt.Sprintf("cli:ops discard dlq/%d {}", second),
+		fmt.Sprintf(`oncall redrive dlq/%d {"job_id": %d}`, first, jobID),
+		fmt.Sprintf(`oncall enqueue job/%d {"kind": "k", "queue": "q"}`, jobID),
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("audit log, newest first:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// Every action is audited in its own transaction, with what it did; a
+// failed action leaves no entry; the list pages newest first; entries
+// past their retention are pruned.
+func TestAuditLog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	for _, by := range []string{"oncall", "oncall", "grafana"} {
+		if _, err := s.Pause(ctx, pgstore.PauseQueue, "q", by); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Resume(ctx, pgstore.PauseRoute, "orders", "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.JobCancel(ctx, 999_999, "oncall"); !errors.Is(err, pgstore.ErrNotFound) {
+		t.Fatalf("cancel of no job: %v", err)
+	}
+	if _, err := s.Pause(ctx, pgstore.PauseQueue, "q", ""); err == nil {
+		t.Fatal("an action without an actor was taken")
+	}
+	page, err := s.AuditList(ctx, pgstore.AuditFilter{Actor: "oncall", Limit: 2})
+	if err != nil || len(page) != 2 || page[0].Action != pgstore.AuditResume || page[0].Target != "route/orders" ||
+		page[1].Action != pgstore.AuditPause || page[1].Target != "queue/q" {
+		t.Fatalf("oncall's newest two: %+v %v", page, err)
+	}
+	var detail map[string]bool
+	if err := json.Unmarshal(page[1].Detail, &detail); err != nil || detail["changed"] {
+		t.Fatalf("the second pause of a paused queue: %s; want changed false", page[1].Detail)
+	}
+	older, err := s.AuditList(ctx, pgstore.AuditFilter{Actor: "oncall", Before: page[1].ID, Limit: 10})
+	if err != nil || len(older) != 1 || older[0].Action != pgstore.AuditPause {
+		t.Fatalf("the page after: %+v %v", older, err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE audit_log SET at = now() - interval '2 days' WHERE actor = 'grafana'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.AuditPrune(ctx, 24*time.Hour, 10); err != nil || n != 1 {
+		t.Fatalf("prune: %d %v; want grafana's one entry", n, err)
+	}
+}
