@@ -1,0 +1,140 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/dlq"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/schedule"
+)
+
+// The console's endpoints: a job's detail with its payload, headers and
+// lane position; retry-now; the counted bulk re-drive; lanes; schedules
+// with pause, resume and trigger; and the queues' new fields.
+func TestConsoleEndpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := newStore(t, true)
+	sc := config.Schedule{Name: "nightly", Cron: "0 2 * * *", Kind: "reconcile", Queue: "bulk"}
+	cfg := config.Config{Schedules: []config.Schedule{sc}}
+	cfg.SetDefaults()
+	e := serve(t, Config{DLQ: dlq.New(st, nil, nil), Queues: []string{"bulk", "interactive"},
+		Concurrency: map[string]int{"bulk": 4, "interactive": 16},
+		Schedules:   []schedule.Schedule{{Schedule: cfg.Schedules[0], MaxAttempts: 3}}}, st, zaptest.NewLogger(t))
+
+	// A lane of three jobs of key "a": the head and two waiting behind it.
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "block", GapTimeout: time.Minute, GapPolicy: "park"}
+	var jobs []pgstore.NewJob
+	for i := range 3 {
+		j := newJob("interactive", "a", int64(i))
+		j.Lane, j.HeaderKeys, j.HeaderVals = lane, []string{"content-type"}, [][]byte{[]byte("application/json")}
+		jobs = append(jobs, j)
+	}
+	seed(t, st, append(jobs, newJob("bulk", "b", 10), newJob("bulk", "c", 11)), nil)
+	ids := jobIDs(t, st)
+	type detail struct {
+		Payload []byte `json:"payload_base64"`
+		Headers []struct {
+			Key   string `json:"key"`
+			Value []byte `json:"value_base64"`
+		} `json:"headers"`
+		Lane *pgstore.LanePosition `json:"lane"`
+	}
+	third := decode[detail](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", ids[2])).must(t, http.StatusOK))
+	if string(third.Payload) != `{"n":1}` || len(third.Headers) != 1 || string(third.Headers[0].Value) != "application/json" ||
+		third.Lane == nil || third.Lane.Position != 2 || third.Lane.Waiting != 2 || third.Lane.HeadJobID == nil ||
+		*third.Lane.HeadJobID != ids[0] {
+		t.Fatalf("the third job of the lane: %+v (lane %+v)", third, third.Lane)
+	}
+	if head := decode[detail](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", ids[0])).must(t, http.StatusOK)); head.Lane == nil ||
+		head.Lane.Position != 0 {
+		t.Fatalf("the head: lane %+v, want position 0", head.Lane)
+	}
+	if bulk := decode[detail](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", ids[3])).must(t, http.StatusOK)); bulk.Lane != nil {
+		t.Fatalf("an unordered job has a lane: %+v", bulk.Lane)
+	}
+
+	// Retry-now: a delayed job runs now; a queued one that may run is 409.
+	if _, err := st.Pool().Exec(ctx, `UPDATE jobs SET scheduled_at = now() + interval '1 hour' WHERE id = $1`, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	e.do(t, "POST", fmt.Sprintf("/v1/jobs/%d/retry", ids[3]), nil, "").must(t, http.StatusOK)
+	wantError(t, e.do(t, "POST", fmt.Sprintf("/v1/jobs/%d/retry", ids[3]), nil, ""), http.StatusConflict, "")
+
+	// Both bulk jobs die; the counted re-drive takes them only at the count.
+	for _, l := range claim(t, st, "bulk", 2) {
+		kill(t, st, l)
+	}
+	type count struct{ Count int64 }
+	if c := decode[count](t, e.get(t, "/v1/dlq/count?queue=bulk").must(t, http.StatusOK)); c.Count != 2 {
+		t.Fatalf("count: %d, want 2", c.Count)
+	}
+	wantError(t, e.do(t, "POST", "/v1/dlq/redrive?queue=bulk&expect=3", nil, ""), http.StatusConflict, "expect")
+	wantError(t, e.do(t, "POST", "/v1/dlq/redrive?queue=bulk", nil, ""), http.StatusBadRequest, "expect")
+	type redriven struct {
+		Redriven int
+		Failed   []dlq.Failure
+	}
+	if r := decode[redriven](t, e.do(t, "POST", "/v1/dlq/redrive?queue=bulk&expect=2", nil, "").must(t, http.StatusOK)); r.Redriven != 2 ||
+		len(r.Failed) != 0 {
+		t.Fatalf("re-drive all matching: %+v", r)
+	}
+	if c := decode[count](t, e.get(t, "/v1/dlq/count?queue=bulk").must(t, http.StatusOK)); c.Count != 0 {
+		t.Fatalf("count after: %d, want 0", c.Count)
+	}
+
+	// Lanes: the interactive lane, with two waiting behind its head.
+	lanes := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes").must(t, http.StatusOK))
+	if len(lanes.Items) != 1 || lanes.Items[0].Key != "a" || lanes.Items[0].Waiting != 2 || lanes.Items[0].Blocked {
+		t.Fatalf("lanes: %+v", lanes.Items)
+	}
+	if blocked := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes?blocked=true").must(t, http.StatusOK)); len(blocked.Items) != 0 {
+		t.Fatalf("blocked lanes: %+v", blocked.Items)
+	}
+	wantError(t, e.get(t, "/v1/lanes?blocked=maybe"), http.StatusBadRequest, "blocked")
+
+	// Schedules: listed with the next slot; paused; triggered.
+	scheds := decode[page[schedule.Status]](t, e.get(t, "/v1/schedules").must(t, http.StatusOK))
+	if len(scheds.Items) != 1 || scheds.Items[0].Name != "nightly" || scheds.Items[0].Paused ||
+		scheds.Items[0].NextSlot.Hour() != 2 || scheds.Items[0].LastSlot != nil {
+		t.Fatalf("schedules: %+v", scheds.Items)
+	}
+	e.do(t, "POST", "/v1/schedules/nightly/pause", nil, "").must(t, http.StatusOK)
+	if s := decode[page[schedule.Status]](t, e.get(t, "/v1/schedules").must(t, http.StatusOK)); !s.Items[0].Paused {
+		t.Fatalf("not paused: %+v", s.Items)
+	}
+	wantError(t, e.do(t, "POST", "/v1/schedules/nope/pause", nil, ""), http.StatusNotFound, "name")
+	type triggered struct {
+		Name string
+		Job  pgstore.JobRow
+	}
+	if tr := decode[triggered](t, e.do(t, "POST", "/v1/schedules/nightly/trigger", nil, "").must(t, http.StatusOK)); tr.Job.Kind != "reconcile" ||
+		tr.Job.Queue != "bulk" || tr.Job.State != "queued" {
+		t.Fatalf("trigger: %+v", tr)
+	}
+
+	// Queues: concurrency and the oldest waiting job's age.
+	queues := decode[page[pgstore.QueueStat]](t, e.get(t, "/v1/queues").must(t, http.StatusOK))
+	for _, q := range queues.Items {
+		if q.Queue == "interactive" && (q.Concurrency != 16 || q.OldestWaitingAgeSeconds <= 0) {
+			t.Fatalf("interactive: %+v", q)
+		}
+	}
+	audit := decode[page[pgstore.AuditEntry]](t, e.get(t, "/v1/audit").must(t, http.StatusOK))
+	var actions []string
+	for _, a := range audit.Items {
+		actions = append(actions, a.Action+" "+a.Target)
+	}
+	want := fmt.Sprintf("[trigger schedule/nightly pause schedule/nightly redrive dlq/%d redrive dlq/%d retry job/%d]",
+		2, 1, ids[3])
+	if fmt.Sprint(actions) != want {
+		t.Fatalf("audit: %v, want %s", actions, want)
+	}
+}
