@@ -48,8 +48,8 @@ type Watcher struct {
 	routes map[string]bool // paused by an operator
 	// schedules are the paused schedules (internal/schedule asks).
 	schedules map[string]bool
-	depth  map[string]int  // queue → unstarted jobs as last read, plus Added since
-	over   map[string]bool // queue → backpressured
+	depth     map[string]int  // queue → unstarted jobs as last read, plus Added since
+	over      map[string]bool // queue → backpressured
 	// known is when what depth says of a queue was true: the start of the
 	// read it comes from, or the last Added. A read that started earlier
 	// is stale — it may miss a batch counted since — and is ignored.
