@@ -66,7 +66,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		c.Executable = exe
 	}
-	if err := benchTargets(fs, *cfgPath, &c); err != nil {
+	if err := benchTargets(fs, *cfgPath, &c, stderr); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
@@ -110,9 +110,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // one is named or present, else from SWITCHYARD_DATABASE_URL and
 // SWITCHYARD_KAFKA_BROKERS. The bench never uses the file's schema, only
 // its servers.
-func benchTargets(fs *flag.FlagSet, path string, c *bench.Config) error {
+func benchTargets(fs *flag.FlagSet, path string, c *bench.Config, stderr io.Writer) error {
 	if _, err := os.Stat(path); configNamed(fs) || err == nil {
-		cfg, err := loadConfig(fs, path, false)
+		cfg, err := loadConfig(fs, path, false, stderr)
 		if err != nil {
 			return err
 		}
