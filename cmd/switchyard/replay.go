@@ -137,7 +137,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var progress func(ingest.ReplayProgress)
 	var bar *progressLine
 	if isTerminal(stderr) {
-		bar = &progressLine{w: stderr, topic: *topic, started: time.Now()}
+		bar = &progressLine{w: stderr, topic: *topic, started: time.Now(), now: time.Now}
 		progress = bar.update
 	}
 	sum, err := ingest.Replay(ctx, store, opts, routes, ranges, *rerun, progress)
@@ -176,10 +176,11 @@ type progressLine struct {
 	topic   string
 	started time.Time
 	drawn   time.Time
+	now     func() time.Time // time.Now; a test's clock
 }
 
 func (p *progressLine) update(r ingest.ReplayProgress) {
-	now := time.Now()
+	now := p.now()
 	// Four redraws a second are plenty to read, and cheap on a slow link.
 	if now.Sub(p.drawn) < 250*time.Millisecond {
 		return
