@@ -30,3 +30,14 @@ func TestAgo(t *testing.T) {
 		}
 	}
 }
+
+func TestVersionString(t *testing.T) {
+	t.Parallel()
+	v := buildVersion{Version: "v1.2.0", Revision: "397ccb0abc", Time: "2026-11-30T08:00:00Z", Modified: true, Go: "go1.26.8"}
+	if s, want := v.String(), "switchyard v1.2.0 (revision 397ccb0abc of 2026-11-30T08:00:00Z, with uncommitted changes) go1.26.8"; s != want {
+		t.Errorf("%q, want %q", s, want)
+	}
+	if s, want := (buildVersion{Version: "(devel)", Go: "go1.26.8"}).String(), "switchyard (devel) go1.26.8"; s != want {
+		t.Errorf("%q, want %q", s, want)
+	}
+}

@@ -160,8 +160,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	// Said even when the replay failed: what it did before is done.
-	fmt.Fprintf(stdout, "replayed %d records of %s: %d new jobs, %d already there, %d re-run, %d newly parked, %d already parked, %d filtered out\n",
-		sum.Records, *topic, sum.Inserted, sum.Jobs-sum.Inserted, sum.Rerun, sum.NewlyParked, sum.Parked-sum.NewlyParked, sum.Filtered)
+	records := "records"
+	if sum.Records == 1 {
+		records = "record"
+	}
+	fmt.Fprintf(stdout, "replayed %d %s of %s: %d new jobs, %d already there, %d re-run, %d newly parked, %d already parked, %d filtered out\n",
+		sum.Records, records, *topic, sum.Inserted, sum.Jobs-sum.Inserted, sum.Rerun, sum.NewlyParked, sum.Parked-sum.NewlyParked, sum.Filtered)
 	for _, r := range stopped {
 		fmt.Fprintf(stdout, "partition %d: stopped at offset %d of %d (nothing more to read: transaction markers)\n",
 			r["partition"], r["offset"], r["end"])
