@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,9 +21,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	switchyard "github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/metrics"
 )
 
 const devConfig = `# Written by switchyard dev; a starting point for your own.
@@ -44,31 +47,76 @@ routes:
     queue: interactive
     key: {field: customer_id}
     dedupe: {field: event_id}
+    ordered: true                      # lanes: one job per customer at a time, in order
     max_attempts: 3
     backoff: {initial: 1s, max: 10s}
     target:
-      http: {url: %q, timeout: 5s}
+      http: {url: %q, timeout: 70s}
   - topic: reports
     kind: report.rebuild
     queue: bulk
+    group: {field: tenant, max_running: 1}   # one report per tenant at a time, fleet-wide
     target:
-      http: {url: %q, timeout: 30s}
+      http: {url: %q, timeout: 70s}
 `
 
+const devAbout = `
+Runs everything on one machine: an embedded Kafka-protocol broker, a
+throwaway Postgres, the dispatcher with its dashboard, and an example
+HTTP target, with an example config it prints the path of. The example
+target answers 400 to a body holding "reject":true (the job is dead at
+once), 500 to one holding "fail":true (retried with backoff, then dead),
+and sleeps for "sleep_ms" milliseconds (at most 30 s) when the body says so.
+
+The log shows what a person follows — each call the example target
+receives, each record parked, each job that dies, and warnings — unless
+--verbose.`
+
+// devLogger is dev's log: readable lines rather than JSON, and, unless
+// verbose, only warnings and the events a person follows (the example
+// target's calls, records parked, jobs dead: the loggers named
+// metrics.EventsLogger), not the Kafka client's group chatter.
+func devLogger(w io.Writer, verbose bool) *zap.Logger {
+	enc := zap.NewDevelopmentEncoderConfig()
+	enc.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05")
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), zapcore.InfoLevel)
+	if !verbose {
+		core = eventsOnly{core}
+	}
+	return zap.New(core)
+}
+
+// eventsOnly passes warnings and worse, and info of the events loggers.
+type eventsOnly struct{ zapcore.Core }
+
+func (c eventsOnly) With(fields []zapcore.Field) zapcore.Core { return eventsOnly{c.Core.With(fields)} }
+
+func (c eventsOnly) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	name := e.LoggerName
+	if e.Level >= zapcore.WarnLevel || strings.HasSuffix(name, metrics.EventsLogger) || name == exampleTarget || name == devSteps {
+		return c.Core.Check(e, ce)
+	}
+	return ce
+}
+
+// The loggers of dev's own start-up steps and of its example target.
+const (
+	devSteps      = "dev"
+	exampleTarget = "example-target"
+)
+
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, _ := newFlags("dev", "dev [--kafka-port N] [--http ADDR]", "", stderr)
+	fs, _ := newFlags("dev", "dev [--kafka-port N] [--http ADDR] [--verbose]", devAbout, stderr)
 	kafkaPort := fs.Int("kafka-port", 9092, "port of the embedded Kafka-protocol broker (0 = any free port)")
-	httpAddr := fs.String("http", "127.0.0.1:8080", "admin API and dashboard address")
+	httpAddr := fs.String("http", "127.0.0.1:8080", "admin API and dashboard `ADDR`ess")
+	verbose := fs.Bool("verbose", false, "log everything at info (Kafka client, pools, flow control), not only what a person follows")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	log, err := newLogger(stderr)
-	if err != nil {
-		return err
-	}
+	log := devLogger(stderr, *verbose)
 	// Before anything starts: a port in use would otherwise only show
 	// once the broker, Postgres and the banner were up.
 	if err := portFree(*httpAddr); err != nil {
@@ -79,9 +127,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// returns having stopped all of it and removed its folder.
 	startCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
-	err = startDev(startCtx, ctx, *kafkaPort, *httpAddr, stdout, log)
+	err := startDev(startCtx, ctx, *kafkaPort, *httpAddr, stdout, log)
 	if err != nil && startCtx.Err() != nil && ctx.Err() == nil {
-		log.Info("interrupted during start-up; stopped what had started")
+		log.Warn("interrupted during start-up; stopped what had started")
 		return nil
 	}
 	return err
@@ -111,7 +159,7 @@ func startDev(startCtx, ctx context.Context, kafkaPort int, httpAddr string, std
 	}
 	dbURL := cmp.Or(os.Getenv(config.EnvDatabaseURL), os.Getenv("DATABASE_URL"))
 	if dbURL == "" {
-		pg := &throwawayPostgres{dir: filepath.Join(dir, "pg"), log: log}
+		pg := &throwawayPostgres{dir: filepath.Join(dir, "pg"), log: log.Named(devSteps)}
 		defer pg.stop()
 		if err := pg.start(startCtx); err != nil {
 			return err
@@ -156,16 +204,23 @@ Switchyard dev is starting (data in %s, removed on exit).
   Kafka:     %s    Postgres: schema switchyard_dev    example target: %s
   dashboard: http://%s/
 
-Try, in another terminal:
+Try, in another terminal (the README's tour says what each shows):
   export SWITCHYARD_CONFIG=%s
-  go run ./cmd/switchyard produce --topic orders '{"customer_id":"c-1","event_id":"e-1"}'
-  go run ./cmd/switchyard jobs list
-  go run ./cmd/switchyard jobs get 1
-  go run ./cmd/switchyard produce --topic orders 'not json'      # poison: parked in the DLQ
-  go run ./cmd/switchyard produce --topic orders '{"customer_id":"c-2","event_id":"e-2","reject":true}'  # target answers 400: dead
-  go run ./cmd/switchyard dlq list
+  alias sy='go run ./cmd/switchyard'
+  sy produce --topic orders '{"customer_id":"c-1","event_id":"e-1"}'               # a job, delivered
+  sy produce --topic orders '{"customer_id":"c-2","event_id":"e-2","sleep_ms":5000}'
+  sy produce --topic orders '{"customer_id":"c-2","event_id":"e-3"}'               # waits in c-2's lane
+  sy jobs list
+  sy produce --topic orders '{"customer_id":"c-3","event_id":"e-4","fail":true}'   # 500s: retried, then dead
+  sy produce --topic orders 'not json'                                              # poison: parked, nothing stops
+  sy dlq list
+  sy dlq redrive ID                                                                 # the max_attempts entry: it runs again
+  sy queues pause interactive; sy queues resume interactive
+  sy produce --topic reports '{"tenant":"t-1"}'                                     # one per tenant at a time
   curl -s%s http://%s/v1/queues
 
+The log below shows each call the example target receives, each record
+parked and each job that dies (--verbose for everything).
 Ctrl-C stops everything.
 `, dir, brokers, targetURL, httpAddr, cfgPath, auth, httpAddr)
 	return serve(ctx, eng, log, cfg.ShutdownGrace.D())
@@ -192,12 +247,19 @@ func startExampleTarget(log *zap.Logger) (*http.Server, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	tlog := log.Named("example-target")
+	tlog := log.Named(exampleTarget)
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		tlog.Info("received", zap.String("path", r.URL.Path), zap.String("job_id", r.Header.Get("Switchyard-Job-Id")),
 			zap.String("attempt", r.Header.Get("Switchyard-Attempt")), zap.String("key", r.Header.Get("Switchyard-Key")),
 			zap.ByteString("body", body))
+		if ms := sleepMS(body); ms > 0 {
+			select {
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
 		switch {
 		case strings.Contains(string(body), `"reject":true`):
 			http.Error(w, "rejected by the example target", http.StatusBadRequest)
@@ -209,6 +271,19 @@ func startExampleTarget(log *zap.Logger) (*http.Server, string, error) {
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	return srv, "http://" + ln.Addr().String(), nil
+}
+
+// sleepMS reads the "sleep_ms" of a JSON body (at most 30 s), so
+// that a slow job can be tried by hand: a lane waits behind it, a pause
+// lets it finish.
+func sleepMS(body []byte) int {
+	var v struct {
+		SleepMS int `json:"sleep_ms"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return 0
+	}
+	return min(max(v.SleepMS, 0), 30_000)
 }
 
 // throwawayPostgres is a cluster of its own in dir, on a free loopback

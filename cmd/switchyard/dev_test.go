@@ -153,3 +153,47 @@ func TestDevChecksItsPortFirst(t *testing.T) {
 		t.Fatalf("dev started things before checking its port: %v", left)
 	}
 }
+
+// dev's log is what a person follows: the example target's calls, each
+// record parked, each job that dies, and no Kafka client chatter; with
+// --verbose, everything. The tour's steps are run as the banner prints
+// them, with the config it writes.
+func TestDevLogsWhatAPersonFollows(t *testing.T) {
+	t.Parallel()
+	for _, verbose := range []bool{false, true} {
+		t.Run(fmt.Sprintf("verbose=%v", verbose), func(t *testing.T) {
+			t.Parallel()
+			tmp := devTemp(t)
+			args := []string{"dev", "--kafka-port", "0", "--http", freeAddr(t)}
+			if verbose {
+				args = append(args, "--verbose")
+			}
+			p := start(t, "dev", devEnv(tmp), args...)
+			testenv.Eventually(t, 60*time.Second, "the banner", func() bool { return strings.Contains(p.out.String(), "Ctrl-C stops everything") })
+			_, cfg, ok := strings.Cut(p.out.String(), "export SWITCHYARD_CONFIG=")
+			if !ok {
+				t.Fatalf("no config in the banner:\n%s", p.out.String())
+			}
+			cfg, _, _ = strings.Cut(cfg, "\n")
+			for _, value := range []string{`{"customer_id":"c-1","event_id":"e-1"}`, `not json`,
+				`{"customer_id":"c-2","event_id":"e-2","reject":true}`} {
+				if out, errOut, code := runCmd(t, time.Minute, devEnv(tmp), "produce", "--config", cfg, "--topic", "orders", value); code != 0 {
+					t.Fatalf("produce %s: exit %d %s %s", value, code, out, errOut)
+				}
+			}
+			p.waitLog(60*time.Second, "job dead")
+			p.waitLog(10*time.Second, "record parked")
+			log := p.log.String()
+			if !strings.Contains(log, "example-target\treceived") {
+				t.Errorf("the target's calls are not in the log:\n%s", log)
+			}
+			if chatter := strings.Contains(log, "joining group") || strings.Contains(log, "heartbeat"); chatter != verbose {
+				t.Errorf("Kafka client chatter in the log: %v, want %v:\n%s", chatter, verbose, log)
+			}
+			p.signal(syscall.SIGINT)
+			if code := p.wait(60 * time.Second); code != 0 {
+				t.Fatalf("dev exited %d", code)
+			}
+		})
+	}
+}

@@ -343,9 +343,10 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return printDLQEntry(stdout, time.Now(), e)
 	case "list":
-		fs, cfgPath := newFlags("dlq list", "dlq list [--config FILE] [--reason R] [--queue Q] [--route R] [--limit N] [--after ID] [--json]",
+		fs, cfgPath := newFlags("dlq list", "dlq list [--config FILE] [--reason R] [--queue Q] [--route R] [--state S] [--limit N] [--after ID] [--json]",
 			dlqListAbout, stderr)
 		var f pgstore.DLQFilter
+		fs.StringVar(&f.State, "state", pgstore.DLQParked, "`STATE`: parked (still to handle), redriven (their history) or all")
 		fs.StringVar(&f.Reason, "reason", "", "only entries parked for this `REASON` ("+strings.Join(dlq.Reasons, ", ")+")")
 		fs.StringVar(&f.Queue, "queue", "", "only entries of this `QUEUE`")
 		fs.StringVar(&f.Route, "route", "", "only entries of this `ROUTE` (by name)")
@@ -362,6 +363,9 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return usagef("--limit: %d is not between 1 and 1000", f.Limit)
 		}
 		if err := checkOneOf("reason", "a DLQ reason", f.Reason, dlq.Reasons); err != nil {
+			return err
+		}
+		if err := checkOneOf("state", "a DLQ state", f.State, pgstore.DLQStates); err != nil {
 			return err
 		}
 		cfg, err := loadConfig(fs, *cfgPath, true, stderr)
@@ -410,16 +414,29 @@ func printDLQ(w io.Writer, now time.Time, es []pgstore.DLQEntry) error {
 		_, err := fmt.Fprintln(w, "no DLQ entries")
 		return err
 	}
-	tw := newTable(w, "ID", "REASON", "ROUTE", "QUEUE", "JOB", "SOURCE", "ATTEMPTS", "PARKED", "LAST ERROR")
+	tw := newTable(w, "ID", "REASON", "ROUTE", "QUEUE", "JOB", "SOURCE", "ATTEMPTS", "PARKED", "RE-DRIVEN", "LAST ERROR")
 	for _, e := range es {
 		job := "-"
 		if e.JobID != nil {
 			job = fmt.Sprint(*e.JobID)
 		}
 		row(tw, fmt.Sprint(e.ID), e.Reason, orDash(e.Route), orDash(e.Queue), job, source(e.Source),
-			fmt.Sprint(e.Attempts), ago(now, e.CreatedAt), clip(orDash(e.LastError), 60))
+			fmt.Sprint(e.Attempts), ago(now, e.CreatedAt), redriven(now, e.Redriven), clip(orDash(e.LastError), 60))
 	}
 	return tw.Flush()
+}
+
+// redriven says what became of a re-driven entry: when, by whom, its
+// job and that job's state; "-" while it is parked.
+func redriven(now time.Time, r *pgstore.Redrive) string {
+	if r == nil {
+		return "-"
+	}
+	state := "pruned"
+	if r.JobState != nil {
+		state = string(*r.JobState)
+	}
+	return fmt.Sprintf("%s by %s: job %d %s", ago(now, r.At), r.By, r.JobID, state)
 }
 
 // printDLQEntry is the detail view of dlq show.
@@ -437,6 +454,9 @@ func printDLQEntry(w io.Writer, now time.Time, e pgstore.DLQEntry) error {
 	v.add("source", source(e.Source))
 	v.add("attempts", fmt.Sprint(e.Attempts))
 	v.add("parked", stamp(now, e.CreatedAt))
+	if e.Redriven != nil {
+		v.add("re-driven", redriven(now, e.Redriven))
+	}
 	v.add("last error", orDash(e.LastError))
 	var history []struct {
 		Attempt *int      `json:"attempt"`

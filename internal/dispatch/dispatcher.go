@@ -137,7 +137,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 
 // poolEnv is what the dispatcher gives each of its pools.
 func (d *Dispatcher) poolEnv() poolEnv {
-	return poolEnv{store: d.store, metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
+	return poolEnv{store: d.store, events: d.log.Named(metrics.EventsLogger), metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
 		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused, limits: d.cfg.Limits,
 		resultMax: d.cfg.ResultMaxBytes, attemptKey: d.cfg.AttemptKey}
 }

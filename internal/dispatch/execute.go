@@ -70,6 +70,11 @@ func (p *pool) execute(r *running) {
 		if applied {
 			outcome = metricOutcome(out.State)
 		}
+		if applied && out.State == jobstate.Dead {
+			p.env.events.Info("job dead", zap.Int64("job_id", job.ID), zap.String("kind", job.Kind),
+				zap.String("queue", job.Queue), zap.Int("attempts", job.Attempt), zap.String("reason", out.Reason),
+				zap.String("error", out.Error))
+		}
 		p.observe(job, outcome, elapsed)
 		p.finish(job.Token)
 		if next != nil {

@@ -16,7 +16,9 @@ import (
 // poolEnv is what a pool uses of its dispatcher, handed to it at
 // construction: a pool never reaches back into the dispatcher.
 type poolEnv struct {
-	store     *pgstore.Store
+	store *pgstore.Store
+	// events logs one line per job that ends dead (see metrics.EventsLogger).
+	events    *zap.Logger
 	metrics   *metrics.Metrics // nil: none
 	completer *completer
 	resolve   func(*workers.Job) (workers.Handler, error)

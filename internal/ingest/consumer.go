@@ -513,6 +513,11 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 			}
 		}
 	}
+	events := c.log.Named(metrics.EventsLogger)
+	for _, p := range batch.Poison {
+		events.Info("record parked", zap.String("route", p.Route), zap.String("reason", p.Reason),
+			zap.String("source", fmt.Sprintf("%s/%d/%d", p.Topic, p.Partition, p.Offset)), zap.String("error", p.Error))
+	}
 	if c.metrics != nil {
 		for route, n := range res.InsertedByRoute {
 			if r := c.routes[route]; r != nil {

@@ -6,6 +6,11 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
+// EventsLogger names the loggers (under each component's) of the events
+// an operator wants to see one line of each: a record parked, a job
+// dead. switchyard dev shows these and warnings only, unless --verbose.
+const EventsLogger = "events"
+
 // Metrics is every collector the engine updates.
 type Metrics struct {
 	QueueOldestAge  *prometheus.GaugeVec
