@@ -117,8 +117,10 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 	}
 	// The 100 records wait in Kafka: the route's lag says so, over all
 	// four partitions, whichever process owns them.
-	if lag := routeLag(t, addr); lag.Records != 100 || len(lag.Partitions) != 4 {
-		t.Fatalf("GET /v1/routes lag %+v, want 100 records over 4 partitions", lag)
+	// They were produced more than 2 s ago: the lag in seconds is the age
+	// of each partition's first record not stored.
+	if lag := routeLag(t, addr); lag.Records != 100 || len(lag.Partitions) != 4 || lag.Seconds < 2 {
+		t.Fatalf("GET /v1/routes lag %+v, want 100 records over 4 partitions, 2 s old or more", lag)
 	}
 	if _, body := api(t, addr, "GET", "/metrics"); !strings.Contains(body,
 		fmt.Sprintf(`switchyard_ingest_paused{cause="operator",route=%q} 1`, topic)) {
@@ -138,7 +140,7 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 	if stored, end := storedOffsets(t, store, group, topic), endOffsets(t, testenv.Admin(t), topic); !offsetsCovered(stored, end) {
 		t.Fatalf("stored offsets %v do not reach the end %v", stored, end)
 	}
-	if lag := routeLag(t, addr); lag.Records != 0 {
+	if lag := routeLag(t, addr); lag.Records != 0 || lag.Seconds != 0 {
 		t.Fatalf("GET /v1/routes lag %+v once every record is stored, want 0", lag)
 	}
 	if code, _ := api(t, addr, "POST", "/v1/queues/nope/pause"); code != http.StatusNotFound {

@@ -21,7 +21,10 @@ const lagTimeout = 10 * time.Second
 // last stable offsets.
 type TopicLag struct {
 	// Records is the sum of the partitions' lags.
-	Records    int64          `json:"records"`
+	Records int64 `json:"records"`
+	// Seconds is the greatest of the partitions' Seconds: how long the
+	// oldest record not stored yet has waited.
+	Seconds    float64        `json:"seconds"`
 	Partitions []PartitionPos `json:"partitions"`
 }
 
@@ -35,6 +38,10 @@ type PartitionPos struct {
 	// read up to.
 	End int64 `json:"end"`
 	Lag int64 `json:"lag"`
+	// Seconds is the age of the first record not stored yet (by its
+	// timestamp) while the partition lags; 0 when it does not, or when
+	// that record could not be read within the reading's time.
+	Seconds float64 `json:"seconds"`
 }
 
 // LagReader reads the fleet's lag per topic. Unlike the lag metrics,
@@ -96,8 +103,69 @@ func (l *LagReader) Lag(ctx context.Context, topics []string) (map[string]TopicL
 		t.Partitions = append(t.Partitions, p)
 		out[o.Topic] = t
 	})
-	for _, t := range out {
+	behind := map[string]map[int32]kgo.Offset{}
+	for topic, t := range out {
+		for _, p := range t.Partitions {
+			if p.Lag > 0 && p.Stored != nil {
+				if behind[topic] == nil {
+					behind[topic] = map[int32]kgo.Offset{}
+				}
+				behind[topic][p.Partition] = kgo.NewOffset().At(*p.Stored)
+			}
+		}
+	}
+	first := l.firstUnstored(ctx, behind)
+	now := time.Now()
+	for topic, t := range out {
+		for i := range t.Partitions {
+			p := &t.Partitions[i]
+			if ts, ok := first[topic][p.Partition]; ok {
+				p.Seconds = max(0, now.Sub(ts).Seconds())
+				t.Seconds = max(t.Seconds, p.Seconds)
+			}
+		}
 		sort.Slice(t.Partitions, func(i, j int) bool { return t.Partitions[i].Partition < t.Partitions[j].Partition })
+		out[topic] = t
 	}
 	return out, nil
+}
+
+// firstUnstoredWait bounds the reading of the first unstored records: a
+// lag in seconds is worth a moment, not the whole reading's time.
+const firstUnstoredWait = 2 * time.Second
+
+// firstUnstored reads the timestamp of the first record at or after each
+// position (read committed, as the consumer reads), with one client for
+// them all. A partition not answered in time is left out.
+func (l *LagReader) firstUnstored(ctx context.Context, at map[string]map[int32]kgo.Offset) map[string]map[int32]time.Time {
+	out := map[string]map[int32]time.Time{}
+	if len(at) == 0 {
+		return out
+	}
+	cl, err := kgo.NewClient(append(slices.Clone(l.opts), kgo.ConsumePartitions(at),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxBytes(1<<20))...)
+	if err != nil {
+		return out
+	}
+	defer cl.Close()
+	want := 0
+	for _, ps := range at {
+		want += len(ps)
+	}
+	ctx, cancel := context.WithTimeout(ctx, firstUnstoredWait)
+	defer cancel()
+	for got := 0; got < want && ctx.Err() == nil; {
+		cl.PollRecords(ctx, 1000).EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) == 0 || out[fp.Topic] != nil && !out[fp.Topic][fp.Partition].IsZero() {
+				return
+			}
+			if out[fp.Topic] == nil {
+				out[fp.Topic] = map[int32]time.Time{}
+			}
+			out[fp.Topic][fp.Partition] = fp.Records[0].Timestamp
+			got++
+			cl.PauseFetchPartitions(map[string][]int32{fp.Topic: {fp.Partition}})
+		})
+	}
+	return out
 }
