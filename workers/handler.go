@@ -29,6 +29,12 @@ type Job struct {
 	Headers     []Header
 	Source      Source // zero for jobs that did not come from Kafka
 	CreatedAt   time.Time
+	// RunnableAt is when this attempt could first run: the job's run time,
+	// or its retry's; a lane job's, when its lane reached it.
+	RunnableAt time.Time
+	// ArrivedAt is the record's timestamp for a job from Kafka, else
+	// CreatedAt: where the job's end-to-end latency starts.
+	ArrivedAt time.Time
 	// Ordered is set for jobs of ordered routes: the job runs alone in its
 	// key's lane.
 	Ordered bool

@@ -32,6 +32,9 @@ func (p *pool) execute(r *running) {
 	defer p.jobs.Done()
 	ctx, job := r.ctx, r.job
 	start := time.Now()
+	if m := p.env.metrics; m != nil && !job.RunnableAt.IsZero() {
+		m.QueueWait.WithLabelValues(job.Queue, job.Kind).Observe(max(0, start.Sub(job.RunnableAt).Seconds()))
+	}
 	// A handed-off job can lose its lease while it waits for a worker.
 	p.restamp(r)
 	err := context.Cause(ctx)
@@ -166,6 +169,9 @@ func (p *pool) observe(job *workers.Job, outcome string, elapsed time.Duration) 
 	if outcome == string(jobstate.Succeeded) || outcome == string(jobstate.Dead) {
 		m.Flow.Finished(job.Queue, 1)
 	}
+	if outcome == string(jobstate.Succeeded) && !job.ArrivedAt.IsZero() {
+		m.JobLatency.WithLabelValues(job.Queue, job.Kind).Observe(max(0, time.Since(job.ArrivedAt).Seconds()))
+	}
 	if elapsed > 0 {
 		m.JobDuration.WithLabelValues(job.Kind, outcome).Observe(elapsed.Seconds())
 	}
@@ -221,7 +227,7 @@ func workerJob(c *pgstore.Claimed) *workers.Job {
 	j := &workers.Job{ID: c.ID, Kind: c.Kind, Queue: c.Queue, Route: c.Route, Key: c.Key, Version: c.Version,
 		Attempt: c.Attempt, MaxAttempts: c.MaxAttempts, Token: c.Token, Payload: c.Payload,
 		Source:    workers.Source{Topic: c.Source.Topic, Partition: c.Source.Partition, Offset: c.Source.Offset},
-		CreatedAt: c.CreatedAt, Ordered: c.Lane, Checkpoint: c.Checkpoint}
+		CreatedAt: c.CreatedAt, RunnableAt: c.ScheduledAt, ArrivedAt: c.ArrivedAt, Ordered: c.Lane, Checkpoint: c.Checkpoint}
 	for _, h := range c.Headers {
 		j.Headers = append(j.Headers, workers.Header{Key: h.Key, Value: h.Value})
 	}

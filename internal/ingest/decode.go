@@ -244,6 +244,10 @@ func (r *Route) decode(rec *kgo.Record, now time.Time, in given) (*pgstore.NewJo
 	j := &pgstore.NewJob{Route: r.Name, Kind: r.Kind, Queue: r.Queue, Payload: nonNilBytes(rec.Value),
 		HeaderKeys: hk, HeaderVals: hv, MaxAttempts: r.MaxAttempts, Lane: r.Lane, Coalesce: r.Coalesce, RecordKey: rec.Key,
 		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	if !rec.Timestamp.IsZero() {
+		at := rec.Timestamp
+		j.RecordAt = &at
+	}
 
 	switch {
 	case in.key != nil:

@@ -17,6 +17,8 @@ type Metrics struct {
 	QueueWaitingAge *prometheus.GaugeVec
 	QueueJobs       *prometheus.GaugeVec
 	JobDuration     *prometheus.HistogramVec
+	QueueWait       *prometheus.HistogramVec
+	JobLatency      *prometheus.HistogramVec
 	JobAttempts     *prometheus.CounterVec
 	DLQEntries      *prometheus.GaugeVec
 	LanesBlocked    *prometheus.GaugeVec
@@ -52,6 +54,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Handler run time of one attempt.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"kind", "outcome"}),
+		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_queue_wait_seconds",
+			Help:    "From when an attempt could run (its run time, retry time, or its lane reaching it) to its start.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
+		}, []string{"queue", "kind"}),
+		JobLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_job_latency_seconds",
+			Help:    "From the record's timestamp (or the job's enqueue) to its success: what the client experiences.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
+		}, []string{"queue", "kind"}),
 		JobAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_job_attempts_total",
 			Help: "Finished attempts by outcome: succeeded, retry, dead, skipped, lease_lost, cancelled; coalesced counts jobs replaced by a newer one of their key before they ran.",
@@ -89,7 +101,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Claims of a route that a fleet-wide limit held back while it had runnable jobs, by limit: max_running, group or rate.",
 		}, []string{"route", "limit"}),
 	}
-	reg.MustRegister(m.QueueOldestAge, m.QueueWaitingAge, m.QueueJobs, m.JobDuration, m.JobAttempts, m.DLQEntries,
+	reg.MustRegister(m.QueueOldestAge, m.QueueWaitingAge, m.QueueJobs, m.JobDuration, m.QueueWait, m.JobLatency, m.JobAttempts, m.DLQEntries,
 		m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.KafkaLagRecords, m.KafkaLagSeconds, m.IngestPaused, m.FlowThrottled)
 	return m
 }

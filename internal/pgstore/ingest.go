@@ -66,6 +66,9 @@ type NewJob struct {
 	// API's Switchyard-Run-At or Switchyard-Delay, a schedule's slot); nil:
 	// now, the inserting transaction's time.
 	RunAt *time.Time
+	// RecordAt is the Kafka record's timestamp (jobs.record_at); nil for a
+	// job that did not come from a record.
+	RecordAt *time.Time
 }
 
 // GroupAll is the one group of a flow-limited route that is not grouped:
@@ -189,7 +192,7 @@ const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS ingest_stage (
 	id bigint DEFAULT nextval('jobs_id_seq'), origin text, route text, kind text, queue text, key text, version bigint, dedupe_key text,
 	payload bytea, header_keys text[], header_values bytea[], max_attempts integer,
 	deadline timestamptz, src_topic text, src_partition integer, src_offset bigint, lane boolean, grp text,
-	scheduled_at timestamptz
+	scheduled_at timestamptz, record_at timestamptz
 ) ON COMMIT DELETE ROWS`
 
 // IngestCommit writes a poll's job rows, poison entries and stored offsets
@@ -424,7 +427,7 @@ func isUniqueViolation(err error) bool {
 
 var copyColumns = []string{"origin", "route", "kind", "queue", "key", "version", "dedupe_key",
 	"payload", "header_keys", "header_values", "max_attempts", "deadline",
-	"src_topic", "src_partition", "src_offset", "lane", "grp", "scheduled_at", "state"}
+	"src_topic", "src_partition", "src_offset", "lane", "grp", "scheduled_at", "record_at", "state"}
 
 // jobRows yields COPY rows for jobs: with ids, for the jobs table itself
 // (its id first, then copyColumns with the initial state, and now, the
@@ -441,7 +444,7 @@ func jobRows(jobs []NewJob, ids []int64, now time.Time) pgx.CopyFromSource {
 		// nil slices would COPY as NULL into NOT NULL columns.
 		row := []any{j.origin(), j.Route, j.Kind, j.Queue, j.Key, j.Version, j.DedupeKey,
 			nonNilByte(j.Payload), nonNil(j.HeaderKeys), nonNilBytes(j.HeaderVals), j.MaxAttempts, j.Deadline,
-			j.Topic, j.Partition, j.Offset, j.Lane != nil, j.group(), at}
+			j.Topic, j.Partition, j.Offset, j.Lane != nil, j.group(), at, j.RecordAt}
 		if ids != nil {
 			row = append([]any{ids[i]}, row...)
 			state := jobstate.Queued
@@ -502,10 +505,10 @@ func insertStaged(ctx context.Context, tx pgx.Tx, jobs []NewJob, res *IngestResu
 		), ins AS (
 			INSERT INTO jobs (id, origin, route, kind, queue, state, key, version, dedupe_key, payload,
 				header_keys, header_values, max_attempts, deadline, src_topic, src_partition, src_offset, lane, grp,
-				scheduled_at)
+				scheduled_at, record_at)
 			SELECT s.id, origin, route, kind, queue, CASE WHEN lane THEN 'waiting' ELSE 'queued' END, key, version,
 				dedupe_key, payload, header_keys, header_values, max_attempts, deadline,
-				src_topic, src_partition, src_offset, lane, grp, coalesce(s.scheduled_at, now())
+				src_topic, src_partition, src_offset, lane, grp, coalesce(s.scheduled_at, now()), s.record_at
 			FROM ingest_stage s JOIN k ON k.job_id = s.id
 			RETURNING queue, route
 		)

@@ -437,6 +437,10 @@ type Claimed struct {
 	CreatedAt   time.Time
 	Lane        bool
 	Checkpoint  []byte
+	// ScheduledAt is when the job became runnable (its queue-wait starts);
+	// ArrivedAt is its record's timestamp, else CreatedAt (its end-to-end
+	// latency starts).
+	ScheduledAt, ArrivedAt time.Time
 }
 
 // workerColumns are what a worker is handed of a job row aliased j, in
@@ -444,7 +448,7 @@ type Claimed struct {
 const workerColumns = `j.id, j.kind, j.queue, j.route, j.key, j.version, j.attempts, j.max_attempts,
 	j.token, j.payload, j.header_keys, j.header_values,
 	coalesce(j.src_topic, ''), coalesce(j.src_partition, 0), coalesce(j.src_offset, 0), j.created_at, j.lane,
-	j.checkpoint`
+	j.checkpoint, j.scheduled_at, coalesce(j.record_at, j.created_at)`
 
 // scanClaimed scans workerColumns, then extra.
 func scanClaimed(r pgx.Row, extra ...any) (*Claimed, error) {
@@ -453,7 +457,7 @@ func scanClaimed(r pgx.Row, extra ...any) (*Claimed, error) {
 	var hv [][]byte
 	err := r.Scan(append([]any{&j.ID, &j.Kind, &j.Queue, &j.Route, &j.Key, &j.Version, &j.Attempt, &j.MaxAttempts,
 		&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt, &j.Lane,
-		&j.Checkpoint}, extra...)...)
+		&j.Checkpoint, &j.ScheduledAt, &j.ArrivedAt}, extra...)...)
 	for i := range hk {
 		if i < len(hv) {
 			j.Headers = append(j.Headers, HeaderRow{Key: hk[i], Value: hv[i]})

@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/startstop"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // Config configures a Sampler.
@@ -105,9 +106,15 @@ func (s *Sampler) sampleQueues(ctx context.Context) error {
 	m.QueueOldestAge.Reset()
 	m.QueueWaitingAge.Reset()
 	m.DLQEntries.Reset()
+	// Every configured queue reports every depth state, zero included,
+	// so that a series does not vanish as its jobs come and go.
 	for _, name := range s.cfg.Queues {
 		m.QueueOldestAge.WithLabelValues(name).Set(0)
 		m.QueueWaitingAge.WithLabelValues(name).Set(0)
+		for _, st := range jobstate.Depth {
+			m.QueueJobs.WithLabelValues(name, string(st)).Set(0)
+		}
+		m.QueueJobs.WithLabelValues(name, pgstore.Reserved).Set(0)
 	}
 	for q, st := range stats {
 		m.QueueOldestAge.WithLabelValues(q).Set(st.OldestRunnableAgeSeconds)

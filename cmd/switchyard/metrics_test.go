@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// TestMetricsOfARealProcess scrapes a real process after records of an
+// ordered route ran: the queue-wait and end-to-end latency histograms
+// (which counts from the record's timestamp, so records produced with a
+// timestamp a minute old show a minute or more), the oldest waiting age,
+// every depth state of every queue zero included, and the filtered
+// outcome of a record no route takes.
+func TestMetricsOfARealProcess(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 2)
+	store := testenv.Store(t, schema)
+	tg := newTarget(t)
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 4, poll_interval: 100ms}
+  idle: {concurrency: 1}
+routes:
+  - {topic: %q, name: orders, kind: k, queue: q, key: {field: c}, ordered: true,
+     filter: {field: type, in: [order]}, target: {http: {url: %q, timeout: 5s}}}
+`, topic, tg.URL())})
+	p := startRun(t, "run-metrics", cfg)
+	addr := adminAddr(t, p)
+	old := time.Now().Add(-time.Minute)
+	var recs []*kgo.Record
+	for i := range 20 {
+		recs = append(recs, &kgo.Record{Timestamp: old, Value: fmt.Appendf(nil, `{"type":"order","c":"c%d"}`, i%3)})
+	}
+	recs = append(recs, &kgo.Record{Value: []byte(`{"type":"view"}`)})
+	testenv.Produce(t, topic, recs...)
+	testenv.Eventually(t, 30*time.Second, "the 20 jobs to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == 20
+	})
+	testenv.Eventually(t, 30*time.Second, "the gauges' next sample (every 5 s)", func() bool {
+		return metricSum(t, addr, "switchyard_queue_jobs", `queue="idle"`, `state="waiting"`) == 0 &&
+			strings.Contains(scrape(t, addr), `switchyard_queue_jobs{queue="idle",state="waiting"} 0`)
+	})
+	body := scrape(t, addr)
+	for _, want := range []string{
+		`switchyard_queue_wait_seconds_count{kind="k",queue="q"} 20`,
+		`switchyard_job_latency_seconds_count{kind="k",queue="q"} 20`,
+		`switchyard_queue_oldest_waiting_age_seconds{queue="q"}`,
+		`switchyard_queue_oldest_waiting_age_seconds{queue="idle"} 0`,
+		fmt.Sprintf(`switchyard_ingest_records_total{outcome="filtered",topic=%q} 1`, topic),
+		`switchyard_ingest_paused{cause="operator",route="orders"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %s:\n%s", want, grepLines(body, strings.SplitN(want, "{", 2)[0]))
+		}
+	}
+	for _, state := range []string{"waiting", "queued", "running", "retrying", "dead", "reserved"} {
+		if want := fmt.Sprintf(`switchyard_queue_jobs{queue="idle",state=%q} 0`, state); !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	sum := metricSum(t, addr, "switchyard_job_latency_seconds_sum", `queue="q"`)
+	if sum < 20*60 {
+		t.Errorf("the latency of 20 jobs whose records are a minute old sums to %.1f s, want 1200 s or more", sum)
+	}
+	if wait := metricSum(t, addr, "switchyard_queue_wait_seconds_sum", `queue="q"`); wait >= sum {
+		t.Errorf("queue wait %.1f s is not below the end-to-end latency %.1f s: it counts from when a job could run", wait, sum)
+	}
+}
+
+// scrape reads a process's /metrics.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	_, body := api(t, addr, "GET", "/metrics")
+	return body
+}
