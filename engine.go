@@ -313,9 +313,12 @@ func (e *Engine) startFlow(ctx context.Context) error {
 	if e.opts.Role != RoleWork {
 		for _, r := range e.cfg.Routes {
 			fc.RouteQueue[r.Name] = r.Queue
+			// Series that exist from the start, so that a dashboard's
+			// expression never reads an absent one as "no problem".
 			for _, cause := range flow.Causes {
 				e.metrics.IngestPaused.WithLabelValues(r.Name, cause).Set(0)
 			}
+			e.metrics.IngestErrors.WithLabelValues(r.Topic).Add(0)
 		}
 	}
 	w, err := flow.New(e.store, fc, e.log)
@@ -452,6 +455,9 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 		dc.Backoff[r.Name] = dispatch.Backoff{Initial: r.Backoff.Initial.D(), Max: r.Backoff.Max.D()}
 		dc.ResultMaxBytes[r.Name] = r.ResultLimit()
 		if l := flowLimit(r); l.Limited() {
+			for _, limit := range l.Names() {
+				e.metrics.FlowThrottled.WithLabelValues(r.Name, limit).Add(0)
+			}
 			if dc.Limits[r.Queue] == nil {
 				dc.Limits[r.Queue] = map[string]pgstore.FlowLimit{}
 			}

@@ -8,6 +8,7 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -120,18 +121,40 @@ func TestAlertsUseExportedMetrics(t *testing.T) {
 			}
 		}
 	}
-	b, err := os.ReadFile("prometheus/alerts.yaml")
-	if err != nil {
-		t.Fatal(err)
+	// cmd/switchyard's TestMetricsOfARealProcess checks the same names
+	// against a real process's scrape.
+	for _, file := range []string{"prometheus/alerts.yaml", "grafana/switchyard.json"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used := regexp.MustCompile(`switchyard_[a-z_]+`).FindAllString(string(b), -1)
+		if len(used) == 0 {
+			t.Fatalf("no metrics used in %s", file)
+		}
+		for _, name := range used {
+			base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
+			if !exported[base] {
+				t.Errorf("%s uses %s, which the engine does not export", file, name)
+			}
+		}
 	}
-	used := regexp.MustCompile(`switchyard_[a-z_]+`).FindAllString(string(b), -1)
-	if len(used) == 0 {
-		t.Fatal("no metrics used in alerts")
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
 	}
-	for _, name := range used {
-		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
-		if !exported[base] {
-			t.Errorf("alerts use %s, which the engine does not export", name)
+	b, err := os.ReadFile("grafana/switchyard.json")
+	if err == nil {
+		err = json.Unmarshal(b, &dash)
+	}
+	if err != nil || len(dash.Panels) < 10 {
+		t.Fatalf("grafana/switchyard.json: %d panels, %v", len(dash.Panels), err)
+	}
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 || p.Targets[0].Expr == "" {
+			t.Errorf("panel %q has no expression", p.Title)
 		}
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,8 @@ import (
 // (which counts from the record's timestamp, so records produced with a
 // timestamp a minute old show a minute or more), the oldest waiting age,
 // every depth state of every queue zero included, and the filtered
-// outcome of a record no route takes.
+// outcome of a record no route takes. Every metric that the Grafana
+// dashboard and the alerting rules in deploy/ use is in that scrape.
 func TestMetricsOfARealProcess(t *testing.T) {
 	t.Parallel()
 	schema, topic := testenv.Schema(t), testenv.Topic(t, 2)
@@ -26,7 +29,7 @@ func TestMetricsOfARealProcess(t *testing.T) {
   q: {concurrency: 4, poll_interval: 100ms}
   idle: {concurrency: 1}
 routes:
-  - {topic: %q, name: orders, kind: k, queue: q, key: {field: c}, ordered: true,
+  - {topic: %q, name: orders, kind: k, queue: q, key: {field: c}, ordered: true, max_running: 4,
      filter: {field: type, in: [order]}, target: {http: {url: %q, timeout: 5s}}}
 `, topic, tg.URL())})
 	p := startRun(t, "run-metrics", cfg)
@@ -41,9 +44,10 @@ routes:
 	testenv.Eventually(t, 30*time.Second, "the 20 jobs to succeed", func() bool {
 		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == 20
 	})
-	testenv.Eventually(t, 30*time.Second, "the gauges' next sample (every 5 s)", func() bool {
-		return metricSum(t, addr, "switchyard_queue_jobs", `queue="idle"`, `state="waiting"`) == 0 &&
-			strings.Contains(scrape(t, addr), `switchyard_queue_jobs{queue="idle",state="waiting"} 0`)
+	testenv.Eventually(t, 30*time.Second, "a sample of the gauges (every 5 s) with the partitions owned", func() bool {
+		body := scrape(t, addr)
+		return strings.Contains(body, `switchyard_queue_jobs{queue="idle",state="waiting"} 0`) &&
+			strings.Contains(body, "\nswitchyard_kafka_lag_records{")
 	})
 	body := scrape(t, addr)
 	for _, want := range []string{
@@ -61,6 +65,22 @@ routes:
 	for _, state := range []string{"waiting", "queued", "running", "retrying", "dead", "reserved"} {
 		if want := fmt.Sprintf(`switchyard_queue_jobs{queue="idle",state=%q} 0`, state); !strings.Contains(body, want) {
 			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	for _, file := range []string{"../../deploy/grafana/switchyard.json", "../../deploy/prometheus/alerts.yaml"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used := regexp.MustCompile(`switchyard_[a-z_]+`).FindAllString(string(b), -1)
+		if len(used) < 5 {
+			t.Fatalf("%s uses %d metrics", file, len(used))
+		}
+		for _, name := range used {
+			if !strings.Contains(body, "\n"+name+"{") && !strings.Contains(body, "\n"+name+" ") &&
+				!strings.Contains(body, "\n"+name+"_bucket{") {
+				t.Errorf("%s uses %s, which a real process's /metrics does not have", file, name)
+			}
 		}
 	}
 	sum := metricSum(t, addr, "switchyard_job_latency_seconds_sum", `queue="q"`)

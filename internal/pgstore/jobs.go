@@ -155,6 +155,21 @@ type FlowLimit struct {
 	RateBurst    int
 }
 
+// Names are the limits set, by LimitMaxRunning, LimitGroup and LimitRate.
+func (l FlowLimit) Names() []string {
+	var out []string
+	if l.MaxRunning > 0 {
+		out = append(out, LimitMaxRunning)
+	}
+	if l.GroupMaxRunning > 0 {
+		out = append(out, LimitGroup)
+	}
+	if l.RateInterval > 0 {
+		out = append(out, LimitRate)
+	}
+	return out
+}
+
 // Limited reports whether any limit is set.
 func (l FlowLimit) Limited() bool {
 	return l.MaxRunning > 0 || l.GroupMaxRunning > 0 || l.RateInterval > 0

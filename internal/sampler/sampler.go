@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -115,6 +116,9 @@ func (s *Sampler) sampleQueues(ctx context.Context) error {
 			m.QueueJobs.WithLabelValues(name, string(st)).Set(0)
 		}
 		m.QueueJobs.WithLabelValues(name, pgstore.Reserved).Set(0)
+		for _, reason := range dlq.Reasons {
+			m.DLQEntries.WithLabelValues(name, reason).Set(0)
+		}
 	}
 	for q, st := range stats {
 		m.QueueOldestAge.WithLabelValues(q).Set(st.OldestRunnableAgeSeconds)
