@@ -33,10 +33,22 @@ type Services struct {
 }
 
 // Shared returns the services named by SWITCHYARD_DATABASE_URL and
-// SWITCHYARD_KAFKA_BROKERS, or fails the test. They serve every test
+// SWITCHYARD_KAFKA_BROKERS — or, when neither is set and a Docker engine
+// answers, containers of both started through testcontainers-go — or
+// fails the test. They serve every test
 // package at once: a test never stops or restarts them.
 func Shared(t testing.TB) Services {
 	t.Helper()
+	switch chooseServices(os.Getenv, dockerAnswers) {
+	case fromContainers:
+		svc, err := startContainers()
+		if err != nil {
+			t.Fatalf("starting the services in containers (no SWITCHYARD_* variable is set, and Docker answers): %v", err)
+		}
+		return svc
+	case fromNowhere:
+		t.Fatalf("SWITCHYARD_DATABASE_URL and SWITCHYARD_KAFKA_BROKERS are not set, and no Docker engine answers: %s", howTo)
+	}
 	u := os.Getenv("SWITCHYARD_DATABASE_URL")
 	if u == "" {
 		t.Fatalf("SWITCHYARD_DATABASE_URL is not set: %s", howTo)
