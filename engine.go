@@ -377,16 +377,24 @@ func (e *Engine) startHTTP() error {
 	for _, t := range e.cfg.Admin.Tokens {
 		tokens = append(tokens, admin.Token{Name: t.Name, Secret: t.Token, Operate: t.Role == config.RoleOperate})
 	}
+	concurrency := map[string]int{}
+	for name, q := range e.cfg.Queues {
+		concurrency[name] = q.Concurrency
+	}
+	enqueuer := ingest.NewEnqueuer(e.store, e.compiled, e.maxDepths())
+	enqueuer.Flow = e.metrics.Flow
 	srv := admin.New(admin.Config{
 		Token:        e.cfg.HTTP.Token,
 		Tokens:       tokens,
 		AllowedHosts: e.cfg.HTTP.AllowedHosts,
 		Queues:       e.cfg.QueueNames(),
+		Concurrency:  concurrency,
+		Schedules:    e.schedules(),
 		Routes:       e.adminRoutes(),
 		Metrics:      promhttp.HandlerFor(e.opts.Registry, promhttp.HandlerOpts{}),
 		Ready:        e.kafkaReady,
 		DLQ:          e.dlq,
-		Enqueue:      ingest.NewEnqueuer(e.store, e.compiled, e.maxDepths()),
+		Enqueue:      enqueuer,
 		Lag:          e.lag.Lag,
 		AttemptKey:   e.attemptKey,
 	}, e.store, e.log)
@@ -494,12 +502,9 @@ func (e *Engine) startIngest(ctx context.Context) error {
 	return e.startSchedules(ctx)
 }
 
-// startSchedules runs the cron schedules in every ingesting process; each
-// slot becomes one job however many run them (see internal/schedule).
-func (e *Engine) startSchedules(ctx context.Context) error {
-	if len(e.cfg.Schedules) == 0 {
-		return nil
-	}
+// schedules are the config's schedules with what their jobs take from the
+// route of their kind.
+func (e *Engine) schedules() []schedule.Schedule {
 	var scs []schedule.Schedule
 	for _, sc := range e.cfg.Schedules {
 		attempts := config.DefaultMaxAttempts
@@ -508,7 +513,16 @@ func (e *Engine) startSchedules(ctx context.Context) error {
 		}
 		scs = append(scs, schedule.Schedule{Schedule: sc, MaxAttempts: attempts})
 	}
-	s, err := schedule.New(e.store, e.log, scs)
+	return scs
+}
+
+// startSchedules runs the cron schedules in every ingesting process; each
+// slot becomes one job however many run them (see internal/schedule).
+func (e *Engine) startSchedules(ctx context.Context) error {
+	if len(e.cfg.Schedules) == 0 {
+		return nil
+	}
+	s, err := schedule.New(e.store, e.log, e.schedules(), e.flow.SchedulePaused)
 	if err != nil {
 		return err
 	}

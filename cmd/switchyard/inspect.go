@@ -297,33 +297,15 @@ examples:
 		fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d\n", id, jobID)
 		return nil
 	}
-	// Re-drive page by page; entries leave the list as they are re-driven,
-	// so keyset pagination on id never revisits one.
-	filter.Limit = 500
-	var done, failed int
-	for {
-		es, err := store.DLQList(ctx, filter)
-		if err != nil {
-			return err
-		}
-		for _, e := range es {
-			filter.After = e.ID
-			if _, err := svc.Redrive(ctx, e.ID, cliActor()); err != nil {
-				failed++
-				fmt.Fprintf(stderr, "DLQ entry %d: %v\n", e.ID, err)
-				continue
-			}
-			done++
-		}
-		if len(es) < filter.Limit {
-			break
-		}
+	done, failed, err := svc.RedriveMatching(ctx, filter, cliActor())
+	for _, f := range failed {
+		fmt.Fprintf(stderr, "DLQ entry %d: %s\n", f.ID, f.Error)
 	}
-	fmt.Fprintf(stdout, "re-drove %d entries, %d failed\n", done, failed)
-	if failed > 0 {
-		return fmt.Errorf("%d entries could not be re-driven", failed)
+	fmt.Fprintf(stdout, "re-drove %d entries, %d failed\n", done, len(failed))
+	if err == nil && len(failed) > 0 {
+		err = fmt.Errorf("%d entries could not be re-driven", len(failed))
 	}
-	return nil
+	return err
 }
 
 func parseDLQFilter(s string) (pgstore.DLQFilter, error) {

@@ -3,372 +3,138 @@ package admin
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
+	"net/http"
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/dlq"
-	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
-	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/internal/schedule"
 )
 
-// The operator console in a real browser: each page against a store
-// seeded with a little of everything, driven by headless Chromium at the
-// 1,280 px the issue asks the console to be usable at.
-
-const consoleWidth, consoleHeight = 1280, 900
-
-// console is an admin server over a seeded store, and what the seed made.
-type console struct {
-	store *pgstore.Store
-	url   string
-	// jsonJob, textJob and binaryJob hold payloads of each kind; deadJob
-	// died and was parked as entry deadEntry.
-	jsonJob, textJob, binaryJob, deadJob, retryJob int64
-	deadEntry                                      int64
-}
-
-// consoleRoutes are the routes of the console's server: the Kafka page
-// shows them, with the lag consoleLag reads.
-var consoleRoutes = []RouteConfig{
-	{Name: "orders", Topic: "orders", Queue: "interactive",
-		Filter: &RouteFilter{Header: "event-type", In: []string{"order.created", "order.paid"}},
-		Limits: &RouteLimits{MaxRunning: 20, RateLimit: &RateLimitShown{Limit: 100, Per: "1s", Burst: 20}}},
-	{Name: "order-audit", Topic: "orders", Queue: "bulk"},
-	{Name: "events", Topic: "events", Queue: "bulk", MaxDepth: 10},
-	{Name: "exports", Topic: "exports", Queue: "reports"},
-}
-
-// consoleLag stands in for the fleet's Kafka positions (ingest.LagReader
-// needs a broker; the pages only show what it answers).
-func consoleLag(_ context.Context, topics []string) (map[string]ingest.TopicLag, error) {
-	out := map[string]ingest.TopicLag{}
-	for _, topic := range topics {
-		var lag ingest.TopicLag
-		for p := range int32(3) {
-			stored := int64(1200 + 37*int64(p))
-			if topic == "exports" {
-				stored = 40
-			}
-			end := stored + int64(p)*7
-			if topic == "events" {
-				end += 480
-			}
-			lag.Partitions = append(lag.Partitions, ingest.PartitionPos{Partition: p, Stored: &stored, End: end, Lag: end - stored})
-			lag.Records += end - stored
-		}
-		out[topic] = lag
-	}
-	return out, nil
-}
-
-// newConsole seeds a store and serves the admin API over it with cfg
-// (its Queues, Routes, Lag and DLQ filled in when unset).
-func newConsole(t *testing.T, cfg Config) *console {
-	t.Helper()
-	st := newStore(t, true)
-	if cfg.Queues == nil {
-		cfg.Queues = []string{"bulk", "interactive", "reports"}
-	}
-	if cfg.Routes == nil {
-		cfg.Routes = consoleRoutes
-	}
-	if cfg.Lag == nil {
-		cfg.Lag = consoleLag
-	}
-	if cfg.DLQ == nil {
-		cfg.DLQ = dlq.New(st, nil, nil)
-	}
-	c := &console{store: st}
-	c.seed(t)
-	srv := httptest.NewServer(New(cfg, st, zaptest.NewLogger(t)).Handler())
-	t.Cleanup(srv.Close)
-	c.url = srv.URL
-	return c
-}
-
-func consoleJob(route, kind, queue, key string, offset int64, payload []byte, headers ...string) pgstore.NewJob {
-	j := newJob(queue, key, offset)
-	j.Route, j.Kind, j.Topic, j.Payload = route, kind, route, payload
-	for i := 0; i+1 < len(headers); i += 2 {
-		j.HeaderKeys = append(j.HeaderKeys, headers[i])
-		j.HeaderVals = append(j.HeaderVals, []byte(headers[i+1]))
-	}
-	return j
-}
-
-// seed makes jobs in every queue and several states, DLQ entries of
-// several reasons, one of them re-driven, and a few audited actions.
-func (c *console) seed(t *testing.T) {
-	t.Helper()
-	ctx := context.Background()
-	st := c.store
-	var jobs []pgstore.NewJob
-	for i := range 8 {
-		jobs = append(jobs, consoleJob("orders", "order.sync", "interactive", fmt.Sprintf("customer-%d", 100+i%3), int64(i),
-			[]byte(fmt.Sprintf(`{"order_id":%d,"customer":"acme-%d","items":[{"sku":"A-1","qty":2}],"total":{"amount":"19.90","currency":"EUR"}}`, 5000+i, i%3)),
-			"event-type", "order.created", "trace-id", fmt.Sprintf("4bf92f3577b34da6a3ce929d0e0e%04d", i)))
-	}
-	seed(t, st, jobs, nil)
-	// Claimed in id order: the first dies, the second retries, the third
-	// succeeds with a result, the fourth keeps running.
-	leases := claim(t, st, "interactive", 4)
-	kill(t, st, leases[0])
-	if _, err := st.JobComplete(ctx, []pgstore.Outcome{
-		{ID: leases[1].ID, Token: leases[1].Token, State: "retrying", Error: "HTTP 503: upstream unavailable", Delay: 10 * time.Minute},
-		{ID: leases[2].ID, Token: leases[2].Token, State: "succeeded", Result: []byte(`{"invoice":"INV-2291","status":"sent"}`), ResultType: "application/json"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	c.deadJob, c.retryJob, c.jsonJob = leases[0].ID, leases[1].ID, leases[2].ID
-
-	var bulk []pgstore.NewJob
-	for i := range 57 {
-		bulk = append(bulk, consoleJob("events", "event.ingest", "bulk", "", int64(100+i), []byte(fmt.Sprintf("page view %d from 10.0.0.%d", i, i%250))))
-	}
-	binary := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00")
-	bulk = append(bulk, consoleJob("exports", "export.render", "reports", "", 200, binary))
-	poison := []pgstore.Poison{
-		{Reason: "decode", Route: "events", Queue: "bulk", Error: "invalid character 'x' looking for beginning of value",
-			Payload: []byte("x=1&y=\xff\xfe"), Topic: "events", Partition: 1, Offset: 300},
-		{Reason: "missing_field", Route: "orders", Queue: "interactive", Error: `field "customer_id" not found`,
-			Payload: []byte(`{"order_id":77}`), HeaderKeys: []string{"event-type"}, HeaderVals: [][]byte{[]byte("order.created")},
-			Topic: "orders", Partition: 2, Offset: 301},
-	}
-	seed(t, st, bulk, poison)
-	rows, err := st.JobList(ctx, pgstore.JobFilter{Route: "exports", Limit: 1})
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("the binary job: %v %v", rows, err)
-	}
-	c.binaryJob = rows[0].ID
-	rows, err = st.JobList(ctx, pgstore.JobFilter{Route: "events", Limit: 100})
-	if err != nil || len(rows) != 57 {
-		t.Fatalf("the text jobs: %v %v", rows, err)
-	}
-	c.textJob = rows[1].ID
-	if err := st.JobCancel(ctx, rows[56].ID, "oncall"); err != nil {
-		t.Fatal(err)
-	}
-
-	// A second job dies and is re-driven, so that the history shows one.
-	l := claim(t, st, "bulk", 1)[0]
-	kill(t, st, l)
-	entries, err := st.DLQList(ctx, pgstore.DLQFilter{Limit: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		switch {
-		case e.JobID != nil && *e.JobID == c.deadJob:
-			c.deadEntry = e.ID
-		case e.JobID != nil && *e.JobID == l.ID:
-			if _, err := dlq.New(st, nil, nil).Redrive(ctx, e.ID, "oncall"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if c.deadEntry == 0 {
-		t.Fatalf("no DLQ entry for job %d: %+v", c.deadJob, entries)
-	}
-	if _, err := st.Pause(ctx, pgstore.PauseQueue, "reports", "oncall"); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// tab is a browser tab on the console, 1,280 px wide, that fails the
-// test on any exception or error the page logs (a CSP violation
-// included).
-type tab struct {
-	t   *testing.T
-	ctx context.Context
-	url string
-}
-
-func openConsole(t *testing.T, url string) *tab {
-	t.Helper()
-	ctx := testenv.Browser(t, chromedp.WindowSize(consoleWidth, consoleHeight))
-	listen, stop := context.WithCancel(ctx)
-	messages := chromedp.Console(listen)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
-				// An action the test expects to be refused logs its 4xx.
-				if !strings.Contains(m.Text, "the server responded with a status of 4") {
-					t.Errorf("the page logged %s: %s", m.Type, m)
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		stop()
-		wg.Wait()
-	})
-	p := &tab{t: t, ctx: ctx, url: url}
-	p.do(chromedp.EmulateViewport(consoleWidth, consoleHeight))
-	return p
-}
-
-func (p *tab) do(actions ...chromedp.Action[chromedp.Void]) {
-	p.t.Helper()
-	c, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-	defer cancel()
-	if err := chromedp.Do(c, actions...); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-// goTo opens a page of the console by its hash route.
-func (p *tab) goTo(hash string) {
-	p.t.Helper()
-	p.do(chromedp.Navigate(p.url + "/#/" + hash))
-}
-
-// eval runs a JavaScript expression in the page.
-func eval[T any](p *tab, js string) T {
-	p.t.Helper()
-	c, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(c, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
-	if err != nil {
-		p.t.Fatalf("evaluating %s: %v", js, err)
-	}
-	return v
-}
-
-// text is the text of the element sel selects, "" when there is none.
-func (p *tab) text(sel string) string {
-	p.t.Helper()
-	return eval[string](p, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, sel))
-}
-
-// waitText waits until the element sel selects shows want.
-func (p *tab) waitText(sel, want string) {
-	p.t.Helper()
-	var last string
-	if !testenv.Until(20*time.Second, func() bool {
-		last = p.text(sel)
-		return strings.Contains(last, want)
-	}) {
-		p.t.Fatalf("%s never showed %q; it shows %q (status line: %q)", sel, want, last, p.text("#status"))
-	}
-}
-
-// count is how many elements sel selects.
-func (p *tab) count(sel string) int {
-	p.t.Helper()
-	return eval[int](p, fmt.Sprintf(`document.querySelectorAll(%q).length`, sel))
-}
-
-func (p *tab) click(sel string) {
-	p.t.Helper()
-	p.do(chromedp.Click(sel, chromedp.NodeVisible))
-}
-
-// fits checks that the page needs no horizontal scrolling at 1,280 px.
-func (p *tab) fits(what string) {
-	p.t.Helper()
-	if w := eval[int](p, `document.documentElement.scrollWidth`); w > consoleWidth {
-		p.t.Errorf("%s is %d px wide at a %d px window: it scrolls sideways", what, w, consoleWidth)
-	}
-}
-
-// screenshot saves the page as dashboard-<name>.png in
-// $SWITCHYARD_SCREENSHOTS (`make screenshots` sets it to docs/), and
-// takes it anyway otherwise, so that the capture itself is tested.
-func (p *tab) screenshot(name string) {
-	p.t.Helper()
-	c, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-	defer cancel()
-	png, err := chromedp.Run(c, chromedp.FullScreenshot(100))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	if dir := os.Getenv("SWITCHYARD_SCREENSHOTS"); dir != "" {
-		if err := os.WriteFile(filepath.Join(dir, "dashboard-"+name+".png"), png, 0o644); err != nil {
-			p.t.Fatal(err)
-		}
-	}
-}
-
-// TestBrowserConsolePages loads each page and checks that it shows its
-// data, fits 1,280 px, and renders a screenshot.
-func TestBrowserConsolePages(t *testing.T) {
+// The console's endpoints: a job's detail with its payload, headers and
+// lane position; retry-now; the counted bulk re-drive; lanes; schedules
+// with pause, resume and trigger; and the queues' new fields.
+func TestConsoleEndpoints(t *testing.T) {
 	t.Parallel()
-	c := newConsole(t, Config{})
-	p := openConsole(t, c.url)
+	ctx := context.Background()
+	st := newStore(t, true)
+	sc := config.Schedule{Name: "nightly", Cron: "0 2 * * *", Kind: "reconcile", Queue: "bulk"}
+	cfg := config.Config{Schedules: []config.Schedule{sc}}
+	cfg.SetDefaults()
+	e := serve(t, Config{DLQ: dlq.New(st, nil, nil), Queues: []string{"bulk", "interactive"},
+		Concurrency: map[string]int{"bulk": 4, "interactive": 16},
+		Schedules:   []schedule.Schedule{{Schedule: cfg.Schedules[0], MaxAttempts: 3}}}, st, zaptest.NewLogger(t))
 
-	p.goTo("queues")
-	p.waitText(`tr[data-queue="interactive"]`, "interactive")
-	if got := p.text(`tr[data-queue="reports"]`); !strings.Contains(got, "paused") {
-		t.Errorf("the paused queue's row: %q", got)
+	// A lane of three jobs of key "a": the head and two waiting behind it.
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "block", GapTimeout: time.Minute, GapPolicy: "park"}
+	var jobs []pgstore.NewJob
+	for i := range 3 {
+		j := newJob("interactive", "a", int64(i))
+		j.Lane, j.HeaderKeys, j.HeaderVals = lane, []string{"content-type"}, [][]byte{[]byte("application/json")}
+		jobs = append(jobs, j)
 	}
-	if got := p.text(`tr[data-queue="bulk"] td:nth-child(4)`); got != "56" {
-		t.Errorf("bulk's row shows %q queued jobs, want its 56", got)
+	seed(t, st, append(jobs, newJob("bulk", "b", 10), newJob("bulk", "c", 11)), nil)
+	ids := jobIDs(t, st)
+	type detail struct {
+		Payload []byte `json:"payload_base64"`
+		Headers []struct {
+			Key   string `json:"key"`
+			Value []byte `json:"value_base64"`
+		} `json:"headers"`
+		Lane *pgstore.LanePosition `json:"lane"`
 	}
-	p.fits("the queues page")
-	p.screenshot("queues")
+	third := decode[detail](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", ids[2])).must(t, http.StatusOK))
+	if string(third.Payload) != `{"n":1}` || len(third.Headers) != 1 || string(third.Headers[0].Value) != "application/json" ||
+		third.Lane == nil || third.Lane.Position != 2 || third.Lane.Waiting != 2 || third.Lane.HeadJobID == nil ||
+		*third.Lane.HeadJobID != ids[0] {
+		t.Fatalf("the third job of the lane: %+v (lane %+v)", third, third.Lane)
+	}
+	if head := decode[detail](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", ids[0])).must(t, http.StatusOK)); head.Lane == nil ||
+		head.Lane.Position != 0 {
+		t.Fatalf("the head: lane %+v, want position 0", head.Lane)
+	}
+	if bulk := decode[detail](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", ids[3])).must(t, http.StatusOK)); bulk.Lane != nil {
+		t.Fatalf("an unordered job has a lane: %+v", bulk.Lane)
+	}
 
-	p.goTo("jobs")
-	p.waitText("#data tbody", "order.sync")
-	if n := p.count("#data tbody tr"); n != 50 {
-		t.Errorf("the first page of jobs has %d rows, want 50", n)
+	// Retry-now: a delayed job runs now; a queued one that may run is 409.
+	if _, err := st.Pool().Exec(ctx, `UPDATE jobs SET scheduled_at = now() + interval '1 hour' WHERE id = $1`, ids[3]); err != nil {
+		t.Fatal(err)
 	}
-	p.fits("the jobs page")
-	p.screenshot("jobs")
+	e.do(t, "POST", fmt.Sprintf("/v1/jobs/%d/retry", ids[3]), nil, "").must(t, http.StatusOK)
+	wantError(t, e.do(t, "POST", fmt.Sprintf("/v1/jobs/%d/retry", ids[3]), nil, ""), http.StatusConflict, "")
 
-	p.goTo(fmt.Sprintf("jobs/%d", c.jsonJob))
-	p.waitText("h1", fmt.Sprintf("job %d", c.jsonJob))
-	p.waitText(`pre[data-what="result"]`, `"invoice": "INV-2291"`)
-	p.fits("a job's page")
-	p.screenshot("job")
+	// Both bulk jobs die; the counted re-drive takes them only at the count.
+	for _, l := range claim(t, st, "bulk", 2) {
+		kill(t, st, l)
+	}
+	type count struct{ Count int64 }
+	if c := decode[count](t, e.get(t, "/v1/dlq/count?queue=bulk").must(t, http.StatusOK)); c.Count != 2 {
+		t.Fatalf("count: %d, want 2", c.Count)
+	}
+	wantError(t, e.do(t, "POST", "/v1/dlq/redrive?queue=bulk&expect=3", nil, ""), http.StatusConflict, "expect")
+	wantError(t, e.do(t, "POST", "/v1/dlq/redrive?queue=bulk", nil, ""), http.StatusBadRequest, "expect")
+	type redriven struct {
+		Redriven int
+		Failed   []dlq.Failure
+	}
+	if r := decode[redriven](t, e.do(t, "POST", "/v1/dlq/redrive?queue=bulk&expect=2", nil, "").must(t, http.StatusOK)); r.Redriven != 2 ||
+		len(r.Failed) != 0 {
+		t.Fatalf("re-drive all matching: %+v", r)
+	}
+	if c := decode[count](t, e.get(t, "/v1/dlq/count?queue=bulk").must(t, http.StatusOK)); c.Count != 0 {
+		t.Fatalf("count after: %d, want 0", c.Count)
+	}
 
-	p.goTo("dlq")
-	p.waitText("#data tbody", "missing_field")
-	if n := p.count("#data tbody tr"); n != 3 {
-		t.Errorf("the DLQ page lists %d entries, want the 3 parked", n)
+	// Lanes: the interactive lane, with two waiting behind its head.
+	lanes := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes").must(t, http.StatusOK))
+	if len(lanes.Items) != 1 || lanes.Items[0].Key != "a" || lanes.Items[0].Waiting != 2 || lanes.Items[0].Blocked {
+		t.Fatalf("lanes: %+v", lanes.Items)
 	}
-	p.fits("the DLQ page")
-	p.screenshot("dlq")
+	if blocked := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes?blocked=true").must(t, http.StatusOK)); len(blocked.Items) != 0 {
+		t.Fatalf("blocked lanes: %+v", blocked.Items)
+	}
+	wantError(t, e.get(t, "/v1/lanes?blocked=maybe"), http.StatusBadRequest, "blocked")
 
-	p.goTo(fmt.Sprintf("dlq/%d", c.deadEntry))
-	p.waitText("h1", fmt.Sprintf("entry %d", c.deadEntry))
-	p.waitText("section:last-child", "HTTP 422: bad order")
-	p.fits("a DLQ entry's page")
-	p.screenshot("dlq-entry")
+	// Schedules: listed with the next slot; paused; triggered.
+	scheds := decode[page[schedule.Status]](t, e.get(t, "/v1/schedules").must(t, http.StatusOK))
+	if len(scheds.Items) != 1 || scheds.Items[0].Name != "nightly" || scheds.Items[0].Paused ||
+		scheds.Items[0].NextSlot.Hour() != 2 || scheds.Items[0].LastSlot != nil {
+		t.Fatalf("schedules: %+v", scheds.Items)
+	}
+	e.do(t, "POST", "/v1/schedules/nightly/pause", nil, "").must(t, http.StatusOK)
+	if s := decode[page[schedule.Status]](t, e.get(t, "/v1/schedules").must(t, http.StatusOK)); !s.Items[0].Paused {
+		t.Fatalf("not paused: %+v", s.Items)
+	}
+	wantError(t, e.do(t, "POST", "/v1/schedules/nope/pause", nil, ""), http.StatusNotFound, "name")
+	type triggered struct {
+		Name string
+		Job  pgstore.JobRow
+	}
+	if tr := decode[triggered](t, e.do(t, "POST", "/v1/schedules/nightly/trigger", nil, "").must(t, http.StatusOK)); tr.Job.Kind != "reconcile" ||
+		tr.Job.Queue != "bulk" || tr.Job.State != "queued" {
+		t.Fatalf("trigger: %+v", tr)
+	}
 
-	p.goTo("kafka")
-	p.waitText(`section[data-route="orders"]`, "header event-type in [order.created, order.paid]")
-	if got := p.text(`section[data-route="events"]`); !strings.Contains(got, "1,461 records") || !strings.Contains(got, "backpressured") {
-		t.Errorf("the events route's card: %q", got)
+	// Queues: concurrency and the oldest waiting job's age.
+	queues := decode[page[pgstore.QueueStat]](t, e.get(t, "/v1/queues").must(t, http.StatusOK))
+	for _, q := range queues.Items {
+		if q.Queue == "interactive" && (q.Concurrency != 16 || q.OldestWaitingAgeSeconds <= 0) {
+			t.Fatalf("interactive: %+v", q)
+		}
 	}
-	if got := p.text(`section[data-route="order-audit"]`); !strings.Contains(got, "fetching") {
-		t.Errorf("the order-audit route's card: %q", got)
+	audit := decode[page[pgstore.AuditEntry]](t, e.get(t, "/v1/audit").must(t, http.StatusOK))
+	var actions []string
+	for _, a := range audit.Items {
+		actions = append(actions, a.Action+" "+a.Target)
 	}
-	p.fits("the Kafka page")
-	p.screenshot("kafka")
-
-	p.goTo("audit")
-	p.waitText("#data tbody", "queue/reports")
-	if got := p.text("#data tbody tr:first-child"); !strings.Contains(got, "pause") {
-		t.Errorf("the newest audit entry is %q, want the pause", got)
+	want := fmt.Sprintf("[trigger schedule/nightly pause schedule/nightly redrive dlq/%d redrive dlq/%d retry job/%d]",
+		2, 1, ids[3])
+	if fmt.Sprint(actions) != want {
+		t.Fatalf("audit: %v, want %s", actions, want)
 	}
-	if got := p.text("#data tbody tr:last-child"); !strings.Contains(got, "cancel") {
-		t.Errorf("the oldest audit entry is %q, want the cancel", got)
-	}
-	p.fits("the audit page")
-	p.screenshot("audit")
 }

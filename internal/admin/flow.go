@@ -156,18 +156,23 @@ func (s *Server) routeList(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// setPause pauses (or resumes) the queue or route named in the path, which
-// must be configured.
+// setPause pauses (or resumes) the queue, route or schedule named in
+// the path, which must be configured.
 func (s *Server) setPause(kind pgstore.PauseKind, paused bool) apiFunc {
 	param := "queue"
-	if kind == pgstore.PauseRoute {
+	if kind != pgstore.PauseQueue {
 		param = "name"
 	}
 	return func(w http.ResponseWriter, r *http.Request) error {
 		name := r.PathValue(param)
-		known := slices.Contains(s.cfg.Queues, name)
-		if kind == pgstore.PauseRoute {
+		var known bool
+		switch kind {
+		case pgstore.PauseQueue:
+			known = slices.Contains(s.cfg.Queues, name)
+		case pgstore.PauseRoute:
 			known = slices.ContainsFunc(s.cfg.Routes, func(rc RouteConfig) bool { return rc.Name == name })
+		case pgstore.PauseSchedule:
+			_, known = s.schedule(name)
 		}
 		if !known {
 			return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no such %s: %q", kind, name), field: param}

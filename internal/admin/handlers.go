@@ -181,6 +181,7 @@ func (s *Server) queueList(w http.ResponseWriter, r *http.Request) error {
 		zeroFill(st.Jobs, append(jobStateNames(jobstate.Depth), pgstore.Reserved))
 		zeroFill(st.DLQ, dlq.Reasons)
 		_, st.Paused = pauses[pgstore.PauseQueue][name]
+		st.Concurrency = s.cfg.Concurrency[name]
 		items = append(items, *st)
 	}
 	s.writeJSON(w, http.StatusOK, page[pgstore.QueueStat]{Items: items})

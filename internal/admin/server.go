@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.uber.org/zap"
@@ -20,6 +21,7 @@ import (
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/schedule"
 )
 
 // maxBodyBytes bounds every request body. No endpoint needs more: enqueued
@@ -45,6 +47,12 @@ type Config struct {
 	// them even when it has no rows yet, plus any queue found in the
 	// database; only these can be paused. Defaults to none.
 	Queues []string
+	// Concurrency is each configured queue's concurrency, for GET
+	// /v1/queues. Defaults to none.
+	Concurrency map[string]int
+	// Schedules are the configured schedules, for GET /v1/schedules and
+	// their actions. Defaults to none.
+	Schedules []schedule.Schedule
 	// Routes are the configured routes, for GET /v1/routes and their
 	// pauses. Defaults to none.
 	Routes []RouteConfig
@@ -94,6 +102,8 @@ type Server struct {
 func New(cfg Config, store *pgstore.Store, log *zap.Logger) *Server {
 	cfg.Queues = append([]string(nil), cfg.Queues...)
 	cfg.Routes = slices.Clone(cfg.Routes)
+	cfg.Concurrency = maps.Clone(cfg.Concurrency)
+	cfg.Schedules = slices.Clone(cfg.Schedules)
 	cfg.AllowedHosts = slices.Clone(cfg.AllowedHosts)
 	for i, h := range cfg.AllowedHosts {
 		cfg.AllowedHosts[i] = normalHost(h)
@@ -138,11 +148,19 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/v1/jobs/{id}", nil, s.jobGet},
 		{"GET", "/v1/jobs/{id}/result", nil, s.jobResult},
 		{"POST", "/v1/jobs/{id}/cancel", nil, s.jobCancel},
+		{"POST", "/v1/jobs/{id}/retry", nil, s.jobRetry},
 		{"POST", "/v1/jobs/{id}/checkpoint", nil, s.jobCheckpoint},
 		{"GET", "/v1/dlq", append([]string{"queue", "reason", "route", "state"}, listParams...), s.dlqList},
 		{"GET", "/v1/dlq/{id}", nil, s.dlqGet},
 		{"POST", "/v1/dlq/{id}/redrive", nil, s.dlqRedrive},
 		{"POST", "/v1/dlq/{id}/discard", nil, s.dlqDiscard},
+		{"GET", "/v1/dlq/count", []string{"queue", "reason", "route"}, s.dlqCount},
+		{"POST", "/v1/dlq/redrive", []string{"queue", "reason", "route", "expect"}, s.dlqRedriveMatching},
+		{"GET", "/v1/lanes", []string{"route", "blocked", "limit"}, s.laneList},
+		{"GET", "/v1/schedules", nil, s.scheduleList},
+		{"POST", "/v1/schedules/{name}/pause", nil, s.setPause(pgstore.PauseSchedule, true)},
+		{"POST", "/v1/schedules/{name}/resume", nil, s.setPause(pgstore.PauseSchedule, false)},
+		{"POST", "/v1/schedules/{name}/trigger", nil, s.scheduleTrigger},
 		{"GET", "/v1/queues", nil, s.queueList},
 		{"POST", "/v1/queues/{queue}/pause", nil, s.setPause(pgstore.PauseQueue, true)},
 		{"POST", "/v1/queues/{queue}/resume", nil, s.setPause(pgstore.PauseQueue, false)},
@@ -155,33 +173,80 @@ func (s *Server) routes() http.Handler {
 		{"POST", "/v1/queues/{queue}/jobs", []string{"kind"}, s.jobEnqueue},
 	}
 	mux := http.NewServeMux()
-	allowed := map[string][]string{}
 	for _, rt := range routes {
-		mux.Handle(rt.method+" "+rt.path, s.api(checkParams(rt.params, rt.h)))
-		allowed[rt.path] = append(allowed[rt.path], rt.method)
-		if rt.method == "GET" {
-			// ServeMux answers HEAD with the GET handler.
-			allowed[rt.path] = append(allowed[rt.path], "HEAD")
+		h := s.api(checkParams(rt.params, rt.h))
+		if strings.Contains(rt.path, "{id}") {
+			h = s.notAnID(mux, h)
 		}
+		mux.Handle(rt.method+" "+rt.path, h)
 	}
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.cfg.Metrics)
 	}
-	// ServeMux's own 404 and 405 answers are plain text. Method-less
-	// patterns lose to the method patterns above, so they only catch a
-	// known path with the wrong method, and "/" catches everything else.
-	for path, methods := range allowed {
-		allow := strings.Join(methods, ", ")
-		mux.Handle(path, s.api(func(w http.ResponseWriter, r *http.Request) error {
-			w.Header().Set("Allow", allow)
-			return &httpError{status: http.StatusMethodNotAllowed,
-				msg: fmt.Sprintf("method %s not allowed; use %s", r.Method, allow)}
-		}))
-	}
+	// ServeMux's own 404 and 405 answers are plain text, so "/" catches
+	// every request no pattern takes and answers it in the API's shape:
+	// 405 naming the methods the path takes, else 404. (Method-less
+	// patterns per path would conflict: /v1/dlq/count beside GET
+	// /v1/dlq/{id}.)
 	mux.Handle("/", s.api(func(w http.ResponseWriter, r *http.Request) error {
+		if err := methodNotAllowed(w, mux, r); err != nil {
+			return err
+		}
 		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no such endpoint: %s", r.URL.Path)}
 	}))
 	return mux
+}
+
+// notAnID answers a request whose {id} is not a number 405 when its path
+// names another endpoint (GET /v1/dlq/count is not GET /v1/dlq/{id}
+// with id "count"; POST /v1/dlq/redrive has no GET), and hands every
+// other to next, which answers a bad id 400.
+func (s *Server) notAnID(mux *http.ServeMux, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := strconv.ParseInt(r.PathValue("id"), 10, 64); err != nil {
+			if err := methodNotAllowed(w, mux, r); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// methodNotAllowed returns the 405 of a path that other methods take (of
+// those the routes use: ServeMux answers HEAD with a GET pattern), with
+// its Allow header set; nil when none does.
+func methodNotAllowed(w http.ResponseWriter, mux *http.ServeMux, r *http.Request) error {
+	var allow []string
+	for _, m := range []string{"GET", "HEAD", "POST"} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "/" && pattern != "" && idsNumeric(pattern, r.URL.Path) {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		return nil
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	return &httpError{status: http.StatusMethodNotAllowed,
+		msg: fmt.Sprintf("method %s not allowed; use %s", r.Method, strings.Join(allow, ", "))}
+}
+
+// idsNumeric reports whether every {id} segment of pattern is a number
+// in path: POST /v1/dlq/redrive is not GET /v1/dlq/{id} with id
+// "redrive", though ServeMux would match it.
+func idsNumeric(pattern, path string) bool {
+	_, pat, _ := strings.Cut(pattern, " ")
+	segs, have := strings.Split(pat, "/"), strings.Split(path, "/")
+	for i, seg := range segs {
+		if seg == "{id}" && i < len(have) {
+			if _, err := strconv.ParseInt(have[i], 10, 64); err != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // checkParams refuses query parameters the endpoint does not take, and

@@ -158,6 +158,9 @@ func (p *pool) observe(job *workers.Job, outcome string, elapsed time.Duration) 
 		return
 	}
 	m.JobAttempts.WithLabelValues(job.Kind, outcome).Inc()
+	if outcome == string(jobstate.Succeeded) || outcome == string(jobstate.Dead) {
+		m.Flow.Finished(job.Queue, 1)
+	}
 	if elapsed > 0 {
 		m.JobDuration.WithLabelValues(job.Kind, outcome).Observe(elapsed.Seconds())
 	}

@@ -85,6 +85,43 @@ func (s *Service) Redrive(ctx context.Context, id int64, by string) (int64, erro
 	return jobID, err
 }
 
+// Failure is an entry that RedriveMatching could not re-drive, and why.
+type Failure struct {
+	ID    int64  `json:"id"`
+	Error string `json:"error"`
+}
+
+// RedriveMatching re-drives every parked entry that matches filter (its
+// State, After and Limit are its own), for by, and returns how many it
+// re-drove and the ones it could not. It reads page by page: entries
+// leave the parked list as they are re-driven, and keyset pagination on
+// id never revisits one.
+func (s *Service) RedriveMatching(ctx context.Context, filter pgstore.DLQFilter, by string) (int, []Failure, error) {
+	filter.State, filter.After, filter.Limit = pgstore.DLQParked, 0, 500
+	var done int
+	var failed []Failure
+	for {
+		es, err := s.store.DLQList(ctx, filter)
+		if err != nil {
+			return done, failed, err
+		}
+		for _, e := range es {
+			filter.After = e.ID
+			if _, err := s.Redrive(ctx, e.ID, by); err != nil {
+				if ctx.Err() != nil {
+					return done, failed, ctx.Err()
+				}
+				failed = append(failed, Failure{ID: e.ID, Error: err.Error()})
+				continue
+			}
+			done++
+		}
+		if len(es) < filter.Limit {
+			return done, failed, nil
+		}
+	}
+}
+
 // record is the parked record of an entry: as the entry keeps it, or
 // read again from Kafka when the entry keeps only part of it.
 func (s *Service) record(ctx context.Context, e pgstore.DLQEntry) (*kgo.Record, error) {

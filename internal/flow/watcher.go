@@ -46,8 +46,10 @@ type Watcher struct {
 	mu     sync.Mutex
 	queues map[string]bool // paused by an operator
 	routes map[string]bool // paused by an operator
-	depth  map[string]int  // queue → unstarted jobs as last read, plus Added since
-	over   map[string]bool // queue → backpressured
+	// schedules are the paused schedules (internal/schedule asks).
+	schedules map[string]bool
+	depth     map[string]int  // queue → unstarted jobs as last read, plus Added since
+	over      map[string]bool // queue → backpressured
 	// known is when what depth says of a queue was true: the start of the
 	// read it comes from, or the last Added. A read that started earlier
 	// is stale — it may miss a batch counted since — and is ignored.
@@ -61,7 +63,7 @@ func New(store *pgstore.Store, cfg Config, log *zap.Logger) (*Watcher, error) {
 	}
 	cfg.MaxDepth, cfg.RouteQueue = maps.Clone(cfg.MaxDepth), maps.Clone(cfg.RouteQueue)
 	return &Watcher{store: store, cfg: cfg, log: log.Named("flow"), queues: map[string]bool{},
-		routes: map[string]bool{}, depth: map[string]int{}, over: map[string]bool{}, known: map[string]time.Time{}}, nil
+		routes: map[string]bool{}, schedules: map[string]bool{}, depth: map[string]int{}, over: map[string]bool{}, known: map[string]time.Time{}}, nil
 }
 
 // Run refreshes every Interval until ctx ends. A failed read keeps what
@@ -109,6 +111,7 @@ func (w *Watcher) Refresh(ctx context.Context) error {
 	w.mu.Lock()
 	changed := !sameKeys(w.queues, pauses[pgstore.PauseQueue]) || !sameKeys(w.routes, pauses[pgstore.PauseRoute])
 	w.queues, w.routes = set(pauses[pgstore.PauseQueue]), set(pauses[pgstore.PauseRoute])
+	w.schedules = set(pauses[pgstore.PauseSchedule])
 	for q, n := range depths {
 		changed = w.setDepth(q, n, start) || changed
 	}
@@ -169,6 +172,13 @@ func (w *Watcher) QueuePaused(queue string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.queues[queue]
+}
+
+// SchedulePaused reports whether an operator paused a schedule.
+func (w *Watcher) SchedulePaused(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.schedules[name]
 }
 
 // RouteHold says why a route's fetching is held: CauseOperator,

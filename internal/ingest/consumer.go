@@ -514,6 +514,13 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 		}
 	}
 	if c.metrics != nil {
+		for route, n := range res.InsertedByRoute {
+			if r := c.routes[route]; r != nil {
+				c.metrics.Flow.Arrived(r.Queue, n)
+			}
+		}
+	}
+	if c.metrics != nil {
 		for kind, n := range res.CoalescedByKind {
 			c.metrics.JobAttempts.WithLabelValues(kind, "coalesced").Add(float64(n))
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/jobstate"
 )
@@ -26,6 +27,8 @@ type Enqueuer struct {
 	store    *pgstore.Store
 	routes   []*Route
 	maxDepth map[string]int // queue → max_depth; 0 or absent: no limit
+	// Flow, when set, counts the jobs Enqueue makes as arrivals.
+	Flow *metrics.QueueFlow
 }
 
 // NewEnqueuer builds an Enqueuer over the compiled routes; maxDepth gives
@@ -141,6 +144,9 @@ func (e *Enqueuer) enqueue(ctx context.Context, req EnqueueRequest,
 	}
 	if !enq.SamePayload {
 		return EnqueueResult{ID: enq.ID, State: enq.State}, ErrKeyReused
+	}
+	if enq.Created && e.Flow != nil {
+		e.Flow.Arrived(j.Queue, 1)
 	}
 	return EnqueueResult{ID: enq.ID, State: enq.State, Created: enq.Created}, nil
 }

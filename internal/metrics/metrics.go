@@ -9,6 +9,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics is every collector the engine updates.
 type Metrics struct {
 	QueueOldestAge  *prometheus.GaugeVec
+	QueueWaitingAge *prometheus.GaugeVec
 	QueueJobs       *prometheus.GaugeVec
 	JobDuration     *prometheus.HistogramVec
 	JobAttempts     *prometheus.CounterVec
@@ -20,14 +21,22 @@ type Metrics struct {
 	KafkaLagSeconds *prometheus.GaugeVec
 	IngestPaused    *prometheus.GaugeVec
 	FlowThrottled   *prometheus.CounterVec
+	// Flow is not a Prometheus collector: the fleet-wide arrival and
+	// completion counts GET /v1/queues reports (see QueueFlow).
+	Flow *QueueFlow
 }
 
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		Flow: &QueueFlow{},
 		QueueOldestAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_queue_oldest_runnable_age_seconds",
 			Help: "Age of the oldest job that could run now, per queue. Alert on it.",
+		}, []string{"queue"}),
+		QueueWaitingAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_queue_oldest_waiting_age_seconds",
+			Help: "Age of the oldest job waiting behind a lane's head, per queue: a stuck key shows here.",
 		}, []string{"queue"}),
 		QueueJobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_queue_jobs",
@@ -75,7 +84,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Claims of a route that a fleet-wide limit held back while it had runnable jobs, by limit: max_running, group or rate.",
 		}, []string{"route", "limit"}),
 	}
-	reg.MustRegister(m.QueueOldestAge, m.QueueJobs, m.JobDuration, m.JobAttempts, m.DLQEntries,
+	reg.MustRegister(m.QueueOldestAge, m.QueueWaitingAge, m.QueueJobs, m.JobDuration, m.JobAttempts, m.DLQEntries,
 		m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.KafkaLagRecords, m.KafkaLagSeconds, m.IngestPaused, m.FlowThrottled)
 	return m
 }

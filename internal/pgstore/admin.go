@@ -82,6 +82,23 @@ func (s *Store) JobResult(ctx context.Context, id int64) (contentType string, da
 type JobDetail struct {
 	JobRow
 	Result *ResultView `json:"result,omitempty"`
+	// The job's payload and headers, as its target receives them, and
+	// its attempts' errors (oldest first, as stored).
+	Payload []byte          `json:"payload_base64"`
+	Headers []HeaderRow     `json:"headers"`
+	Errors  json.RawMessage `json:"errors"`
+	// Lane is where the job stands in its key's lane; nil outside lanes.
+	Lane *LanePosition `json:"lane,omitempty"`
+}
+
+// LanePosition is a lane job's place: Position jobs are ahead of it (0:
+// it is the head), Waiting jobs wait behind the head, HeadJobID is the
+// head (nil while none), Blocked says a dead head holds the lane.
+type LanePosition struct {
+	Position  int64  `json:"position"`
+	Waiting   int64  `json:"waiting"`
+	HeadJobID *int64 `json:"head_job_id"`
+	Blocked   bool   `json:"blocked"`
 }
 
 // ResultView is a kept result: its content type, size and bytes (base64
@@ -92,16 +109,55 @@ type ResultView struct {
 	Base64      []byte `json:"base64"`
 }
 
-// JobGetDetail returns one job with its result, or ErrNotFound.
+// jobLaneSQL reads a job's place in its lane. A lane's waiting jobs are
+// promoted in (version NULLS FIRST, offset, id) order, an API job (no
+// offset) after the records of its version: the coalesces spell that
+// order for the row comparison.
+const jobLaneSQL = `jobs.lane,
+	(SELECT head_job_id FROM lanes l WHERE jobs.lane AND l.route = jobs.route AND l.key = jobs.key),
+	coalesce((SELECT blocked FROM lanes l WHERE jobs.lane AND l.route = jobs.route AND l.key = jobs.key), false),
+	(SELECT count(*) FROM jobs w WHERE jobs.lane AND w.route = jobs.route AND w.key = jobs.key AND w.state = 'waiting'),
+	(SELECT count(*) FROM jobs w WHERE jobs.lane AND jobs.state = 'waiting' AND w.route = jobs.route AND w.key = jobs.key
+		AND w.state = 'waiting'
+		AND (coalesce(w.version, -9223372036854775808), coalesce(w.src_offset, 9223372036854775807), w.id)
+		  < (coalesce(jobs.version, -9223372036854775808), coalesce(jobs.src_offset, 9223372036854775807), jobs.id))`
+
+// JobGetDetail returns one job with its result, payload, headers, errors
+// and lane position, or ErrNotFound.
 func (s *Store) JobGetDetail(ctx context.Context, id int64) (JobDetail, error) {
 	var ct *string
 	var data []byte
-	job, err := scanJobRow(s.pool.QueryRow(ctx, `SELECT `+jobColumns+`, result_type, result FROM jobs WHERE id = $1`, id),
-		&ct, &data)
+	var d JobDetail
+	var hk []string
+	var hv [][]byte
+	var lane bool
+	var l LanePosition
+	var ahead int64
+	job, err := scanJobRow(s.pool.QueryRow(ctx, `SELECT `+jobColumns+`, result_type, result,
+		payload, header_keys, header_values, errors, `+jobLaneSQL+` FROM jobs WHERE id = $1`, id),
+		&ct, &data, &d.Payload, &hk, &hv, &d.Errors, &lane, &l.HeadJobID, &l.Blocked, &l.Waiting, &ahead)
 	if err != nil {
 		return JobDetail{}, notFound(err)
 	}
-	d := JobDetail{JobRow: job}
+	d.JobRow = job
+	d.Payload = nonNilByte(d.Payload)
+	d.Headers = []HeaderRow{}
+	for i := range hk {
+		if i < len(hv) {
+			d.Headers = append(d.Headers, HeaderRow{Key: hk[i], Value: hv[i]})
+		}
+	}
+	// A finished job has left its lane, unless it is the dead head that
+	// blocks it.
+	if lane && (!job.State.IsFinal() || (l.HeadJobID != nil && *l.HeadJobID == job.ID)) {
+		if job.State == jobstate.Waiting {
+			l.Position = ahead
+			if l.HeadJobID != nil {
+				l.Position++
+			}
+		}
+		d.Lane = &l
+	}
 	if data != nil {
 		d.Result = &ResultView{Bytes: len(data), Base64: data}
 		if ct != nil {
@@ -295,6 +351,16 @@ func (s *Store) DLQList(ctx context.Context, f DLQFilter) ([]DLQEntry, error) {
 }
 
 // DLQGet returns one entry or ErrNotFound.
+// DLQCount counts the parked entries that match f (its State, After and
+// Limit are ignored): what a re-drive of all of them would re-drive.
+func (s *Store) DLQCount(ctx context.Context, f DLQFilter) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dlq_entries
+		WHERE redriven_at IS NULL AND ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR reason = $2)
+		  AND ($3::text IS NULL OR route = $3)`, nullable(f.Queue), nullable(f.Reason), nullable(f.Route)).Scan(&n)
+	return n, err
+}
+
 func (s *Store) DLQGet(ctx context.Context, id int64) (DLQEntry, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+dlqColumns+` FROM dlq_entries WHERE id = $1`, id)
 	if err != nil {
@@ -317,6 +383,18 @@ type QueueStat struct {
 	DLQ                      map[string]int64 `json:"dlq"`
 	// Paused: an operator paused the queue; nothing claims from it.
 	Paused bool `json:"paused"`
+	// OldestWaitingAgeSeconds is the age of the oldest job waiting behind
+	// a lane's head: a stuck key shows here; 0 when none.
+	OldestWaitingAgeSeconds float64 `json:"oldest_waiting_age_seconds"`
+	// ArrivedTotal and FinishedTotal are the fleet's counts of the jobs
+	// that arrived in the queue and finished from it, summed over every
+	// process's counts since it started (queue_flow): rates are their
+	// differences over time; a fall means a count was reset.
+	ArrivedTotal  int64 `json:"arrived_total"`
+	FinishedTotal int64 `json:"finished_total"`
+	// Concurrency is the queue's configured concurrency in the answering
+	// process; 0 for a queue it does not configure.
+	Concurrency int `json:"concurrency"`
 }
 
 // Reserved is the depth key of a queue's claimed-but-unstarted jobs
@@ -339,20 +417,25 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	// all five states read the whole table: a parallel seq scan of every
 	// retained job on each sample).
 	rows, err := s.pool.Query(ctx, `
-		SELECT queue, state, count(*) FROM jobs WHERE state IN ('queued', 'retrying') GROUP BY queue, state
-		UNION ALL SELECT queue, 'running', count(*) FROM jobs WHERE state = 'running' GROUP BY queue
-		UNION ALL SELECT queue, 'waiting', count(*) FROM jobs WHERE state = 'waiting' GROUP BY queue
-		UNION ALL SELECT queue, 'dead', count(*) FROM jobs WHERE state = 'dead' GROUP BY queue
-		UNION ALL SELECT queue, 'reserved', sum(reserved) FROM reservations
+		SELECT queue, state, count(*), 0::float8 FROM jobs WHERE state IN ('queued', 'retrying') GROUP BY queue, state
+		UNION ALL SELECT queue, 'running', count(*), 0 FROM jobs WHERE state = 'running' GROUP BY queue
+		UNION ALL SELECT queue, 'waiting', count(*), extract(epoch FROM now() - min(created_at)) FROM jobs
+			WHERE state = 'waiting' GROUP BY queue
+		UNION ALL SELECT queue, 'dead', count(*), 0 FROM jobs WHERE state = 'dead' GROUP BY queue
+		UNION ALL SELECT queue, 'reserved', sum(reserved), 0 FROM reservations
 			WHERE updated_at > now() - interval '`+reservationsFresh+`' GROUP BY queue`)
 	if err != nil {
 		return nil, err
 	}
 	var q, st string
 	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&q, &st, &n}, func() error {
+	var waitingAge float64
+	_, err = pgx.ForEachRow(rows, []any{&q, &st, &n, &waitingAge}, func() error {
 		qs := get(q)
 		qs.Jobs[st] = n
+		if st == string(jobstate.Waiting) {
+			qs.OldestWaitingAgeSeconds = waitingAge
+		}
 		switch st {
 		case string(jobstate.Running):
 			qs.Running = n
@@ -395,6 +478,19 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	var age float64
 	_, err = pgx.ForEachRow(rows, []any{&q, &age}, func() error {
 		get(q).OldestRunnableAgeSeconds = age
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var arrived, finished int64
+	rows, err = s.pool.Query(ctx, `SELECT queue, sum(arrived)::bigint, sum(finished)::bigint FROM queue_flow GROUP BY queue`)
+	if err != nil {
+		return nil, err
+	}
+	_, err = pgx.ForEachRow(rows, []any{&q, &arrived, &finished}, func() error {
+		qs := get(q)
+		qs.ArrivedTotal, qs.FinishedTotal = arrived, finished
 		return nil
 	})
 	if err != nil {

@@ -18,10 +18,12 @@ const (
 	AuditResume  = "resume"
 	AuditTrigger = "trigger"
 	AuditEnqueue = "enqueue"
+	AuditRetry   = "retry"
 )
 
 // AuditActions are every action the log records.
-var AuditActions = []string{AuditCancel, AuditRedrive, AuditDiscard, AuditPause, AuditResume, AuditTrigger, AuditEnqueue}
+var AuditActions = []string{AuditCancel, AuditRedrive, AuditDiscard, AuditPause, AuditResume, AuditTrigger,
+	AuditEnqueue, AuditRetry}
 
 // AuditEntry is one recorded operator action: who (an admin token's
 // name, or cli:<user>), when, on what (job/17, dlq/4, queue/bulk,

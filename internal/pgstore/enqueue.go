@@ -30,14 +30,17 @@ type Enqueued struct {
 // transaction, promoted if the lane is idle: it takes its place by
 // version, after the lane's Kafka records of the same version (it has no
 // offset). A created job that is runnable wakes its queue. An operator's
-// enqueue (by non-empty: the admin API's caller) is audited; a
-// schedule's is not.
+// job (by non-empty: the admin API's caller) is audited — a schedule's
+// as a trigger of the schedule; a schedule's own slots are not.
 func (s *Store) JobEnqueue(ctx context.Context, j NewJob, by string) (Enqueued, error) {
 	var e Enqueued
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		if e, err = s.jobEnqueue(ctx, tx, j); err != nil || by == "" || !e.Created {
 			return err
+		}
+		if j.Origin == OriginSchedule {
+			return audit(ctx, tx, by, AuditTrigger, j.Route, map[string]any{"job_id": e.ID})
 		}
 		return audit(ctx, tx, by, AuditEnqueue, fmt.Sprintf("job/%d", e.ID), map[string]any{"queue": j.Queue, "kind": j.Kind})
 	})
@@ -94,12 +97,13 @@ func (s *Store) JobFind(ctx context.Context, route, origin, dedupeKey string) (J
 	return j, notFound(err)
 }
 
-// RouteLastDedupeKey is the greatest dedupe key among a schedule route's
-// retained jobs ("" when it has none): the schedule's last enqueued slot.
+// RouteLastDedupeKey is the greatest slot dedupe key (slot/…) among a
+// schedule route's retained jobs ("" when it has none): the schedule's
+// last enqueued slot. A trigger's jobs (manual/…) are not slots.
 func (s *Store) RouteLastDedupeKey(ctx context.Context, route string) (string, error) {
 	var k *string
 	err := s.pool.QueryRow(ctx, `SELECT max(dedupe_key COLLATE "C") FROM job_keys
-		WHERE route = $1 AND origin = 'schedule'`, route).Scan(&k)
+		WHERE route = $1 AND origin = 'schedule' AND dedupe_key LIKE 'slot/%'`, route).Scan(&k)
 	if k == nil {
 		return "", err
 	}

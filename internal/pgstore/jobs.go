@@ -3,6 +3,7 @@ package pgstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"maps"
@@ -876,6 +877,39 @@ func (s *Store) JobCancel(ctx context.Context, id int64, by string) error {
 		return ErrConflict
 	}
 	return nil
+}
+
+// JobRetryNow makes a job that waits for its time — a retry's backoff,
+// or a run_at or delay — runnable now, for by, and wakes its queue. A job
+// in any other state is ErrConflict.
+func (s *Store) JobRetryNow(ctx context.Context, id int64, by string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var queue string
+		var was time.Time
+		err := tx.QueryRow(ctx, `
+			WITH old AS (SELECT id, scheduled_at FROM jobs WHERE id = $1 AND state IN ('queued', 'retrying')
+				AND scheduled_at > now() FOR UPDATE)
+			UPDATE jobs j SET scheduled_at = now() FROM old WHERE j.id = old.id
+			RETURNING j.queue, old.scheduled_at`, id).Scan(&queue, &was)
+		if errors.Is(err, pgx.ErrNoRows) {
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)`, id).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				return ErrNotFound
+			}
+			return ErrConflict
+		}
+		if err != nil {
+			return err
+		}
+		if err := audit(ctx, tx, by, AuditRetry, fmt.Sprintf("job/%d", id), map[string]any{"was_scheduled_at": was}); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.Channel(), queue)
+		return err
+	})
 }
 
 // JobPrune deletes up to limit jobs that finished in state before the

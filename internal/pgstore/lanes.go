@@ -55,6 +55,45 @@ func (s *Store) LaneBlocked(ctx context.Context) (map[string]int64, error) {
 	return out, err
 }
 
+// LaneRow is one lane as GET /v1/lanes shows it: its head (the job that
+// is queued, running, retrying, or dead and blocking it) and how many
+// jobs wait behind it, and since when the oldest has.
+type LaneRow struct {
+	Route                   string          `json:"route"`
+	Key                     string          `json:"key"`
+	HeadJobID               *int64          `json:"head_job_id"`
+	HeadState               *jobstate.State `json:"head_state"`
+	Blocked                 bool            `json:"blocked"`
+	Waiting                 int64           `json:"waiting"`
+	OldestWaitingAgeSeconds float64         `json:"oldest_waiting_age_seconds"`
+}
+
+// LaneList returns the lanes an operator looks at: the blocked ones
+// first, then (unless blockedOnly) the longest, at most limit, of one
+// route or ("") all. The longest are found by counting the waiting jobs,
+// which reads the waiting jobs' partial index once.
+func (s *Store) LaneList(ctx context.Context, route string, blockedOnly bool, limit int) ([]LaneRow, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH w AS (
+			SELECT route, key, count(*) AS waiting, min(created_at) AS oldest FROM jobs
+			WHERE state = 'waiting' AND ($1::text IS NULL OR route = $1) GROUP BY route, key
+		), c AS (
+			(SELECT route, key FROM lanes WHERE blocked AND ($1::text IS NULL OR route = $1) ORDER BY route, key LIMIT $2)
+			UNION
+			(SELECT route, key FROM w WHERE NOT $3 ORDER BY waiting DESC, route, key LIMIT $2)
+		)
+		SELECT c.route, c.key, l.head_job_id, j.state, coalesce(l.blocked, false), coalesce(w.waiting, 0),
+			coalesce(extract(epoch FROM now() - w.oldest), 0)::float8
+		FROM c LEFT JOIN lanes l ON l.route = c.route AND l.key = c.key LEFT JOIN jobs j ON j.id = l.head_job_id
+			LEFT JOIN w ON w.route = c.route AND w.key = c.key
+		ORDER BY coalesce(l.blocked, false) DESC, coalesce(w.waiting, 0) DESC, c.route, c.key
+		LIMIT $2`, nullable(route), limit, blockedOnly)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[LaneRow])
+}
+
 // JobApply runs fn in a transaction that also completes job id, so that
 // a handler's own writes and the job's success commit together or not at
 // all (SPEC §8). The job must still be held under token. For a versioned

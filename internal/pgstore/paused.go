@@ -12,8 +12,9 @@ import (
 type PauseKind string
 
 const (
-	PauseQueue PauseKind = "queue"
-	PauseRoute PauseKind = "route"
+	PauseQueue    PauseKind = "queue"
+	PauseRoute    PauseKind = "route"
+	PauseSchedule PauseKind = "schedule" // its slots pass without jobs
 )
 
 // Pause records that kind name is paused, and reports whether it was not
@@ -49,7 +50,7 @@ func (s *Store) Pauses(ctx context.Context) (map[PauseKind]map[string]time.Time,
 	if err != nil {
 		return nil, err
 	}
-	out := map[PauseKind]map[string]time.Time{PauseQueue: {}, PauseRoute: {}}
+	out := map[PauseKind]map[string]time.Time{PauseQueue: {}, PauseRoute: {}, PauseSchedule: {}}
 	var kind PauseKind
 	var name string
 	var at time.Time

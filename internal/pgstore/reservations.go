@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"slices"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ReservationsPut records how many claimed-but-unstarted jobs a process
@@ -35,3 +37,31 @@ func (s *Store) ReservationsDrop(ctx context.Context, process string) error {
 // a refresh: a process that stopped refreshing them is gone, and its
 // jobs' leases expire soon after.
 const reservationsFresh = "15 seconds"
+
+// QueueFlowPut publishes a process's counts of the jobs that arrived in
+// and finished from each queue since it started (metrics.QueueFlow),
+// replacing what it said before, and drops the rows of processes gone
+// for a day.
+func (s *Store) QueueFlowPut(ctx context.Context, process string, arrived, finished map[string]int64) error {
+	var queues []string
+	for q := range arrived {
+		queues = append(queues, q)
+	}
+	for q := range finished {
+		if _, ok := arrived[q]; !ok {
+			queues = append(queues, q)
+		}
+	}
+	slices.Sort(queues)
+	a, f := make([]int64, len(queues)), make([]int64, len(queues))
+	for i, q := range queues {
+		a[i], f[i] = arrived[q], finished[q]
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(`INSERT INTO queue_flow (process, queue, arrived, finished)
+		SELECT $1, q, a, f FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS u(q, a, f)
+		ON CONFLICT (process, queue) DO UPDATE SET arrived = excluded.arrived, finished = excluded.finished, updated_at = now()`,
+		process, queues, a, f)
+	batch.Queue(`DELETE FROM queue_flow WHERE updated_at < now() - interval '1 day'`)
+	return s.pool.SendBatch(ctx, batch).Close()
+}

@@ -6,6 +6,7 @@ package sampler
 
 import (
 	"context"
+	"crypto/rand"
 	"strconv"
 	"time"
 
@@ -34,6 +35,7 @@ type Config struct {
 // Sampler is the gauges' refresher.
 type Sampler struct {
 	cfg     Config
+	process string // names this process's queue_flow rows
 	store   *pgstore.Store
 	metrics *metrics.Metrics
 	log     *zap.Logger
@@ -45,7 +47,7 @@ func New(cfg Config, store *pgstore.Store, m *metrics.Metrics, log *zap.Logger) 
 	if cfg.Interval == 0 {
 		cfg.Interval = 5 * time.Second
 	}
-	return &Sampler{cfg: cfg, store: store, metrics: m, log: log.Named("sampler")}
+	return &Sampler{cfg: cfg, store: store, metrics: m, log: log.Named("sampler"), process: rand.Text()}
 }
 
 // Start refreshes the gauges once at once and then every interval, until
@@ -63,6 +65,9 @@ func (s *Sampler) run(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
+		if err := s.publishFlow(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("publishing queue flow counts failed", zap.Error(err))
+		}
 		if err := s.sampleQueues(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("reading queue stats failed", zap.Error(err))
 		}
@@ -73,6 +78,18 @@ func (s *Sampler) run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// publishFlow publishes this process's arrival and completion counts
+// (metrics.QueueFlow), which GET /v1/queues sums over the fleet.
+func (s *Sampler) publishFlow(ctx context.Context) error {
+	arrived, finished := s.metrics.Flow.Snapshot()
+	if len(arrived)+len(finished) == 0 {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return s.store.QueueFlowPut(pctx, s.process, arrived, finished)
 }
 
 // sampleQueues refreshes the queue, DLQ and lane gauges from Postgres.
@@ -86,12 +103,15 @@ func (s *Sampler) sampleQueues(ctx context.Context) error {
 	m := s.metrics
 	m.QueueJobs.Reset()
 	m.QueueOldestAge.Reset()
+	m.QueueWaitingAge.Reset()
 	m.DLQEntries.Reset()
 	for _, name := range s.cfg.Queues {
 		m.QueueOldestAge.WithLabelValues(name).Set(0)
+		m.QueueWaitingAge.WithLabelValues(name).Set(0)
 	}
 	for q, st := range stats {
 		m.QueueOldestAge.WithLabelValues(q).Set(st.OldestRunnableAgeSeconds)
+		m.QueueWaitingAge.WithLabelValues(q).Set(st.OldestWaitingAgeSeconds)
 		for state, n := range st.Jobs {
 			m.QueueJobs.WithLabelValues(q, state).Set(float64(n))
 		}

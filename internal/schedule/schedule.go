@@ -13,11 +13,18 @@
 // more than misfireGrace old when seen. overlap: skip enqueues nothing
 // while the schedule's previous job has not finished. jitter delays each
 // job by a random amount up to it.
+//
+// An operator may pause a schedule (a row of the paused table, read by
+// every process through Config.Paused): its slots pass without jobs, and
+// resuming does not catch up on them — a pause means "not these runs". A
+// trigger (Trigger) enqueues one job now, beside the slots, under a
+// dedupe key of its own.
 package schedule
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -30,6 +37,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/cron"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/startstop"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 const (
@@ -58,6 +66,7 @@ type Scheduler struct {
 	store   *pgstore.Store
 	log     *zap.Logger
 	now     func() time.Time
+	paused  func(name string) bool
 	entries []*entry
 	loop    startstop.Loop
 }
@@ -85,8 +94,12 @@ type entry struct {
 }
 
 // New compiles the schedules (validated config: errors here are bugs).
-func New(store *pgstore.Store, log *zap.Logger, schedules []Schedule) (*Scheduler, error) {
-	s := &Scheduler{store: store, log: log.Named("schedule"), now: time.Now}
+// paused says whether an operator paused a schedule (nil: never).
+func New(store *pgstore.Store, log *zap.Logger, schedules []Schedule, paused func(name string) bool) (*Scheduler, error) {
+	if paused == nil {
+		paused = func(string) bool { return false }
+	}
+	s := &Scheduler{store: store, log: log.Named("schedule"), now: time.Now, paused: paused}
 	for _, sc := range schedules {
 		cr, err := cron.Parse(sc.Cron)
 		if err != nil {
@@ -131,7 +144,7 @@ func (s *Scheduler) Tick(ctx context.Context) error {
 
 func (s *Scheduler) tick(ctx context.Context, e *entry, now time.Time) error {
 	if e.cursor.IsZero() {
-		last, err := s.lastSlot(ctx, e)
+		last, err := LastSlot(ctx, s.store, e.Name)
 		if err != nil {
 			return err
 		}
@@ -148,6 +161,11 @@ func (s *Scheduler) tick(ctx context.Context, e *entry, now time.Time) error {
 		}
 	}
 	if len(due) == 0 {
+		return nil
+	}
+	if s.paused(e.Name) {
+		s.log.Info("slots passed: the schedule is paused", zap.String("schedule", e.Name), zap.Int("slots", len(due)))
+		e.cursor = due[len(due)-1]
 		return nil
 	}
 	var fire []time.Time
@@ -188,35 +206,96 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, slot time.Time) error {
 			return nil
 		}
 	}
-	payload, err := json.Marshal(map[string]string{"schedule": e.Name, "slot": slot.UTC().Format(time.RFC3339)})
-	if err != nil {
-		return err
-	}
 	runAt := slot
 	if j := e.Jitter.D(); j > 0 {
 		runAt = runAt.Add(rand.N(j))
 	}
-	enq, err := s.store.JobEnqueue(ctx, pgstore.NewJob{Route: Route(e.Name), Kind: e.Kind, Queue: e.Queue,
-		Origin: pgstore.OriginSchedule, DedupeKey: slotKey(slot), Payload: payload, MaxAttempts: e.MaxAttempts,
-		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}, RunAt: &runAt}, "")
+	enq, err := enqueue(ctx, s.store, e.Schedule, slotKey(slot), slot, runAt, "")
 	if err == nil && enq.Created {
 		s.log.Info("scheduled job enqueued", zap.String("schedule", e.Name), zap.Time("slot", slot))
 	}
 	return err
 }
 
+// enqueue makes the job of a schedule's slot (or, for a trigger, of
+// now), runnable at runAt, under dedupe; by is the operator of a
+// trigger, "" for a slot.
+func enqueue(ctx context.Context, store *pgstore.Store, sc Schedule, dedupe string, slot, runAt time.Time, by string) (pgstore.Enqueued, error) {
+	payload, err := json.Marshal(map[string]string{"schedule": sc.Name, "slot": slot.UTC().Format(time.RFC3339)})
+	if err != nil {
+		return pgstore.Enqueued{}, err
+	}
+	return store.JobEnqueue(ctx, pgstore.NewJob{Route: Route(sc.Name), Kind: sc.Kind, Queue: sc.Queue,
+		Origin: pgstore.OriginSchedule, DedupeKey: dedupe, Payload: payload, MaxAttempts: sc.MaxAttempts,
+		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}, RunAt: &runAt}, by)
+}
+
+// Trigger enqueues one job of a schedule now, for by, whatever its cron,
+// pause or overlap say: an operator asked for a run. Its payload's slot
+// is now; its dedupe key is its own (manual/<ns>), so it never takes a
+// slot's place, and LastSlot never reads it (slot/ keys sort after).
+func Trigger(ctx context.Context, store *pgstore.Store, sc Schedule, by string, now time.Time) (pgstore.Enqueued, error) {
+	return enqueue(ctx, store, sc, fmt.Sprintf("manual/%020d", now.UnixNano()), now, now, by)
+}
+
+// Status is what GET /v1/schedules shows of a schedule.
+type Status struct {
+	Name     string    `json:"name"`
+	Cron     string    `json:"cron"`
+	Timezone string    `json:"timezone"`
+	Kind     string    `json:"kind"`
+	Queue    string    `json:"queue"`
+	Paused   bool      `json:"paused"`
+	NextSlot time.Time `json:"next_slot"`
+	// The last slot that made a job, and that job; nil before the first
+	// (or once retention pruned them).
+	LastSlot     *time.Time      `json:"last_slot"`
+	LastJobID    *int64          `json:"last_job_id"`
+	LastJobState *jobstate.State `json:"last_job_state"`
+}
+
+// StatusOf reads a schedule's status at now.
+func StatusOf(ctx context.Context, store *pgstore.Store, sc Schedule, paused bool, now time.Time) (Status, error) {
+	st := Status{Name: sc.Name, Cron: sc.Cron, Timezone: sc.Timezone, Kind: sc.Kind, Queue: sc.Queue, Paused: paused}
+	cr, err := cron.Parse(sc.Cron)
+	if err != nil {
+		return st, fmt.Errorf("schedule %s: %w", sc.Name, err)
+	}
+	loc, err := time.LoadLocation(sc.Timezone)
+	if err != nil {
+		return st, fmt.Errorf("schedule %s: %w", sc.Name, err)
+	}
+	st.NextSlot = cr.Next(now.In(loc))
+	last, err := LastSlot(ctx, store, sc.Name)
+	if err != nil || last.IsZero() {
+		return st, err
+	}
+	st.LastSlot = &last
+	job, err := store.JobFind(ctx, Route(sc.Name), pgstore.OriginSchedule, slotKey(last))
+	switch {
+	case errors.Is(err, pgstore.ErrNotFound):
+		return st, nil
+	case err != nil:
+		return st, err
+	}
+	st.LastJobID, st.LastJobState = &job.ID, &job.State
+	return st, nil
+}
+
 // slotKey is a slot's dedupe key; zero-padded so that the greatest key is
 // the latest slot.
 func slotKey(slot time.Time) string { return fmt.Sprintf("slot/%020d", slot.Unix()) }
 
-func (s *Scheduler) lastSlot(ctx context.Context, e *entry) (time.Time, error) {
-	k, err := s.store.RouteLastDedupeKey(ctx, Route(e.Name))
+// LastSlot is the latest slot of a schedule among its retained jobs; zero
+// when it has none.
+func LastSlot(ctx context.Context, store *pgstore.Store, name string) (time.Time, error) {
+	k, err := store.RouteLastDedupeKey(ctx, Route(name))
 	if err != nil || k == "" {
 		return time.Time{}, err
 	}
 	sec, err := strconv.ParseInt(strings.TrimPrefix(k, "slot/"), 10, 64)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("job dedupe key %q of route %s is not a slot", k, Route(e.Name))
+		return time.Time{}, fmt.Errorf("job dedupe key %q of route %s is not a slot", k, Route(name))
 	}
 	return time.Unix(sec, 0), nil
 }

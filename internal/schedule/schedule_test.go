@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,14 +30,23 @@ func at(t *testing.T, s string) time.Time {
 
 func scheduler(t *testing.T, store *pgstore.Store, c *clock, sc config.Schedule) *Scheduler {
 	t.Helper()
-	cfg := config.Config{Schedules: []config.Schedule{sc}}
-	cfg.SetDefaults()
-	s, err := New(store, zaptest.NewLogger(t), []Schedule{{Schedule: cfg.Schedules[0], MaxAttempts: 3}})
+	return pausable(t, store, c, sc, nil)
+}
+
+func pausable(t *testing.T, store *pgstore.Store, c *clock, sc config.Schedule, paused func(string) bool) *Scheduler {
+	t.Helper()
+	s, err := New(store, zaptest.NewLogger(t), []Schedule{defaulted(sc)}, paused)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.now = c.now
 	return s
+}
+
+func defaulted(sc config.Schedule) Schedule {
+	cfg := config.Config{Schedules: []config.Schedule{sc}}
+	cfg.SetDefaults()
+	return Schedule{Schedule: cfg.Schedules[0], MaxAttempts: 3}
 }
 
 // slots lists the slots of a schedule's jobs, as HH:MM, in order.
@@ -178,3 +188,44 @@ func TestOverlapSkipAndJitter(t *testing.T) {
 }
 
 func fmtSscan(k string, sec *int64) (int, error) { return fmt.Sscanf(k, "slot/%d", sec) }
+
+// A paused schedule's slots pass without jobs, and resuming does not
+// catch up on them; a trigger makes a job now, audited, beside the
+// slots; the status shows the next slot and the last slot's job.
+func TestPauseTriggerAndStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testenv.MigratedStore(t)
+	c := &clock{}
+	var paused atomic.Bool
+	sc := config.Schedule{Name: "pausable", Cron: "* * * * *", Kind: "k", Queue: "q", Overlap: "allow"}
+	s := pausable(t, store, c, sc, func(name string) bool { return name == sc.Name && paused.Load() })
+	tick(t, s, c, "10:00:30")
+	tick(t, s, c, "10:01:02")
+	paused.Store(true)
+	tick(t, s, c, "10:02:05")
+	tick(t, s, c, "10:03:05")
+	paused.Store(false)
+	tick(t, s, c, "10:03:30")
+	tick(t, s, c, "10:04:02")
+	want(t, store, sc.Name, "10:01", "10:04")
+
+	st, err := StatusOf(ctx, store, defaulted(sc), false, at(t, "10:04:40"))
+	if err != nil || !st.NextSlot.Equal(at(t, "10:05:00")) || st.LastSlot == nil || !st.LastSlot.Equal(at(t, "10:04:00")) ||
+		st.LastJobID == nil || st.LastJobState == nil || *st.LastJobState != "queued" {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	enq, err := Trigger(ctx, store, defaulted(sc), "oncall", at(t, "10:04:45"))
+	if err != nil || !enq.Created {
+		t.Fatalf("trigger: %+v %v", enq, err)
+	}
+	audit, err := store.AuditList(ctx, pgstore.AuditFilter{Limit: 5})
+	if err != nil || len(audit) != 1 || audit[0].Actor != "oncall" || audit[0].Action != pgstore.AuditTrigger ||
+		audit[0].Target != Route(sc.Name) {
+		t.Fatalf("audit after a trigger: %+v %v", audit, err)
+	}
+	// The trigger's job is not a slot: the last slot stays 10:04.
+	if st, err := StatusOf(ctx, store, defaulted(sc), false, at(t, "10:04:50")); err != nil || !st.LastSlot.Equal(at(t, "10:04:00")) {
+		t.Fatalf("status after a trigger: %+v %v", st, err)
+	}
+}

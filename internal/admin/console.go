@@ -1,0 +1,175 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/dlq"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/schedule"
+)
+
+// The endpoints below serve the operator console's pages beyond the
+// lists: retry-now, counted bulk re-drive, lanes and schedules.
+
+// jobRetry: POST /v1/jobs/{id}/retry runs a job that waits for its time
+// (a retry's backoff, a run_at or delay) now.
+func (s *Server) jobRetry(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.store.JobRetryNow(r.Context(), id, caller(r).Name); err != nil {
+		if errors.Is(err, pgstore.ErrConflict) {
+			return &httpError{status: http.StatusConflict,
+				msg: fmt.Sprintf("job %d is not waiting for its time (retrying or delayed): nothing to run now", id)}
+		}
+		return actionError(err, "job", id)
+	}
+	job, err := s.store.JobGet(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, job)
+	return nil
+}
+
+// dlqFilter reads the filters of the DLQ's count and bulk re-drive.
+func dlqFilter(r *http.Request) (pgstore.DLQFilter, error) {
+	q, err := parseList(r)
+	if err != nil {
+		return pgstore.DLQFilter{}, err
+	}
+	if err := oneOf(q, "reason", dlq.Reasons); err != nil {
+		return pgstore.DLQFilter{}, err
+	}
+	return pgstore.DLQFilter{Queue: q.filters["queue"], Reason: q.filters["reason"], Route: q.filters["route"]}, nil
+}
+
+// dlqCount: GET /v1/dlq/count, the parked entries a re-drive of all
+// matching would take.
+func (s *Server) dlqCount(w http.ResponseWriter, r *http.Request) error {
+	f, err := dlqFilter(r)
+	if err != nil {
+		return err
+	}
+	n, err := s.store.DLQCount(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, map[string]int64{"count": n})
+	return nil
+}
+
+// dlqRedriveMatching: POST /v1/dlq/redrive?…&expect=N re-drives every
+// parked entry matching, if N of them match now: the confirmation a
+// person gave was for N entries, and a different number is asked again
+// (409) rather than re-driven.
+func (s *Server) dlqRedriveMatching(w http.ResponseWriter, r *http.Request) error {
+	if s.cfg.DLQ == nil {
+		return notImplemented(w, r)
+	}
+	f, err := dlqFilter(r)
+	if err != nil {
+		return err
+	}
+	expect, err := strconv.ParseInt(r.URL.Query().Get("expect"), 10, 64)
+	if err != nil || expect < 0 {
+		return badRequest("expect", "expect is required: the number of entries the re-drive was confirmed for (GET /v1/dlq/count)")
+	}
+	n, err := s.store.DLQCount(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	if n != expect {
+		return &httpError{status: http.StatusConflict, field: "expect",
+			msg: fmt.Sprintf("%d entries match now, not %d: confirm again", n, expect)}
+	}
+	done, failed, err := s.cfg.DLQ.RedriveMatching(r.Context(), f, caller(r).Name)
+	if err != nil {
+		return err
+	}
+	if failed == nil {
+		failed = []dlq.Failure{}
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"redriven": done, "failed": failed})
+	return nil
+}
+
+// laneList: GET /v1/lanes, blocked lanes first, then the longest.
+func (s *Server) laneList(w http.ResponseWriter, r *http.Request) error {
+	q, err := parseList(r)
+	if err != nil {
+		return err
+	}
+	blocked := false
+	switch v := q.filters["blocked"]; v {
+	case "", "false":
+	case "true":
+		blocked = true
+	default:
+		return badRequest("blocked", "blocked must be true or false")
+	}
+	lanes, err := s.store.LaneList(r.Context(), q.filters["route"], blocked, q.limit)
+	if err != nil {
+		return err
+	}
+	if lanes == nil {
+		lanes = []pgstore.LaneRow{}
+	}
+	s.writeJSON(w, http.StatusOK, page[pgstore.LaneRow]{Items: lanes})
+	return nil
+}
+
+// schedule finds a configured schedule by name.
+func (s *Server) schedule(name string) (schedule.Schedule, bool) {
+	for _, sc := range s.cfg.Schedules {
+		if sc.Name == name {
+			return sc, true
+		}
+	}
+	return schedule.Schedule{}, false
+}
+
+// scheduleList: GET /v1/schedules, each with its next and last slot.
+func (s *Server) scheduleList(w http.ResponseWriter, r *http.Request) error {
+	pauses, err := s.store.Pauses(r.Context())
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	items := make([]schedule.Status, 0, len(s.cfg.Schedules))
+	for _, sc := range s.cfg.Schedules {
+		_, paused := pauses[pgstore.PauseSchedule][sc.Name]
+		st, err := schedule.StatusOf(r.Context(), s.store, sc, paused, now)
+		if err != nil {
+			return err
+		}
+		items = append(items, st)
+	}
+	s.writeJSON(w, http.StatusOK, page[schedule.Status]{Items: items})
+	return nil
+}
+
+// scheduleTrigger: POST /v1/schedules/{name}/trigger enqueues one job of
+// the schedule now.
+func (s *Server) scheduleTrigger(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	sc, ok := s.schedule(name)
+	if !ok {
+		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no such schedule: %q", name), field: "name"}
+	}
+	enq, err := schedule.Trigger(r.Context(), s.store, sc, caller(r).Name, time.Now())
+	if err != nil {
+		return err
+	}
+	job, err := s.store.JobGet(r.Context(), enq.ID)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"name": name, "job": job})
+	return nil
+}
