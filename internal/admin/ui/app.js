@@ -673,16 +673,18 @@ const lanesPage = {
   },
   async load(v) {
     const route = v.params.get("route") || "";
-    const [blocked, longest] = await Promise.all([
+    // Blocked lanes come first in the answer, then the longest.
+    const [blocked, all] = await Promise.all([
       api("GET", "v1/lanes" + query({ route, blocked: "true", limit: 100 })),
-      api("GET", "v1/lanes" + query({ route, blocked: "false", limit: 50 })),
+      api("GET", "v1/lanes" + query({ route, limit: 150 })),
     ]);
+    const longest = { items: all.items.filter((l) => !l.blocked).slice(0, 50) };
     const row = (l) => el("tr", { "data-lane": l.route + "/" + l.key },
       td(l.route), td(link("#/jobs" + query({ route: l.route, key: l.key }), l.key)), td(jobLink(l.head_job_id)),
       td(l.head_state ? badge(l.head_state) : "—"), td(l.waiting), td(age(l.oldest_waiting_age_seconds), "num"));
     const headers = ["route", "key", "head", "head state", ["waiting", "num"], ["oldest waiting", "num"]];
     return [
-      el("h2", { text: "Blocked lanes (a dead head holds them until it is re-driven or discarded)" }),
+      el("h2", { text: "Blocked lanes: a dead head holds each until it is re-driven or discarded" }),
       el("div", { id: "blocked" }, table(headers, blocked.items.map(row), "no blocked lanes")),
       el("h2", { text: "Longest lanes" }),
       el("div", { id: "longest" }, table(headers, longest.items.map(row), "no lanes with waiting jobs")),
@@ -765,7 +767,7 @@ function targetLink(target) {
   return link("#/" + (m[1] === "job" ? "jobs" : "dlq") + "/" + m[2], target);
 }
 
-const auditActions = ["", "cancel", "redrive", "discard", "pause", "resume", "trigger", "enqueue"];
+const auditActions = ["", "cancel", "redrive", "discard", "pause", "resume", "trigger", "enqueue", "retry"];
 
 const auditPage = {
   setup(v) {
