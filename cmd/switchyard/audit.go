@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"strconv"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
@@ -28,9 +30,10 @@ func cliActor() string {
 const auditAbout = `
 Lists the audit log, newest first: every action taken through the admin
 API, the dashboard or this CLI (cancel, redrive, discard, pause, resume,
-trigger, enqueue), with who took it (an admin token's name, or
+trigger, enqueue, retry), with who took it (an admin token's name, or
 cli:<user>), when, on what, and what it did. Kept for retention.audit
-(default 90 days). --before takes the last id of a page to read the next.
+(default 90 days). When there are more, the last line says how to read
+the next (older) page.
 
 examples:
   switchyard audit list
@@ -39,41 +42,68 @@ examples:
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch {
 	case len(args) == 0:
-		return usagef("missing subcommand: audit list")
+		return missingSub("audit")
 	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help":
-		fmt.Fprintln(stdout, "usage: switchyard audit list [--actor A] [--action X] [--target T] [--limit N] [--before ID]\n\n`switchyard audit list --help` for flags.")
+		fmt.Fprintln(stdout, "usage: switchyard audit list [--actor A] [--action X] [--target T] [--limit N] [--after ID] [--json]\n\n`switchyard audit list --help` for flags.")
 		return nil
 	case args[0] != "list":
-		return usagef("unknown subcommand %q: want list", args[0])
+		return unknownSub("audit", args[0])
 	}
-	fs, cfgPath := newFlags("audit list", "audit list [--config FILE] [--actor A] [--action X] [--target T] [--limit N] [--before ID]",
+	fs, cfgPath := newFlags("audit list", "audit list [--config FILE] [--actor A] [--action X] [--target T] [--limit N] [--after ID] [--json]",
 		auditAbout, stderr)
 	var f pgstore.AuditFilter
-	fs.StringVar(&f.Actor, "actor", "", "only actions of this actor (a token's name, or cli:<user>)")
-	fs.StringVar(&f.Action, "action", "", "only this action: cancel, redrive, discard, pause, resume, trigger or enqueue")
-	fs.StringVar(&f.Target, "target", "", "only actions on this target, e.g. job/17, dlq/4, queue/bulk, route/orders")
-	fs.IntVar(&f.Limit, "limit", 50, "at most this many (1-1000)")
-	fs.Int64Var(&f.Before, "before", 0, "start before this entry id")
+	fs.StringVar(&f.Actor, "actor", "", "only actions of this `ACTOR` (a token's name, or cli:<user>)")
+	fs.StringVar(&f.Action, "action", "", "only this `ACTION`: "+strings.Join(pgstore.AuditActions, ", "))
+	fs.StringVar(&f.Target, "target", "", "only actions on this `TARGET`, e.g. job/17, dlq/4, queue/bulk, route/orders")
+	fs.IntVar(&f.Limit, "limit", 50, "at most `N` entries (1-1000)")
+	fs.Int64Var(&f.Before, "after", 0, "start after this entry `ID` (the list runs newest first: the older ones)")
+	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if f.Limit < 1 || f.Limit > 1000 {
 		return usagef("--limit: %d is not between 1 and 1000", f.Limit)
 	}
-	store, _, err := openStore(ctx, fs, *cfgPath)
+	if f.Action != "" && !slices.Contains(pgstore.AuditActions, f.Action) {
+		return usagef("--action: %q is not an action%s (valid: %s)", f.Action, didYouMean(f.Action, pgstore.AuditActions),
+			strings.Join(pgstore.AuditActions, ", "))
+	}
+	store, _, err := openStore(ctx, fs, *cfgPath, stderr)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	limit := f.Limit
-	f.Limit++
-	entries, err := store.AuditList(ctx, f)
+	limit, page := f.Limit, f
+	page.Limit++
+	entries, err := store.AuditList(ctx, page)
 	if err != nil {
 		return err
 	}
-	next := ""
-	if len(entries) > limit {
-		entries, next = entries[:limit], strconv.FormatInt(entries[limit-1].ID, 10)
+	more := len(entries) > limit
+	entries = entries[:min(len(entries), limit)]
+	if *asJSON {
+		err = printJSON(stdout, map[string]any{"items": nonNilSlice(entries)})
+	} else {
+		err = printAudit(stdout, time.Now(), entries)
 	}
-	return printJSON(stdout, map[string]any{"items": nonNilSlice(entries), "next": next})
+	if more && err == nil {
+		nextPageHint(stderr, "audit list", fs, entries[len(entries)-1].ID)
+	}
+	return err
+}
+
+// printAudit is the table of audit list.
+func printAudit(w io.Writer, now time.Time, entries []pgstore.AuditEntry) error {
+	if len(entries) == 0 {
+		_, err := fmt.Fprintln(w, "no actions recorded")
+		return err
+	}
+	tw := newTable(w, "ID", "WHEN", "ACTOR", "ACTION", "TARGET", "DETAIL")
+	for _, e := range entries {
+		row(tw, fmt.Sprint(e.ID), ago(now, e.At), e.Actor, e.Action, e.Target, clip(string(e.Detail), 60))
+	}
+	return tw.Flush()
 }

@@ -84,7 +84,7 @@ routes:
 			t.Fatalf("switchyard %v: exit %d %s %s", args, code, out, errOut)
 		}
 	}
-	code, out, errOut := runCLI("audit", "list", "--config", cfg)
+	code, out, errOut := runCLI("audit", "list", "--config", cfg, "--json")
 	var listed struct {
 		Items []struct{ Actor, Action, Target string }
 	}

@@ -38,8 +38,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.SlowJob, "slow-job", time.Second, "how long a job of the leases curve takes")
 	fs.IntVar(&c.Rounds, "rounds", 2, "how many times each scale curve runs (each figure is its best round)")
 	maxConns := fs.Int("max-conns", 20, "the engine's Postgres pool size (postgres.max_conns)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
-	only := fs.String("only", "", "comma-separated figures or groups to run (default all): "+strings.Join(bench.Names(), ", ")+
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
+	only := fs.String("only", "", "comma-separated `NAMES` of the figures or groups to run (default all): "+strings.Join(bench.Names(), ", ")+
 		"; with --scale, curves: "+strings.Join(bench.ScaleNames(), ", "))
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -66,7 +66,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		c.Executable = exe
 	}
-	if err := benchTargets(fs, *cfgPath, &c); err != nil {
+	if err := benchTargets(fs, *cfgPath, &c, stderr); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
@@ -110,9 +110,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // one is named or present, else from SWITCHYARD_DATABASE_URL and
 // SWITCHYARD_KAFKA_BROKERS. The bench never uses the file's schema, only
 // its servers.
-func benchTargets(fs *flag.FlagSet, path string, c *bench.Config) error {
+func benchTargets(fs *flag.FlagSet, path string, c *bench.Config, stderr io.Writer) error {
 	if _, err := os.Stat(path); configNamed(fs) || err == nil {
-		cfg, err := loadConfig(fs, path, false)
+		cfg, err := loadConfig(fs, path, false, stderr)
 		if err != nil {
 			return err
 		}

@@ -119,23 +119,25 @@ routes:
 		{"jobs list bad state", []string{"jobs", "list", "--config", good, "--state", "lost"}, exitUsage,
 			[]string{"--state", `"lost"`}},
 		{"jobs list bad limit", []string{"jobs", "list", "--config", good, "--limit", "0"}, exitUsage, []string{"--limit"}},
-		{"jobs list empty", []string{"jobs", "list", "--config", good}, exitOK, []string{`"items": []`}},
+		{"jobs list empty", []string{"jobs", "list", "--config", good, "--json"}, exitOK, []string{`"items": []`}},
+		{"jobs list empty, for people", []string{"jobs", "list", "--config", good}, exitOK, []string{"no jobs"}},
 		{"jobs unknown subcommand", []string{"jobs", "frob"}, exitUsage, []string{`"frob"`}},
 		{"dlq show missing", []string{"dlq", "show", "--config", good, "999999"}, exitFailure,
 			[]string{"DLQ entry 999999 not found"}},
-		{"dlq list empty", []string{"dlq", "list", "--config", good}, exitOK, []string{`"items": []`}},
-		{"queues list", []string{"queues", "list", "--config", good}, exitOK, []string{`"name": "q"`, `"paused": false`}},
-		{"queues pause", []string{"queues", "pause", "--config", good, "q"}, exitOK, []string{`"paused": true`}},
-		{"queues list paused", []string{"queues", "list", "--config", good}, exitOK, []string{`"paused": true`}},
-		{"queues resume", []string{"queues", "resume", "--config", good, "q"}, exitOK, []string{`"paused": false`}},
+		{"dlq list empty", []string{"dlq", "list", "--config", good, "--json"}, exitOK, []string{`"items": []`}},
+		{"dlq list empty, for people", []string{"dlq", "list", "--config", good}, exitOK, []string{"no DLQ entries"}},
+		{"queues list", []string{"queues", "list", "--config", good, "--json"}, exitOK, []string{`"name": "q"`, `"paused": false`}},
+		{"queues pause", []string{"queues", "pause", "--config", good, "q", "--json"}, exitOK, []string{`"paused": true`}},
+		{"queues list paused", []string{"queues", "list", "--config", good, "--json"}, exitOK, []string{`"paused": true`}},
+		{"queues resume", []string{"queues", "resume", "--config", good, "q", "--json"}, exitOK, []string{`"paused": false`}},
 		{"queues pause unknown", []string{"queues", "pause", "--config", good, "nope"}, exitUsage,
 			[]string{`no such queue in the config: "nope"`}},
 		{"queues pause no name", []string{"queues", "pause", "--config", good}, exitUsage, []string{"takes 1 argument"}},
 		{"queues no subcommand", []string{"queues"}, exitUsage, []string{"missing subcommand"}},
-		{"routes list limits", []string{"routes", "list", "--config", limited}, exitOK,
+		{"routes list limits", []string{"routes", "list", "--config", limited, "--json"}, exitOK,
 			[]string{`"max_running": 20`, `"field": "tenant"`, `"max_running": 2`, `"limit": 50`, `"per": "1s"`, `"burst": 10`}},
-		{"routes pause", []string{"routes", "pause", "--config", good, "t"}, exitOK, []string{`"name": "t"`, `"paused": true`}},
-		{"routes list of a split topic", []string{"routes", "list", "--config", split}, exitOK,
+		{"routes pause", []string{"routes", "pause", "--config", good, "t", "--json"}, exitOK, []string{`"name": "t"`, `"paused": true`}},
+		{"routes list of a split topic", []string{"routes", "list", "--config", split, "--json"}, exitOK,
 			[]string{`"name": "t-refund"`, `"topic": "t"`, `"header": "event-type"`, `"field": "type"`, `"name": "u"`}},
 		{"several routes of a topic unnamed", []string{"run", "--config", unnamed}, exitUsage,
 			[]string{`routes[1].name: required: topic "t" has 2 routes`, "routes[1].filter.in: required"}},
@@ -144,16 +146,70 @@ routes:
 		{"replay of a route of another topic", []string{"replay", "--config", split, "--route", "t-refund", "--topic", "u", "--from-offset", "0"},
 			exitUsage, []string{"route t-refund reads topic t, not u"}},
 		{"replay of nothing", []string{"replay", "--config", split, "--from-offset", "0"}, exitUsage, []string{"--topic or --route"}},
-		{"routes list paused", []string{"routes", "list", "--config", good}, exitOK, []string{`"paused": true`}},
-		{"routes resume", []string{"routes", "resume", "--config", good, "t"}, exitOK, []string{`"paused": false`}},
+		{"routes list paused", []string{"routes", "list", "--config", good, "--json"}, exitOK, []string{`"paused": true`}},
+		{"routes resume", []string{"routes", "resume", "--config", good, "t", "--json"}, exitOK, []string{`"paused": false`}},
 		{"routes unknown subcommand", []string{"routes", "frob"}, exitUsage, []string{`"frob"`}},
 		{"produce without topic", []string{"produce", "--config", good, "v"}, exitUsage, []string{"--topic", "required"}},
 		{"produce without value", []string{"produce", "--config", good, "--topic", "t"}, exitUsage, []string{"VALUE"}},
 		{"produce bad header", []string{"produce", "--config", good, "--topic", "t", "--header", "novalue", "v"}, exitUsage,
 			[]string{"-header", `"novalue"`}},
+
+		// Did you mean, for a verb, a subcommand and a flag.
+		{"mistyped verb", []string{"josb", "list"}, exitUsage, []string{`unknown verb "josb"; did you mean "jobs"?`}},
+		{"mistyped subcommand", []string{"jobs", "lsit"}, exitUsage,
+			[]string{`unknown subcommand "lsit"; did you mean "list"?`, "list, get or cancel"}},
+		{"mistyped dlq subcommand", []string{"dlq", "redirve", "1"}, exitUsage, []string{`did you mean "redrive"?`}},
+		{"mistyped queues subcommand", []string{"queues", "pasue", "q"}, exitUsage, []string{`did you mean "pause"?`}},
+		{"mistyped flag", []string{"jobs", "list", "--config", good, "--stat", "dead"}, exitUsage,
+			[]string{"unknown flag --stat; did you mean --state?"}},
+		{"mistyped queue name", []string{"queues", "pause", "--config", good, "qq"}, exitUsage,
+			[]string{`no such queue in the config: "qq"; did you mean "q"?`}},
+
+		// Filter values are checked: exit 2 naming the valid ones.
+		{"jobs list unknown queue", []string{"jobs", "list", "--config", split, "--queue", "nope"}, exitUsage,
+			[]string{`--queue: "nope" is not a queue of the config`, "(valid: q)"}},
+		{"jobs list unknown route", []string{"jobs", "list", "--config", split, "--route", "t-refnud"}, exitUsage,
+			[]string{`--route: "t-refnud" is not a route of the config; did you mean "t-refund"?`, "(valid: t, t-refund, u)"}},
+		{"jobs list bad state named", []string{"jobs", "list", "--config", good, "--state", "daed"}, exitUsage,
+			[]string{`did you mean "dead"?`, "valid: waiting, queued, running"}},
+		{"dlq list unknown reason", []string{"dlq", "list", "--config", good, "--reason", "max_attempt"}, exitUsage,
+			[]string{`--reason: "max_attempt" is not a DLQ reason; did you mean "max_attempts"?`,
+				"valid: decode, missing_field, too_large, permanent, max_attempts, gap"}},
+		{"dlq list unknown queue", []string{"dlq", "list", "--config", good, "--queue", "nope"}, exitUsage,
+			[]string{`--queue: "nope" is not a queue of the config`, "valid: q"}},
+		{"dlq list unknown route", []string{"dlq", "list", "--config", split, "--route", "nope"}, exitUsage,
+			[]string{`--route: "nope" is not a route of the config`, "valid: t, t-refund, u"}},
+		{"dlq redrive all matching an unknown queue", []string{"dlq", "redrive", "--config", good, "--all-matching", "queue=nope"},
+			exitUsage, []string{`--all-matching: queue: "nope" is not a queue of the config`}},
+		{"dlq redrive all matching an unknown reason", []string{"dlq", "redrive", "--config", good, "--all-matching", "reason=gpa"},
+			exitUsage, []string{`reason "gpa" is not a DLQ reason; did you mean "gap"?`}},
+
+		// For people by default, JSON with --json.
+		{"queues list, for people", []string{"queues", "list", "--config", good}, exitOK,
+			[]string{"QUEUE", "WAITING", "OLDEST RUNNABLE", "PAUSED"}},
+		{"routes list, for people", []string{"routes", "list", "--config", split}, exitOK,
+			[]string{"ROUTE", "TOPIC", "FILTER", "t-refund", "field type in c", "header event-type in a,b"}},
+		{"routes list limits, for people", []string{"routes", "list", "--config", limited}, exitOK,
+			[]string{"max_running 20, 2 per tenant, 50/1s burst 10"}},
+		{"queues pause twice, for people", []string{"queues", "pause", "--config", split, "q"}, exitOK, []string{"paused queue q"}},
+		{"queues pause again", []string{"queues", "pause", "--config", split, "q"}, exitOK, []string{"queue q was already paused"}},
+		{"queues resume, for people", []string{"queues", "resume", "--config", split, "q"}, exitOK, []string{"resumed queue q"}},
+		{"no note without an override", []string{"queues", "list", "--config", good}, exitOK, nil},
+
+		// version and --version.
+		{"version", []string{"version"}, exitOK, []string{"switchyard ", "go1."}},
+		{"--version", []string{"--version"}, exitOK, []string{"switchyard ", "go1."}},
+		{"version --json", []string{"version", "--json"}, exitOK, []string{`"version": `, `"go": "go1.`}},
+
+		// The help lists every verb and subcommand, jobs cancel too, and
+		// names flags' arguments.
+		{"help lists subcommands", []string{"help"}, exitOK,
+			[]string{"jobs cancel ID", "jobs get ID", "dlq show ID", "dlq discard ID", "queues resume Q", "routes pause R", "version"}},
+		{"migrate --help names ROLE", []string{"migrate", "--help"}, exitOK, []string{"--grant-runtime ROLE\n"}},
+		{"jobs list --help", []string{"jobs", "list", "--help"}, exitOK, []string{"--state STATE", "--limit N", "--after ID", "--json"}},
 	}
 	// --help on every verb and subcommand prints its usage and exits 0.
-	helps := [][]string{{"jobs", "get"}, {"jobs", "list"}, {"jobs", "cancel"},
+	helps := [][]string{{"jobs"}, {"dlq"}, {"queues"}, {"routes"}, {"jobs", "get"}, {"jobs", "list"}, {"jobs", "cancel"},
 		{"dlq", "list"}, {"dlq", "show"}, {"dlq", "redrive"}, {"dlq", "discard"},
 		{"queues", "list"}, {"queues", "pause"}, {"queues", "resume"}, {"routes", "list"}, {"routes", "pause"}, {"routes", "resume"}}
 	for name := range verbs() {
@@ -181,6 +237,15 @@ routes:
 			}
 			if strings.Contains(stdout+stderr, "panic") || strings.Contains(stdout+stderr, "goroutine ") {
 				t.Errorf("switchyard %q panicked:\n%s", c.args, stderr)
+			}
+			// Help and messages are for users: no references to our own
+			// documents' sections, and no note of an override where the
+			// environment repeats the file.
+			if strings.Contains(stdout+stderr, "SPEC") || strings.Contains(stdout+stderr, "§") {
+				t.Errorf("switchyard %q refers to the spec:\n%s%s", c.args, stdout, stderr)
+			}
+			if strings.Contains(stderr, "note:") {
+				t.Errorf("switchyard %q: a note of an override the test did not make: %s", c.args, stderr)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/admin"
@@ -14,9 +15,9 @@ import (
 )
 
 // runQueues and runRoutes list the configured queues or routes with
-// whether they are paused, and pause or resume one (SPEC §4). A pause is
-// a row in Postgres: it holds for every process of the deployment, within
-// a second, and across restarts, until it is resumed.
+// whether they are paused, and pause or resume one. A pause is a row in
+// Postgres: it holds for every process of the deployment, within a
+// second, and across restarts, until it is resumed.
 func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runPauses(ctx, "queues", pgstore.PauseQueue, func(c *config.Config) []listed {
 		var out []listed
@@ -24,7 +25,7 @@ func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			out = append(out, listed{name: name})
 		}
 		return out
-	}, args, stdout, stderr)
+	}, printQueues, args, stdout, stderr)
 }
 
 func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -43,18 +44,28 @@ func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		slices.SortFunc(out, func(a, b listed) int { return strings.Compare(a.name, b.name) })
 		return out
-	}, args, stdout, stderr)
+	}, printRoutes, args, stdout, stderr)
 }
 
 // pauseAbout is what queues and routes subcommands' --help says.
 var pauseAbout = map[string]string{
+	"queues list": `
+Lists the config's queues: the jobs waiting for a lane, queued, reserved
+(claimed, not started), running and retrying, the dead ones, the age of
+the oldest job that could run now, and whether an operator paused the
+queue (and since when).`,
 	"queues pause": `
 Pauses a queue for every process, within a second and across restarts:
-nothing of it is claimed; running jobs finish; new jobs wait.`,
+nothing of it is claimed; running jobs finish; new jobs wait.
+
+example:
+  switchyard queues pause bulk`,
+	"queues resume": `
+Resumes a paused queue: its jobs are claimed again, within a second.`,
 	"routes list": `
-Lists the config's routes by name, with their topic, filter, limits and
-whether an operator paused them (GET /v1/routes also shows lag and which
-other route of the topic holds it).`,
+Lists the config's routes by name, with their topic, queue, filter, limits
+and whether an operator paused them (GET /v1/routes also shows lag and
+which other route of the topic holds it).`,
 	"routes pause": `
 Pauses a route for every process, within a second and across restarts:
 its topic is not fetched, so records wait in Kafka. The routes of one
@@ -62,35 +73,41 @@ topic share its offsets, so the topic's other routes wait too.
 
 example:
   switchyard routes pause order-refund`,
+	"routes resume": `
+Resumes a paused route: its topic is fetched again, within a second.`,
 }
 
-// listed is one configured queue or route, with what its list line says
+// listed is one configured queue or route, with what its JSON line says
 // beside its name and pause.
 type listed struct {
 	name  string
 	extra map[string]any
 }
 
-func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list func(*config.Config) []listed,
+// lister prints the table of a list for people.
+type lister func(ctx context.Context, w io.Writer, now time.Time, store *pgstore.Store, cfg *config.Config,
+	paused map[string]time.Time) error
+
+func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list func(*config.Config) []listed, table lister,
 	args []string, stdout, stderr io.Writer) error {
-	usage := fmt.Sprintf("%s list | %s pause NAME | %s resume NAME", verb, verb, verb)
 	if len(args) == 0 {
-		return usagef("missing subcommand: %s", usage)
+		return missingSub(verb)
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
 	case "-h", "-help", "--help", "help":
-		fmt.Fprintf(stdout, "usage: switchyard %s\n\n`switchyard %s <subcommand> --help` for flags.\n", usage, verb)
+		subHelp(stdout, verb)
 		return nil
 	case "list", "pause", "resume":
 	default:
-		return usagef("unknown subcommand %q: want list, pause or resume", sub)
+		return unknownSub(verb, sub)
 	}
-	synopsis := verb + " " + sub + " [--config FILE]"
+	synopsis := verb + " " + sub + " [--config FILE] [--json]"
 	if sub != "list" {
 		synopsis += " NAME"
 	}
 	fs, cfgPath := newFlags(verb+" "+sub, synopsis, pauseAbout[verb+" "+sub], stderr)
+	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -101,33 +118,60 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 	if fs.NArg() != want {
 		return usagef("%s %s takes %d argument(s), got %d", verb, sub, want, fs.NArg())
 	}
-	store, cfg, err := openStore(ctx, fs, *cfgPath)
+	cfg, err := loadConfig(fs, *cfgPath, true, stderr)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
 	all := list(cfg)
 	var known []string
 	for _, l := range all {
 		known = append(known, l.name)
 	}
+	if sub != "list" && !slices.Contains(known, fs.Arg(0)) {
+		name := fs.Arg(0)
+		if len(known) == 0 {
+			return usagef("no such %s in the config: %q (no config file names any: pass --config)", kind, name)
+		}
+		return usagef("no such %s in the config: %q%s (known: %s)", kind, name, didYouMean(name, known), strings.Join(known, ", "))
+	}
+	store, err := connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
 	if sub != "list" {
 		name := fs.Arg(0)
-		if !slices.Contains(known, name) {
-			return usagef("no such %s in the config: %q (known: %v)", kind, name, known)
-		}
 		change := store.Resume
 		if sub == "pause" {
 			change = store.Pause
 		}
-		if _, err := change(ctx, kind, name, cliActor()); err != nil {
+		changed, err := change(ctx, kind, name, cliActor())
+		if err != nil {
 			return err
 		}
-		return printJSON(stdout, map[string]any{"name": name, "paused": sub == "pause"})
+		if *asJSON {
+			return printJSON(stdout, map[string]any{"name": name, "paused": sub == "pause"})
+		}
+		switch {
+		case !changed && sub == "pause":
+			fmt.Fprintf(stdout, "%s %s was already paused\n", kind, name)
+		case !changed:
+			fmt.Fprintf(stdout, "%s %s was not paused\n", kind, name)
+		case sub == "pause" && kind == pgstore.PauseQueue:
+			fmt.Fprintf(stdout, "paused queue %s: nothing of it is claimed, by any process, until switchyard queues resume %s\n", name, name)
+		case sub == "pause":
+			fmt.Fprintf(stdout, "paused route %s: its topic is not fetched, by any process, until switchyard routes resume %s\n", name, name)
+		default:
+			fmt.Fprintf(stdout, "resumed %s %s\n", kind, name)
+		}
+		return nil
 	}
 	pauses, err := store.Pauses(ctx)
 	if err != nil {
 		return err
+	}
+	if !*asJSON {
+		return table(ctx, stdout, time.Now(), store, cfg, pauses[kind])
 	}
 	items := []map[string]any{}
 	for _, l := range all {
@@ -137,4 +181,83 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 		items = append(items, item)
 	}
 	return printJSON(stdout, map[string]any{"items": items})
+}
+
+// pausedCell is "no", or since when.
+func pausedCell(now time.Time, paused map[string]time.Time, name string) string {
+	at, ok := paused[name]
+	if !ok {
+		return "no"
+	}
+	return "since " + ago(now, at)
+}
+
+func printQueues(ctx context.Context, w io.Writer, now time.Time, store *pgstore.Store, cfg *config.Config,
+	paused map[string]time.Time) error {
+	names := cfg.QueueNames()
+	if len(names) == 0 {
+		_, err := fmt.Fprintln(w, "no queues (the config names them: pass --config)")
+		return err
+	}
+	stats, err := store.QueueStats(ctx)
+	if err != nil {
+		return err
+	}
+	tw := newTable(w, "QUEUE", "WAITING", "QUEUED", "RESERVED", "RUNNING", "RETRYING", "DEAD", "OLDEST RUNNABLE", "CONCURRENCY", "PAUSED")
+	for _, name := range names {
+		st := stats[name]
+		if st == nil {
+			st = &pgstore.QueueStat{Jobs: map[string]int64{}}
+		}
+		oldest := "-"
+		if st.OldestRunnableAgeSeconds > 0 {
+			oldest = ago(now, now.Add(-time.Duration(st.OldestRunnableAgeSeconds*float64(time.Second))))
+		}
+		q := cfg.Queues[name]
+		row(tw, name, fmt.Sprint(st.Jobs["waiting"]), fmt.Sprint(st.Jobs["queued"]), fmt.Sprint(st.Jobs[pgstore.Reserved]),
+			fmt.Sprint(st.Running), fmt.Sprint(st.Jobs["retrying"]), fmt.Sprint(st.Dead), oldest,
+			fmt.Sprint(q.Concurrency), pausedCell(now, paused, name))
+	}
+	return tw.Flush()
+}
+
+func printRoutes(_ context.Context, w io.Writer, now time.Time, _ *pgstore.Store, cfg *config.Config,
+	paused map[string]time.Time) error {
+	routes := slices.Clone(cfg.Routes)
+	if len(routes) == 0 {
+		_, err := fmt.Fprintln(w, "no routes (the config names them: pass --config)")
+		return err
+	}
+	slices.SortFunc(routes, func(a, b config.Route) int { return strings.Compare(a.Name, b.Name) })
+	tw := newTable(w, "ROUTE", "TOPIC", "QUEUE", "KIND", "FILTER", "LIMITS", "PAUSED")
+	for _, r := range routes {
+		filter := "all records"
+		if f := r.Filter; f != nil {
+			where := "field " + f.Field
+			if f.Header != "" {
+				where = "header " + f.Header
+			}
+			filter = where + " in " + strings.Join(f.In, ",")
+		}
+		var limits []string
+		if r.MaxRunning > 0 {
+			limits = append(limits, fmt.Sprintf("max_running %d", r.MaxRunning))
+		}
+		if g := r.Group; g != nil {
+			by := g.Field
+			if g.Header != "" {
+				by = "header " + g.Header
+			}
+			limits = append(limits, fmt.Sprintf("%d per %s", g.MaxRunning, by))
+		}
+		if rl := r.RateLimit; rl != nil {
+			l := fmt.Sprintf("%d/%s", rl.Limit, rl.Per)
+			if rl.Burst > 0 {
+				l += fmt.Sprintf(" burst %d", rl.Burst)
+			}
+			limits = append(limits, l)
+		}
+		row(tw, r.Name, r.Topic, r.Queue, r.Kind, filter, orDash(strings.Join(limits, ", ")), pausedCell(now, paused, r.Name))
+	}
+	return tw.Flush()
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/dlq"
@@ -19,13 +21,17 @@ import (
 )
 
 // openStore loads the config (the database part is enough) and connects.
-func openStore(ctx context.Context, fs *flag.FlagSet, cfgPath string) (*pgstore.Store, *config.Config, error) {
-	cfg, err := loadConfig(fs, cfgPath, true)
+func openStore(ctx context.Context, fs *flag.FlagSet, cfgPath string, stderr io.Writer) (*pgstore.Store, *config.Config, error) {
+	cfg, err := loadConfig(fs, cfgPath, true, stderr)
 	if err != nil {
 		return nil, nil, err
 	}
-	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	store, err := connect(ctx, cfg)
 	return store, cfg, err
+}
+
+func connect(ctx context.Context, cfg *config.Config) (*pgstore.Store, error) {
+	return pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -52,14 +58,42 @@ func notFoundAs(err error, what string, id int64) error {
 	return err
 }
 
+// checkOneOf is the usage error of a filter value that matches nothing
+// that can exist: it names the valid values, and the nearest. An empty
+// valid list is not known (no config file): nothing is checked.
+func checkOneOf(flagName, what, value string, valid []string) error {
+	if value == "" || len(valid) == 0 || slices.Contains(valid, value) {
+		return nil
+	}
+	return usagef("--%s: %q is not %s%s (valid: %s)", flagName, value, what, didYouMean(value, valid), strings.Join(valid, ", "))
+}
+
+// routeNames are the config's route names, sorted.
+func routeNames(cfg *config.Config) []string {
+	var out []string
+	for _, r := range cfg.Routes {
+		out = append(out, r.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkQueueAndRoute checks --queue and --route against the config.
+func checkQueueAndRoute(cfg *config.Config, queue, route string) error {
+	if err := checkOneOf("queue", "a queue of the config", queue, cfg.QueueNames()); err != nil {
+		return err
+	}
+	return checkOneOf("route", "a route of the config", route, routeNames(cfg))
+}
+
 // jobsAbout is what each jobs subcommand's --help says beside its flags.
 var jobsAbout = map[string]string{
 	"get": `
-Prints a job as GET /v1/jobs/{id} does: its state, route, key, attempts
-and last error; scheduled_at (when it may run: a run_at, delay or retry
-moves it); and its result once it succeeded (up to the route's
-result_max_bytes of a 2xx body, or what a Go handler kept), base64 with its
-content type. GET /v1/jobs/{id}/result answers the result raw.
+Shows a job: its state, route, key, attempts and last error; when it may
+run (a run_at, delay or retry moves it); and its result once it succeeded
+(up to the route's result_max_bytes of a 2xx body, or what a Go handler
+kept), decoded: JSON pretty-printed, else text, else a hex dump. --json
+prints it as GET /v1/jobs/{id} answers it (the result in base64).
 
 example:
   switchyard jobs get 4711`,
@@ -73,24 +107,27 @@ example:
   switchyard jobs cancel 4711`,
 	"list": `
 Lists the jobs that match every filter given, in id order, a page at a
-time: --after takes the last id of a page to read the next.
+time: when there are more, the last line says how to read the next page
+(--after the last id shown).
 
 examples:
   switchyard jobs list --state dead --queue bulk
-  switchyard jobs list --route order-refund --key c42`,
+  switchyard jobs list --route order-refund --key c42
+  switchyard jobs list --state queued --json | jq '.items[].id'`,
 }
 
 func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("missing subcommand: get ID | list [--state S] [--queue Q] [--key K] | cancel ID")
+		return missingSub("jobs")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
 	case "-h", "-help", "--help", "help":
-		fmt.Fprintln(stdout, "usage: switchyard jobs get ID | jobs list [--state S] [--queue Q] [--key K] | jobs cancel ID\n\n`switchyard jobs <subcommand> --help` for flags.")
+		subHelp(stdout, "jobs")
 		return nil
 	case "get", "cancel":
-		fs, cfgPath := newFlags("jobs "+sub, "jobs "+sub+" [--config FILE] ID", jobsAbout[sub], stderr)
+		fs, cfgPath := newFlags("jobs "+sub, "jobs "+sub+" [--config FILE] [--json] ID", jobsAbout[sub], stderr)
+		asJSON := jsonFlag(fs)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -101,7 +138,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		store, _, err := openStore(ctx, fs, *cfgPath)
+		store, _, err := openStore(ctx, fs, *cfgPath, stderr)
 		if err != nil {
 			return err
 		}
@@ -118,53 +155,170 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return notFoundAs(err, "job", id)
 		}
-		return printJSON(stdout, j)
+		if *asJSON {
+			return printJSON(stdout, j)
+		}
+		if sub == "cancel" {
+			fmt.Fprintf(stdout, "cancelled job %d\n\n", id)
+		}
+		return printJob(stdout, time.Now(), j)
 	case "list":
-		fs, cfgPath := newFlags("jobs list", "jobs list [--config FILE] [--state S] [--queue Q] [--route R] [--key K] [--limit N] [--after ID]",
+		fs, cfgPath := newFlags("jobs list", "jobs list [--config FILE] [--state S] [--queue Q] [--route R] [--key K] [--limit N] [--after ID] [--json]",
 			jobsAbout[sub], stderr)
 		var f pgstore.JobFilter
-		state := fs.String("state", "", "only jobs in this state")
-		fs.StringVar(&f.Queue, "queue", "", "only jobs of this queue")
-		fs.StringVar(&f.Route, "route", "", "only jobs of this route (by name)")
-		fs.StringVar(&f.Key, "key", "", "only jobs of this key")
-		fs.IntVar(&f.Limit, "limit", 50, "at most this many (1-1000)")
-		fs.Int64Var(&f.After, "after", 0, "start after this job id")
+		state := fs.String("state", "", "only jobs in this `STATE` ("+jobstate.Join(jobstate.All)+")")
+		fs.StringVar(&f.Queue, "queue", "", "only jobs of this `QUEUE`")
+		fs.StringVar(&f.Route, "route", "", "only jobs of this `ROUTE` (by name)")
+		fs.StringVar(&f.Key, "key", "", "only jobs of this `KEY`")
+		fs.IntVar(&f.Limit, "limit", 50, "at most `N` jobs (1-1000)")
+		fs.Int64Var(&f.After, "after", 0, "start after this job `ID`")
+		asJSON := jsonFlag(fs)
 		if err := parseFlags(fs, args); err != nil {
 			return err
+		}
+		if fs.NArg() != 0 {
+			return usagef("unexpected argument %q", fs.Arg(0))
 		}
 		if f.Limit < 1 || f.Limit > 1000 {
 			return usagef("--limit: %d is not between 1 and 1000", f.Limit)
 		}
 		if f.State = jobstate.State(*state); f.State != "" && !f.State.Valid() {
-			return usagef("--state: %q is not a job state (%s)", *state, jobstate.Join(jobstate.All))
+			var all []string
+			for _, st := range jobstate.All {
+				all = append(all, string(st))
+			}
+			return usagef("--state: %q is not a job state%s (valid: %s)", *state, didYouMean(*state, all), jobstate.Join(jobstate.All))
 		}
-		store, _, err := openStore(ctx, fs, *cfgPath)
+		cfg, err := loadConfig(fs, *cfgPath, true, stderr)
+		if err != nil {
+			return err
+		}
+		if err := checkQueueAndRoute(cfg, f.Queue, f.Route); err != nil {
+			return err
+		}
+		store, err := connect(ctx, cfg)
 		if err != nil {
 			return err
 		}
 		defer store.Close()
-		jobs, err := store.JobList(ctx, f)
+		// One more than asked for says whether there is a next page. (A
+		// copy: f.Limit is the flag's, which the hint repeats.)
+		limit, page := f.Limit, f
+		page.Limit++
+		jobs, err := store.JobList(ctx, page)
 		if err != nil {
 			return err
 		}
-		return printJSON(stdout, map[string]any{"items": nonNilSlice(jobs)})
+		more := len(jobs) > limit
+		jobs = jobs[:min(len(jobs), limit)]
+		if *asJSON {
+			err = printJSON(stdout, map[string]any{"items": nonNilSlice(jobs)})
+		} else {
+			err = printJobs(stdout, time.Now(), jobs)
+		}
+		if more && err == nil {
+			nextPageHint(stderr, "jobs list", fs, jobs[len(jobs)-1].ID)
+		}
+		return err
 	}
-	return usagef("unknown subcommand %q: want get, list or cancel", sub)
+	return unknownSub("jobs", sub)
 }
+
+// printJobs is the table of jobs list.
+func printJobs(w io.Writer, now time.Time, jobs []pgstore.JobRow) error {
+	if len(jobs) == 0 {
+		_, err := fmt.Fprintln(w, "no jobs")
+		return err
+	}
+	tw := newTable(w, "ID", "STATE", "QUEUE", "ROUTE", "KEY", "ATTEMPTS", "CREATED", "SCHEDULED", "LAST ERROR")
+	for _, j := range jobs {
+		scheduled := "-"
+		if !j.State.IsFinal() {
+			scheduled = ago(now, j.ScheduledAt)
+		}
+		lastErr := "-"
+		if j.LastError != nil && *j.LastError != "" {
+			lastErr = clip(*j.LastError, 60)
+		}
+		row(tw, fmt.Sprint(j.ID), string(j.State), j.Queue, orDash(j.Route), clip(orDash(j.Key), 24),
+			fmt.Sprintf("%d/%d", j.Attempts, j.MaxAttempts), ago(now, j.CreatedAt), scheduled, lastErr)
+	}
+	return tw.Flush()
+}
+
+// printJob is the detail view of jobs get and cancel.
+func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
+	v := &kv{w: w}
+	v.add("id", fmt.Sprint(j.ID))
+	v.add("state", string(j.State))
+	v.add("kind", j.Kind)
+	v.add("queue", j.Queue)
+	v.add("route", orDash(j.Route))
+	v.add("key", orDash(j.Key))
+	if j.Version != nil {
+		v.add("version", fmt.Sprint(*j.Version))
+	}
+	v.add("attempts", fmt.Sprintf("%d of %d", j.Attempts, j.MaxAttempts))
+	v.add("created", stamp(now, j.CreatedAt))
+	if !j.State.IsFinal() {
+		v.add("scheduled", stamp(now, j.ScheduledAt))
+	}
+	if j.StartedAt != nil {
+		v.add("started", stamp(now, *j.StartedAt))
+	}
+	if j.FinishedAt != nil {
+		v.add("finished", stamp(now, *j.FinishedAt))
+	}
+	if j.Source != nil {
+		v.add("source", fmt.Sprintf("%s/%d/%d", j.Source.Topic, j.Source.Partition, j.Source.Offset))
+	}
+	if j.LastError != nil && *j.LastError != "" {
+		v.add("last error", *j.LastError)
+	}
+	if r := j.Result; r != nil {
+		what, text := decodeBytes(r.Base64)
+		head := "result (" + what
+		if r.ContentType != "" {
+			head += ", " + r.ContentType
+		}
+		v.add(head+")", text+"\n")
+	}
+	return v.flush()
+}
+
+const dlqListAbout = `
+Lists the dead-letter entries that match every filter given, in id order,
+a page at a time: when there are more, the last line says how to read the
+next page. Reasons: decode, missing_field, too_large (the record never
+became a job), permanent, max_attempts (its job died), gap.
+
+examples:
+  switchyard dlq list --reason max_attempts --queue bulk
+  switchyard dlq list --route order-refund --json`
+
+const dlqShowAbout = `
+Shows a dead-letter entry: why it was parked, its record's position, the
+errors of its attempts, its headers and key, and its payload decoded: JSON
+pretty-printed, else text, else a hex dump. --json prints it as
+GET /v1/dlq/{id} answers it (the bytes in base64).
+
+example:
+  switchyard dlq show 17`
 
 func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("missing subcommand: list [--queue Q] | show ID | redrive ID|--all-matching FILTER | discard ID")
+		return missingSub("dlq")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
 	case "redrive", "discard":
 		return runDLQAction(ctx, sub, args, stdout, stderr)
 	case "-h", "-help", "--help", "help":
-		fmt.Fprintln(stdout, "usage: switchyard dlq list [--queue Q] | dlq show ID | dlq redrive ID|--all-matching FILTER | dlq discard ID\n\n`switchyard dlq <subcommand> --help` for flags.")
+		subHelp(stdout, "dlq")
 		return nil
 	case "show":
-		fs, cfgPath := newFlags("dlq show", "dlq show [--config FILE] ID", "", stderr)
+		fs, cfgPath := newFlags("dlq show", "dlq show [--config FILE] [--json] ID", dlqShowAbout, stderr)
+		asJSON := jsonFlag(fs)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
@@ -175,7 +329,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		store, _, err := openStore(ctx, fs, *cfgPath)
+		store, _, err := openStore(ctx, fs, *cfgPath, stderr)
 		if err != nil {
 			return err
 		}
@@ -184,42 +338,164 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return notFoundAs(err, "DLQ entry", id)
 		}
-		return printJSON(stdout, e)
+		if *asJSON {
+			return printJSON(stdout, e)
+		}
+		return printDLQEntry(stdout, time.Now(), e)
 	case "list":
-		fs, cfgPath := newFlags("dlq list", "dlq list [--config FILE] [--queue Q] [--reason R] [--limit N] [--after ID]", "", stderr)
+		fs, cfgPath := newFlags("dlq list", "dlq list [--config FILE] [--reason R] [--queue Q] [--route R] [--limit N] [--after ID] [--json]",
+			dlqListAbout, stderr)
 		var f pgstore.DLQFilter
-		fs.StringVar(&f.Queue, "queue", "", "only entries of this queue")
-		fs.StringVar(&f.Reason, "reason", "", "only entries with this reason")
-		fs.IntVar(&f.Limit, "limit", 50, "at most this many (1-1000)")
-		fs.Int64Var(&f.After, "after", 0, "start after this entry id")
+		fs.StringVar(&f.Reason, "reason", "", "only entries parked for this `REASON` ("+strings.Join(dlq.Reasons, ", ")+")")
+		fs.StringVar(&f.Queue, "queue", "", "only entries of this `QUEUE`")
+		fs.StringVar(&f.Route, "route", "", "only entries of this `ROUTE` (by name)")
+		fs.IntVar(&f.Limit, "limit", 50, "at most `N` entries (1-1000)")
+		fs.Int64Var(&f.After, "after", 0, "start after this entry `ID`")
+		asJSON := jsonFlag(fs)
 		if err := parseFlags(fs, args); err != nil {
 			return err
+		}
+		if fs.NArg() != 0 {
+			return usagef("unexpected argument %q", fs.Arg(0))
 		}
 		if f.Limit < 1 || f.Limit > 1000 {
 			return usagef("--limit: %d is not between 1 and 1000", f.Limit)
 		}
-		store, _, err := openStore(ctx, fs, *cfgPath)
+		if err := checkOneOf("reason", "a DLQ reason", f.Reason, dlq.Reasons); err != nil {
+			return err
+		}
+		cfg, err := loadConfig(fs, *cfgPath, true, stderr)
+		if err != nil {
+			return err
+		}
+		if err := checkQueueAndRoute(cfg, f.Queue, f.Route); err != nil {
+			return err
+		}
+		store, err := connect(ctx, cfg)
 		if err != nil {
 			return err
 		}
 		defer store.Close()
-		es, err := store.DLQList(ctx, f)
+		limit, page := f.Limit, f
+		page.Limit++
+		es, err := store.DLQList(ctx, page)
 		if err != nil {
 			return err
 		}
-		return printJSON(stdout, map[string]any{"items": nonNilSlice(es)})
+		more := len(es) > limit
+		es = es[:min(len(es), limit)]
+		if *asJSON {
+			err = printJSON(stdout, map[string]any{"items": nonNilSlice(es)})
+		} else {
+			err = printDLQ(stdout, time.Now(), es)
+		}
+		if more && err == nil {
+			nextPageHint(stderr, "dlq list", fs, es[len(es)-1].ID)
+		}
+		return err
 	}
-	return usagef("unknown subcommand %q: want list, show, redrive or discard", sub)
+	return unknownSub("dlq", sub)
+}
+
+func source(s *pgstore.SourceRow) string {
+	if s == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s/%d/%d", s.Topic, s.Partition, s.Offset)
+}
+
+// printDLQ is the table of dlq list.
+func printDLQ(w io.Writer, now time.Time, es []pgstore.DLQEntry) error {
+	if len(es) == 0 {
+		_, err := fmt.Fprintln(w, "no DLQ entries")
+		return err
+	}
+	tw := newTable(w, "ID", "REASON", "ROUTE", "QUEUE", "JOB", "SOURCE", "ATTEMPTS", "PARKED", "LAST ERROR")
+	for _, e := range es {
+		job := "-"
+		if e.JobID != nil {
+			job = fmt.Sprint(*e.JobID)
+		}
+		row(tw, fmt.Sprint(e.ID), e.Reason, orDash(e.Route), orDash(e.Queue), job, source(e.Source),
+			fmt.Sprint(e.Attempts), ago(now, e.CreatedAt), clip(orDash(e.LastError), 60))
+	}
+	return tw.Flush()
+}
+
+// printDLQEntry is the detail view of dlq show.
+func printDLQEntry(w io.Writer, now time.Time, e pgstore.DLQEntry) error {
+	v := &kv{w: w}
+	v.add("id", fmt.Sprint(e.ID))
+	v.add("reason", e.Reason)
+	v.add("route", orDash(e.Route))
+	v.add("queue", orDash(e.Queue))
+	if e.JobID != nil {
+		v.add("job", fmt.Sprintf("%d (switchyard jobs get %d)", *e.JobID, *e.JobID))
+	} else {
+		v.add("job", "none: the record never became a job")
+	}
+	v.add("source", source(e.Source))
+	v.add("attempts", fmt.Sprint(e.Attempts))
+	v.add("parked", stamp(now, e.CreatedAt))
+	v.add("last error", orDash(e.LastError))
+	var history []struct {
+		Attempt *int      `json:"attempt"`
+		Error   string    `json:"error"`
+		At      time.Time `json:"at"`
+	}
+	if len(e.Errors) > 0 && json.Unmarshal(e.Errors, &history) == nil && len(history) > 0 {
+		var b strings.Builder
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		for _, h := range history {
+			// A parked record had no attempt; a dead job's errors say which.
+			n := ""
+			if h.Attempt != nil {
+				n = fmt.Sprintf("attempt %d\t", *h.Attempt)
+			}
+			fmt.Fprintf(tw, "%s\t%s%s\n", ago(now, h.At), n, clip(h.Error, 200))
+		}
+		tw.Flush()
+		v.add("errors", b.String())
+	}
+	if e.RecordKey != nil {
+		v.add("record key", shortBytes(e.RecordKey))
+	}
+	if len(e.Headers) > 0 {
+		var b strings.Builder
+		for _, h := range e.Headers {
+			fmt.Fprintf(&b, "%s: %s\n", h.Key, shortBytes(h.Value))
+		}
+		v.add("headers", b.String())
+	}
+	what, text := decodeBytes(e.Payload)
+	if e.Truncated {
+		n := "?"
+		if e.RecordBytes != nil {
+			n = fmt.Sprint(*e.RecordBytes)
+		}
+		what += fmt.Sprintf(", the first of the record's %s bytes; a re-drive reads it whole from Kafka", n)
+	}
+	if text == "" {
+		v.add("payload", what)
+	} else {
+		v.add("payload ("+what+")", text+"\n")
+	}
+	return v.flush()
 }
 
 // runDLQAction re-drives or discards one entry, or re-drives every entry
 // matching a filter such as "reason=max_attempts,queue=bulk".
 func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
-	synopsis := "dlq discard [--config FILE] ID"
+	synopsis := "dlq discard [--config FILE] [--json] ID"
 	if sub == "redrive" {
-		synopsis = "dlq redrive [--config FILE] ID | --all-matching reason=R,queue=Q,route=NAME"
+		synopsis = "dlq redrive [--config FILE] [--json] ID | --all-matching reason=R,queue=Q,route=NAME"
 	}
-	about := ""
+	about := `
+Drops a DLQ entry for good: its record is not made a job again (it is
+still in Kafka until the topic's retention ends).
+
+example:
+  switchyard dlq discard 17`
 	if sub == "redrive" {
 		about = `
 Puts a DLQ entry back to work. A dead job runs again with fresh attempts
@@ -234,8 +510,9 @@ examples:
 	fs, cfgPath := newFlags("dlq "+sub, synopsis, about, stderr)
 	matching := ""
 	if sub == "redrive" {
-		fs.StringVar(&matching, "all-matching", "", "re-drive every entry matching key=value[,key=value] (keys: reason, queue, route)")
+		fs.StringVar(&matching, "all-matching", "", "re-drive every entry matching `FILTER`: key=value[,key=value] (keys: reason, queue, route)")
 	}
+	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -258,7 +535,14 @@ examples:
 	default:
 		return usagef("want exactly one entry id")
 	}
-	store, cfg, err := openStore(ctx, fs, *cfgPath)
+	cfg, err := loadConfig(fs, *cfgPath, true, stderr)
+	if err != nil {
+		return err
+	}
+	if err := checkQueueAndRoute(cfg, filter.Queue, filter.Route); err != nil {
+		return usagef("--all-matching: %v", strings.TrimPrefix(err.Error(), "--"))
+	}
+	store, err := connect(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -286,6 +570,9 @@ examples:
 		if err := svc.Discard(ctx, id, cliActor()); err != nil {
 			return notFoundAs(err, "DLQ entry", id)
 		}
+		if *asJSON {
+			return printJSON(stdout, map[string]any{"id": id, "discarded": true})
+		}
 		fmt.Fprintf(stdout, "discarded DLQ entry %d\n", id)
 		return nil
 	}
@@ -294,6 +581,9 @@ examples:
 		if err != nil {
 			return notFoundAs(err, "DLQ entry", id)
 		}
+		if *asJSON {
+			return printJSON(stdout, map[string]any{"id": id, "job_id": jobID})
+		}
 		fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d\n", id, jobID)
 		return nil
 	}
@@ -301,11 +591,20 @@ examples:
 	for _, f := range failed {
 		fmt.Fprintf(stderr, "DLQ entry %d: %s\n", f.ID, f.Error)
 	}
-	fmt.Fprintf(stdout, "re-drove %d entries, %d failed\n", done, len(failed))
-	if err == nil && len(failed) > 0 {
-		err = fmt.Errorf("%d entries could not be re-driven", len(failed))
+	if err != nil {
+		return err
 	}
-	return err
+	if *asJSON {
+		if err := printJSON(stdout, map[string]any{"redriven": done, "failed": nonNilSlice(failed)}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "re-drove %d entries, %d failed\n", done, len(failed))
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d entries could not be re-driven", len(failed))
+	}
+	return nil
 }
 
 func parseDLQFilter(s string) (pgstore.DLQFilter, error) {
@@ -318,7 +617,7 @@ func parseDLQFilter(s string) (pgstore.DLQFilter, error) {
 		switch k {
 		case "reason":
 			if !slices.Contains(dlq.Reasons, v) {
-				return f, usagef("--all-matching: reason %q is not one of %s", v, strings.Join(dlq.Reasons, ", "))
+				return f, usagef("--all-matching: reason %q is not a DLQ reason%s (valid: %s)", v, didYouMean(v, dlq.Reasons), strings.Join(dlq.Reasons, ", "))
 			}
 			f.Reason = v
 		case "queue":

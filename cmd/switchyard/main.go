@@ -9,9 +9,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
+	"text/tabwriter"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -19,7 +21,8 @@ import (
 	"github.com/switchyard-dev/switchyard/config"
 )
 
-// Exit codes per SPEC §4.
+// Exit codes: 0 on success, 2 on bad usage (a bad config file included),
+// 1 on failure.
 const (
 	exitOK      = 0
 	exitFailure = 1
@@ -36,28 +39,69 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 type verb struct {
 	name    string
 	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// subs are the verb's subcommands, each with its arguments and what
+	// it does: the top-level help lists every one, and a mistyped one is
+	// answered with the nearest.
+	subs []sub
+	run  func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
-func verbs() map[string]verb {
-	vs := []verb{
-		{"migrate", "create or upgrade the schema (safe to run concurrently)", runMigrate},
-		{"run", "run the dispatcher: ingest, workers, admin API", runRun},
-		{"dev", "everything on one machine: embedded broker, throwaway Postgres, example target", runDev},
-		{"produce", "write a record to a topic", runProduce},
-		{"jobs", "inspect jobs: jobs get ID | jobs list [--state S] [--queue Q] [--key K]", runJobs},
-		{"dlq", "the dead-letter store: dlq list | show ID | redrive ID|--all-matching F | discard ID", runDLQ},
-		{"queues", "queues list | pause Q | resume Q: a paused queue claims nothing, fleet-wide", runQueues},
-		{"routes", "routes list | pause R | resume R: a paused route fetches nothing, fleet-wide", runRoutes},
-		{"audit", "audit list: who cancelled, re-drove, discarded, paused or resumed what, and when", runAudit},
-		{"replay", "re-read a topic range into jobs: replay (--topic T | --route R) (--from-time T | --from-offset N)", runReplay},
-		{"bench", "run the benchmark suite (SPEC §9)", runBench},
+type sub struct{ name, args, summary string }
+
+// verbList is every verb, in the order of the top-level help: the daily
+// ones first.
+func verbList() []verb {
+	return []verb{
+		{name: "dev", summary: "everything on one machine: embedded broker, throwaway Postgres, example target", run: runDev},
+		{name: "run", summary: "run the dispatcher: ingest, workers, admin API", run: runRun},
+		{name: "migrate", summary: "create or upgrade the schema (safe to run concurrently)", run: runMigrate},
+		{name: "produce", summary: "write a record to a topic", run: runProduce},
+		{name: "jobs", run: runJobs, subs: []sub{
+			{"list", "", "list jobs by --state, --queue, --route, --key; a page at a time"},
+			{"get", "ID", "show a job, with its result"},
+			{"cancel", "ID", "cancel a job that has not finished"},
+		}},
+		{name: "dlq", run: runDLQ, subs: []sub{
+			{"list", "", "list dead-letter entries by --reason, --queue, --route"},
+			{"show", "ID", "show an entry, with its payload decoded"},
+			{"redrive", "ID", "put an entry back to work (or --all-matching F)"},
+			{"discard", "ID", "drop an entry for good"},
+		}},
+		{name: "queues", run: runQueues, subs: []sub{
+			{"list", "", "the config's queues: depth, oldest runnable job, paused"},
+			{"pause", "Q", "claim nothing from a queue, fleet-wide"},
+			{"resume", "Q", "claim from a paused queue again"},
+		}},
+		{name: "routes", run: runRoutes, subs: []sub{
+			{"list", "", "the config's routes: topic, filter, limits, paused"},
+			{"pause", "R", "fetch nothing for a route, fleet-wide"},
+			{"resume", "R", "fetch for a paused route again"},
+		}},
+		{name: "audit", run: runAudit, subs: []sub{
+			{"list", "", "who cancelled, re-drove, discarded, paused or resumed what, and when"},
+		}},
+		{name: "replay", summary: "re-read a range of a topic into jobs, without duplicates", run: runReplay},
+		{name: "bench", summary: "run the benchmark suite", run: runBench},
+		{name: "version", summary: "print the version of this build (also --version)", run: runVersion},
 	}
+}
+
+// verbs is verbList by name.
+func verbs() map[string]verb {
 	m := map[string]verb{}
-	for _, v := range vs {
+	for _, v := range verbList() {
 		m[v.name] = v
 	}
 	return m
+}
+
+// subNames lists a verb's subcommands, in help order.
+func (v verb) subNames() []string {
+	var out []string
+	for _, s := range v.subs {
+		out = append(out, s.name)
+	}
+	return out
 }
 
 func main() {
@@ -67,17 +111,20 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	vs := verbs()
 	if len(args) == 0 {
-		printUsage(stderr, vs)
+		printUsage(stderr)
 		return exitUsage
 	}
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(stdout, vs)
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		printUsage(stdout)
 		return exitOK
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
 	v, ok := vs[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "switchyard: unknown verb %q\n\n", args[0])
-		printUsage(stderr, vs)
+		fmt.Fprintf(stderr, "switchyard: unknown verb %q%s\n\n", args[0], didYouMean(args[0], slices.Collect(maps.Keys(vs))))
+		printUsage(stderr)
 		return exitUsage
 	}
 	err := v.run(ctx, args[1:], stdout, stderr)
@@ -94,54 +141,170 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func printUsage(w io.Writer, vs map[string]verb) {
+func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: switchyard <verb> [flags]")
 	fmt.Fprintln(w)
-	names := make([]string, 0, len(vs))
-	for n := range vs {
-		names = append(names, n)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, v := range verbList() {
+		if len(v.subs) == 0 {
+			fmt.Fprintf(tw, "  %s\t%s\n", v.name, v.summary)
+			continue
+		}
+		for _, s := range v.subs {
+			fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(v.name+" "+s.name+" "+s.args), s.summary)
+		}
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, vs[n].summary)
-	}
-	fmt.Fprintln(w, "\nEvery verb takes --config FILE and reads SWITCHYARD_DATABASE_URL,")
-	fmt.Fprintln(w, "SWITCHYARD_KAFKA_BROKERS and SWITCHYARD_ADMIN_TOKEN. `switchyard <verb> --help` for flags.")
+	tw.Flush()
+	fmt.Fprintln(w, "\nEvery verb takes --config FILE (default switchyard.yaml, or SWITCHYARD_CONFIG) and reads")
+	fmt.Fprintln(w, "SWITCHYARD_DATABASE_URL, SWITCHYARD_KAFKA_BROKERS and SWITCHYARD_ADMIN_TOKEN, which win over")
+	fmt.Fprintln(w, "the file. Lists print a table, and JSON with --json. `switchyard <verb> --help` for flags.")
 }
 
-// newFlags makes a verb's flag set with the shared --config flag. Parse
-// errors are returned as usage errors; --help prints and exits 0.
-// newFlags makes a verb's flag set; its --help prints the synopsis, then
-// about (what the verb does, with examples; may be empty), then the flags.
+// subHelp prints a verb's subcommands, for `switchyard jobs --help`.
+func subHelp(w io.Writer, verbName string) {
+	v := verbs()[verbName]
+	fmt.Fprintf(w, "usage: switchyard %s <subcommand> [flags]\n\n", verbName)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, s := range v.subs {
+		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(verbName+" "+s.name+" "+s.args), s.summary)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n`switchyard %s <subcommand> --help` for flags.\n", verbName)
+}
+
+// unknownSub is the usage error of a mistyped subcommand: the nearest
+// one when there is one, and all of them.
+func unknownSub(verbName, got string) error {
+	names := verbs()[verbName].subNames()
+	return usagef("unknown subcommand %q%s (want %s)", got, didYouMean(got, names), orList(names))
+}
+
+// missingSub is the usage error of a verb given no subcommand.
+func missingSub(verbName string) error {
+	var forms []string
+	for _, s := range verbs()[verbName].subs {
+		forms = append(forms, strings.TrimSpace(s.name+" "+s.args))
+	}
+	return usagef("missing subcommand: %s %s", verbName, strings.Join(forms, " | "))
+}
+
+// orList is "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// newFlags makes a verb's flag set with the shared --config flag; its
+// --help prints the synopsis, then about (what the verb does, with
+// examples; may be empty), then the flags. Parse errors are returned as
+// usage errors (parseFlags); --help prints and exits 0.
 func newFlags(name, synopsis, about string, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", envOr("SWITCHYARD_CONFIG", "switchyard.yaml"), "config file (env SWITCHYARD_CONFIG)")
+	cfgPath := fs.String("config", envOr("SWITCHYARD_CONFIG", "switchyard.yaml"), "config `FILE` (env SWITCHYARD_CONFIG)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: switchyard %s\n\n", synopsis)
 		if about != "" {
 			fmt.Fprintf(fs.Output(), "%s\n\n", strings.TrimSpace(about))
 		}
 		fmt.Fprintln(fs.Output(), "flags:")
-		fs.PrintDefaults()
+		printFlags(fs)
 	}
 	return fs, cfgPath
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	// The flag package prints every parse error with the whole usage
+	// after it; a mistyped flag deserves one line that names it.
+	out := fs.Output()
+	fs.SetOutput(io.Discard)
+	err := parseInterspersed(fs, args)
+	fs.SetOutput(out)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return err
 		}
-		return usageError{err.Error()}
+		// "flag provided but not defined: -stat": name the nearest flag.
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok {
+			var known []string
+			fs.VisitAll(func(f *flag.Flag) { known = append(known, f.Name) })
+			name = strings.TrimLeft(name, "-")
+			if s := nearest(name, known); s != "" {
+				return usagef("unknown flag --%s; did you mean --%s?", name, s)
+			}
+			return usagef("unknown flag --%s (`switchyard %s --help` lists the flags)", name, fs.Name())
+		}
+		return usagef("%v (`switchyard %s --help` lists the flags)", err, fs.Name())
 	}
 	return nil
 }
 
+// parseInterspersed parses flags wherever they are among the arguments,
+// as people type them: `jobs get 17 --json` as well as `jobs get --json
+// 17`. What follows "--" is arguments only.
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional, args = append(positional, rest[0]), rest[1:]
+	}
+	// Parsing "--" and the arguments sets nothing and leaves fs.Args()
+	// the arguments.
+	return fs.Parse(append([]string{"--"}, positional...))
+}
+
+// printFlags is flag.PrintDefaults with the double dashes the synopses
+// and examples use: "--limit N" rather than "-limit int".
+func printFlags(fs *flag.FlagSet) {
+	w := fs.Output()
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		switch arg {
+		case "int", "uint", "int64", "uint64":
+			arg = "N"
+		case "string":
+			arg = "VALUE"
+		case "duration":
+			arg = "DURATION"
+		case "float":
+			arg = "X"
+		}
+		line := "  --" + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		fmt.Fprintf(w, "%s\n    \t%s", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if def := f.DefValue; def != "" && def != "0" && def != "false" && def != "-1" && def != "[]" {
+			fmt.Fprintf(w, " (default %s)", def)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// jsonFlag adds --json: print JSON (the admin API's shapes) instead of
+// text for people.
+func jsonFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("json", false, "print JSON instead of text")
+}
+
 // loadConfig reads the config file. Verbs that only need the database
 // (migrate, jobs, dlq) also work without a file when none was named and
-// SWITCHYARD_DATABASE_URL is set.
-func loadConfig(fs *flag.FlagSet, path string, dbOnly bool) (*config.Config, error) {
+// SWITCHYARD_DATABASE_URL is set. When notes is not nil, it says there
+// which environment variables overrode a value the file set.
+func loadConfig(fs *flag.FlagSet, path string, dbOnly bool, notes io.Writer) (*config.Config, error) {
 	if dbOnly && !configNamed(fs) {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			return dbOnlyConfig()
@@ -150,6 +313,11 @@ func loadConfig(fs *flag.FlagSet, path string, dbOnly bool) (*config.Config, err
 	cfg, err := config.Load(path, os.Getenv)
 	if err != nil {
 		return nil, usageError{err.Error()}
+	}
+	if notes != nil {
+		for _, o := range envOverrides(path, os.Getenv) {
+			fmt.Fprintf(notes, "switchyard: note: %s overrides %s set in %s\n", o.variable, o.field, path)
+		}
 	}
 	return cfg, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,11 +42,12 @@ examples:
   echo '{"id":1}' | switchyard produce --topic orders -`
 
 func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("produce", "produce [--config FILE] --topic T [--key K] [--header k=v]... VALUE|-", produceAbout, stderr)
-	topic := fs.String("topic", "", "topic to write to (required)")
-	key := fs.String("key", "", "record key")
+	fs, cfgPath := newFlags("produce", "produce [--config FILE] --topic T [--key K] [--header k=v]... [--json] VALUE|-", produceAbout, stderr)
+	topic := fs.String("topic", "", "`TOPIC` to write to (required)")
+	key := fs.String("key", "", "record `KEY`")
 	var headers headerFlags
-	fs.Var(&headers, "header", "record header k=v (repeatable)")
+	fs.Var(&headers, "header", "record header `k=v` (repeatable)")
+	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -63,9 +65,26 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		value = b
 	}
-	kcfg, err := kafkaConfig(fs, *cfgPath)
+	kcfg, cfg, err := kafkaConfig(fs, *cfgPath, stderr)
 	if err != nil {
 		return err
+	}
+	// A record no route reads is still written (a demo may start the
+	// route later), but it is most often a mistyped topic.
+	if cfg != nil && len(cfg.RoutesOfTopic(*topic)) == 0 {
+		var topics []string
+		for _, r := range cfg.Routes {
+			if !slices.Contains(topics, r.Topic) {
+				topics = append(topics, r.Topic)
+			}
+		}
+		slices.Sort(topics)
+		hint := ""
+		if s := nearest(*topic, topics); s != "" {
+			hint = fmt.Sprintf(" (did you mean %s?)", s)
+		}
+		fmt.Fprintf(stderr, "switchyard produce: warning: no route of %s reads topic %q%s: the record will wait in Kafka unread. Topics read: %s\n",
+			*cfgPath, *topic, hint, strings.Join(topics, ", "))
 	}
 	opts, err := ingest.ClientOpts(kcfg, nil)
 	if err != nil {
@@ -92,13 +111,17 @@ func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("produce to %s: %w", *topic, err)
 	}
+	if *asJSON {
+		return printJSON(stdout, map[string]any{"topic": r.Topic, "partition": r.Partition, "offset": r.Offset})
+	}
 	fmt.Fprintf(stdout, "produced %s/%d/%d\n", r.Topic, r.Partition, r.Offset)
 	return nil
 }
 
-// kafkaConfig reads the kafka block of the config, or the brokers from
-// SWITCHYARD_KAFKA_BROKERS alone when no config file is there.
-func kafkaConfig(fs *flag.FlagSet, cfgPath string) (config.Kafka, error) {
+// kafkaConfig reads the kafka block of the config, and the whole config;
+// or the brokers from SWITCHYARD_KAFKA_BROKERS alone when no config file
+// is there (the config is then nil).
+func kafkaConfig(fs *flag.FlagSet, cfgPath string, stderr io.Writer) (config.Kafka, *config.Config, error) {
 	if _, err := os.Stat(cfgPath); !configNamed(fs) && errors.Is(err, os.ErrNotExist) {
 		var bs []string
 		for _, b := range strings.Split(os.Getenv("SWITCHYARD_KAFKA_BROKERS"), ",") {
@@ -107,13 +130,13 @@ func kafkaConfig(fs *flag.FlagSet, cfgPath string) (config.Kafka, error) {
 			}
 		}
 		if len(bs) == 0 {
-			return config.Kafka{}, usagef("kafka.brokers: not set: pass --config or set SWITCHYARD_KAFKA_BROKERS")
+			return config.Kafka{}, nil, usagef("kafka.brokers: not set: pass --config or set SWITCHYARD_KAFKA_BROKERS")
 		}
-		return config.Kafka{Brokers: bs, ClientID: "switchyard"}, nil
+		return config.Kafka{Brokers: bs, ClientID: "switchyard"}, nil, nil
 	}
-	cfg, err := loadConfig(fs, cfgPath, false)
+	cfg, err := loadConfig(fs, cfgPath, false, stderr)
 	if err != nil {
-		return config.Kafka{}, err
+		return config.Kafka{}, nil, err
 	}
-	return cfg.Kafka, nil
+	return cfg.Kafka, cfg, nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -25,8 +27,10 @@ const replayAbout = `
 Re-reads a range of a topic into jobs, through every route of the topic
 (--topic) or one of them (--route), without touching the consumer group.
 A record whose job still exists makes no new one; --rerun runs finished
-jobs again. It prints what it did: records read, new jobs, jobs already
-there, re-run, parked and filtered (taken by none of the routes).
+jobs again. On a terminal it shows its progress (records/s, share of the
+range, time left). It ends with what it did: records read, new jobs,
+jobs already there, re-run, records newly parked and already parked in
+the DLQ, and records filtered out (taken by none of the routes).
 
 examples:
   switchyard replay --topic orders --from-time 2026-11-30T08:00:00Z --to-time 2026-11-30T09:00:00Z
@@ -34,15 +38,16 @@ examples:
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cfgPath := newFlags("replay",
-		"replay [--config FILE] (--topic T | --route R) (--from-time RFC3339 | --from-offset N) [--to-time RFC3339] [--partition P] [--rerun]",
+		"replay [--config FILE] (--topic T | --route R) (--from-time RFC3339 | --from-offset N) [--to-time RFC3339] [--partition P] [--rerun] [--json]",
 		replayAbout, stderr)
-	topic := fs.String("topic", "", "topic to re-read, through every route of it")
-	routeName := fs.String("route", "", "re-read the topic of this route, for this route only (the other routes of the topic are left alone)")
-	fromTime := fs.String("from-time", "", "start at the first record at or after this time (RFC3339)")
-	fromOffset := fs.Int64("from-offset", -1, "start at this offset of every partition replayed")
-	toTime := fs.String("to-time", "", "stop before the first record after this time (RFC3339); default: the end when replay starts")
-	partition := fs.Int("partition", -1, "replay only this partition")
+	topic := fs.String("topic", "", "`TOPIC` to re-read, through every route of it")
+	routeName := fs.String("route", "", "re-read the topic of this `ROUTE`, for this route only (the other routes of the topic are left alone)")
+	fromTime := fs.String("from-time", "", "start at the first record at or after this `TIME` (RFC3339)")
+	fromOffset := fs.Int64("from-offset", -1, "start at this `OFFSET` of every partition replayed")
+	toTime := fs.String("to-time", "", "stop before the first record after this `TIME` (RFC3339); default: the end when replay starts")
+	partition := fs.Int("partition", -1, "replay only partition `P`")
 	rerun := fs.Bool("rerun", false, "run the replayed records' finished jobs again (default: existing jobs stay as they are)")
+	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -73,7 +78,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *partition < -1 {
 		return usagef("--partition: %d is not a partition number", *partition)
 	}
-	cfg, err := loadConfig(fs, *cfgPath, false)
+	cfg, err := loadConfig(fs, *cfgPath, false, stderr)
 	if err != nil {
 		return err
 	}
@@ -82,14 +87,22 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		rc, ok := cfg.RouteNamed(*routeName)
 		switch {
 		case !ok:
-			return usagef("--route: no route is named %q (switchyard routes list shows them)", *routeName)
+			return usagef("--route: no route is named %q%s (routes: %s)", *routeName, didYouMean(*routeName, routeNames(cfg)),
+				strings.Join(routeNames(cfg), ", "))
 		case *topic != "" && rc.Topic != *topic:
 			return usagef("--route: route %s reads topic %s, not %s (leave --topic out)", rc.Name, rc.Topic, *topic)
 		}
 		*topic, rcs = rc.Topic, []config.Route{rc}
 	}
 	if len(rcs) == 0 {
-		return usagef("--topic: no route consumes %q", *topic)
+		var topics []string
+		for _, r := range cfg.Routes {
+			if !slices.Contains(topics, r.Topic) {
+				topics = append(topics, r.Topic)
+			}
+		}
+		slices.Sort(topics)
+		return usagef("--topic: no route consumes %q%s (topics read: %s)", *topic, didYouMean(*topic, topics), strings.Join(topics, ", "))
 	}
 	var routes []*ingest.Route
 	for _, rc := range rcs {
@@ -121,14 +134,88 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer store.Close()
-	sum, err := ingest.Replay(ctx, store, opts, routes, ranges, *rerun)
-	fmt.Fprintf(stdout, "replayed %d records of %s: %d new jobs, %d already there, %d re-run, %d parked, %d filtered\n",
-		sum.Records, *topic, sum.Inserted, sum.Jobs-sum.Inserted, sum.Rerun, sum.Parked, sum.Filtered)
+	var progress func(ingest.ReplayProgress)
+	var bar *progressLine
+	if isTerminal(stderr) {
+		bar = &progressLine{w: stderr, topic: *topic, started: time.Now(), now: time.Now}
+		progress = bar.update
+	}
+	sum, err := ingest.Replay(ctx, store, opts, routes, ranges, *rerun, progress)
+	if bar != nil {
+		bar.clear()
+	}
+	var stopped []map[string]int64
 	for _, r := range ranges {
 		if r.Stopped >= 0 && r.Stopped < r.End {
-			fmt.Fprintf(stdout, "partition %d: stopped at offset %d of %d (nothing more to read: transaction markers)\n",
-				r.Partition, r.Stopped, r.End)
+			stopped = append(stopped, map[string]int64{"partition": int64(r.Partition), "offset": r.Stopped, "end": r.End})
 		}
 	}
+	if *asJSON {
+		if jerr := printJSON(stdout, map[string]any{"topic": *topic, "records": sum.Records, "new_jobs": sum.Inserted,
+			"already_there": sum.Jobs - sum.Inserted, "rerun": sum.Rerun, "newly_parked": sum.NewlyParked,
+			"already_parked": sum.Parked - sum.NewlyParked, "filtered": sum.Filtered, "complete": err == nil,
+			"stopped_short": nonNilSlice(stopped)}); jerr != nil {
+			return jerr
+		}
+		return err
+	}
+	// Said even when the replay failed: what it did before is done.
+	records := "records"
+	if sum.Records == 1 {
+		records = "record"
+	}
+	fmt.Fprintf(stdout, "replayed %d %s of %s: %d new jobs, %d already there, %d re-run, %d newly parked, %d already parked, %d filtered out\n",
+		sum.Records, records, *topic, sum.Inserted, sum.Jobs-sum.Inserted, sum.Rerun, sum.NewlyParked, sum.Parked-sum.NewlyParked, sum.Filtered)
+	for _, r := range stopped {
+		fmt.Fprintf(stdout, "partition %d: stopped at offset %d of %d (nothing more to read: transaction markers)\n",
+			r["partition"], r["offset"], r["end"])
+	}
 	return err
+}
+
+// progressLine redraws one line on a terminal as a replay goes: the share
+// of the range gone past, records/s and the time left at that pace.
+type progressLine struct {
+	w       io.Writer
+	topic   string
+	started time.Time
+	drawn   time.Time
+	now     func() time.Time // time.Now; a test's clock
+}
+
+func (p *progressLine) update(r ingest.ReplayProgress) {
+	now := p.now()
+	// Four redraws a second are plenty to read, and cheap on a slow link.
+	if now.Sub(p.drawn) < 250*time.Millisecond {
+		return
+	}
+	p.drawn = now
+	elapsed := now.Sub(p.started).Seconds()
+	share := 100.0
+	if r.Total > 0 {
+		share = 100 * float64(r.Done) / float64(r.Total)
+	}
+	line := fmt.Sprintf("replaying %s: %.0f%% of the range (%s of %s offsets), %s records read", p.topic, share,
+		thousands(r.Done), thousands(r.Total), thousands(r.Records))
+	if elapsed >= 1 {
+		line += fmt.Sprintf(", %s records/s", thousands(int64(float64(r.Records)/elapsed)))
+		if rate := float64(r.Done) / elapsed; rate > 0 && r.Done < r.Total {
+			left := time.Duration(float64(r.Total-r.Done) / rate * float64(time.Second))
+			if left < time.Second {
+				line += ", under a second left"
+			} else {
+				line += ", about " + left.Round(time.Second).String() + " left"
+			}
+		}
+	}
+	// \r back to the start of the line, \x1b[K erases what a longer
+	// previous line left.
+	fmt.Fprintf(p.w, "\r%s\x1b[K", line)
+}
+
+// clear erases the line, for the summary that follows.
+func (p *progressLine) clear() {
+	if !p.drawn.IsZero() {
+		fmt.Fprint(p.w, "\r\x1b[K")
+	}
 }

@@ -82,7 +82,7 @@ routes:
 		t.Fatalf("GET /v1/jobs/%d: %d %s, want no result", droppedID, code, body)
 	}
 	// The CLI shows a job as the API does.
-	if code, stdout, stderr := runCLI("jobs", "get", "--config", cfg, fmt.Sprint(keptID)); code != exitOK ||
+	if code, stdout, stderr := runCLI("jobs", "get", "--config", cfg, "--json", fmt.Sprint(keptID)); code != exitOK ||
 		!strings.Contains(stdout, `"content_type": "application/json"`) {
 		t.Fatalf("switchyard jobs get %d: exit %d\n%s%s", keptID, code, stdout, stderr)
 	}

@@ -175,7 +175,7 @@ routes:
 	// Replay of one route re-runs that route's jobs only.
 	syncCalls, refundCalls := len(syncs.received()), len(refunds.received())
 	code, out, errOut := runCLI("replay", "--config", cfg, "--route", "order-refund", "--from-offset", "0", "--rerun")
-	want := fmt.Sprintf("replayed %d records of %s: 0 new jobs, %d already there, %d re-run, %d parked, %d filtered",
+	want := fmt.Sprintf("replayed %d records of %s: 0 new jobs, %d already there, %d re-run, 0 newly parked, %d already parked, %d filtered out",
 		5*each+10, topic, 2*each, 2*each, each, 2*each+10)
 	if code != 0 || !strings.Contains(out, want) {
 		t.Fatalf("replay --route order-refund: exit %d %q %s; want %q", code, out, errOut, want)

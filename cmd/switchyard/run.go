@@ -15,16 +15,28 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
+const migrateAbout = `
+Creates the schema, or upgrades it to this build's migrations; safe to
+run concurrently and repeatedly (an advisory lock serialises processes).
+It also publishes the config's routes for the SQL function enqueue().
+With --grant-runtime ROLE, it then grants ROLE what switchyard run needs
+and no more: rows, not DDL.
+
+examples:
+  switchyard migrate --config switchyard.yaml
+  switchyard migrate --grant-runtime switchyard_runtime`
+
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("migrate", "migrate [--config FILE] [--grant-runtime ROLE]", "", stderr)
-	grantTo := fs.String("grant-runtime", "", "after migrating, grant ROLE the DML-only privileges `switchyard run` needs")
+	fs, cfgPath := newFlags("migrate", "migrate [--config FILE] [--grant-runtime ROLE] [--json]", migrateAbout, stderr)
+	grantTo := fs.String("grant-runtime", "", "after migrating, grant `ROLE` the DML-only privileges switchyard run needs")
+	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	store, cfg, err := openStore(ctx, fs, *cfgPath)
+	store, cfg, err := openStore(ctx, fs, *cfgPath, stderr)
 	if err != nil {
 		return err
 	}
@@ -33,6 +45,18 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if *grantTo != "" {
+		if err := store.GrantRuntime(ctx, *grantTo); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		out := map[string]any{"schema": cfg.Postgres.Schema, "version": pgstore.LatestVersion(), "applied": nonNilSlice(applied)}
+		if *grantTo != "" {
+			out["granted_runtime"] = *grantTo
+		}
+		return printJSON(stdout, out)
+	}
 	if len(applied) == 0 {
 		fmt.Fprintf(stdout, "schema %s is up to date (migration %d)\n", cfg.Postgres.Schema, pgstore.LatestVersion())
 	}
@@ -40,17 +64,25 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "applied %s to schema %s\n", name, cfg.Postgres.Schema)
 	}
 	if *grantTo != "" {
-		if err := store.GrantRuntime(ctx, *grantTo); err != nil {
-			return err
-		}
 		fmt.Fprintf(stdout, "granted runtime privileges on schema %s to %s\n", cfg.Postgres.Schema, *grantTo)
 	}
 	return nil
 }
 
+const runAbout = `
+Runs the dispatcher: ingest (Kafka records into jobs), the workers of
+every queue, schedules, and the admin API, metrics and dashboard on
+http.listen. Logs are JSON lines on stderr (SWITCHYARD_LOG_LEVEL). The
+first SIGTERM or SIGINT shuts down in order within shutdown_grace; a
+second exits at once.
+
+examples:
+  switchyard run --config switchyard.yaml
+  switchyard run --role work      # workers only; ingest runs elsewhere`
+
 func runRun(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs, cfgPath := newFlags("run", "run [--config FILE] [--role all|ingest|work] [--reset-offsets]", "", stderr)
-	role := fs.String("role", switchyard.RoleAll, "which parts run here: all, ingest or work")
+	fs, cfgPath := newFlags("run", "run [--config FILE] [--role all|ingest|work] [--reset-offsets]", runAbout, stderr)
+	role := fs.String("role", switchyard.RoleAll, "which parts run here: `all|ingest|work`")
 	reset := fs.Bool("reset-offsets", false, "resume from Kafka's committed offsets for partitions with none stored in Postgres (after a database loss)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -58,15 +90,21 @@ func runRun(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	cfg, err := loadConfig(fs, *cfgPath, false)
-	if err != nil {
-		return err
-	}
 	log, err := newLogger(stderr)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // best effort at exit
+	// The note of an overriding variable is a log line here, like the
+	// rest of what run says: stderr is JSON lines.
+	cfg, err := loadConfig(fs, *cfgPath, false, nil)
+	if err != nil {
+		return err
+	}
+	for _, o := range envOverrides(*cfgPath, os.Getenv) {
+		log.Info("an environment variable overrides the config file",
+			zap.String("variable", o.variable), zap.String("field", o.field), zap.String("file", *cfgPath))
+	}
 	eng, err := switchyard.New(cfg, switchyard.Options{Logger: log, Role: *role, ResetOffsets: *reset})
 	if err != nil {
 		return usageError{err.Error()}

@@ -109,8 +109,18 @@ type ReplaySummary struct {
 	Jobs     int64 // one per record and route that takes it, new or not
 	Inserted int64 // new jobs
 	Parked   int64 // poison, parked (or found parked already)
-	Filtered int64 // records none of the routes takes
-	Rerun    int64 // finished jobs put back to run (rerun)
+	// NewlyParked counts the Parked that were not parked before: the
+	// rest were, by the consumer or an earlier replay.
+	NewlyParked int64
+	Filtered    int64 // records none of the routes takes
+	Rerun       int64 // finished jobs put back to run (rerun)
+}
+
+// ReplayProgress is how far a replay got: what it did so far, and the
+// offsets of the ranges it has gone past, of all of them.
+type ReplayProgress struct {
+	ReplaySummary
+	Done, Total int64
 }
 
 // Replay reads the ranges of one topic and stores each poll through the
@@ -118,7 +128,10 @@ type ReplaySummary struct {
 // the topic (all of them, or those an operator named), without offsets:
 // job rows deduplicated (I2), poison parked. With rerun, the finished
 // jobs of the records read run again. It never touches a consumer group.
-func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, routes []*Route, ranges []*ReplayRange, rerun bool) (ReplaySummary, error) {
+// progress, when not nil, is called after each poll, on Replay's own
+// goroutine.
+func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, routes []*Route, ranges []*ReplayRange, rerun bool,
+	progress func(ReplayProgress)) (ReplaySummary, error) {
 	var sum ReplaySummary
 	if len(ranges) == 0 || len(routes) == 0 {
 		return sum, nil
@@ -185,6 +198,7 @@ func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, routes []
 			}
 			sum.Inserted += res.Inserted
 			sum.Parked += int64(len(batch.Poison))
+			sum.NewlyParked += res.Parked
 			for _, n := range res.RefusedByRoute {
 				sum.Jobs, sum.Parked = sum.Jobs-n, sum.Parked+n // parked instead
 			}
@@ -209,6 +223,18 @@ func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, routes []
 					open--
 				}
 			}
+		}
+		if progress != nil {
+			p := ReplayProgress{ReplaySummary: sum}
+			for _, r := range ranges {
+				p.Total += r.End - r.From
+				if r.Stopped >= 0 {
+					p.Done += r.End - r.From // markers left unread count as gone past
+				} else {
+					p.Done += r.next - r.From
+				}
+			}
+			progress(p)
 		}
 	}
 	return sum, nil

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/ingest"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// The text for people: tables, the next page's command, a DLQ entry's
+// payload decoded, and the same as JSON with --json.
+func TestCLIPagesAndPayloads(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var batch pgstore.IngestBatch
+	for i := range 5 {
+		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "t", Kind: "k", Queue: "q", Key: fmt.Sprintf("c%d", i),
+			DedupeKey: fmt.Sprintf("t/0/%d", i), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t", Offset: int64(i)})
+	}
+	payloads := [][]byte{[]byte(`{"customer":{"id":"c42"},"total":7}`), []byte("plain words"), {0x00, 0xff, 'h', 'i'}}
+	for i, p := range payloads {
+		batch.Poison = append(batch.Poison, pgstore.Poison{Reason: "decode", Route: "t", Queue: "q", Error: "not JSON",
+			Payload: p, HeaderKeys: []string{"event-type"}, HeaderVals: [][]byte{[]byte("order.created")},
+			RecordKey: []byte("c42"), Topic: "t", Offset: int64(10 + i)})
+	}
+	if _, err := store.IngestCommit(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	var first, entry int64
+	if err := store.Pool().QueryRow(ctx, `SELECT min(id) FROM jobs`).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Pool().QueryRow(ctx, `SELECT min(id) FROM dlq_entries`).Scan(&entry); err != nil {
+		t.Fatal(err)
+	}
+
+	// A page of 2 of 5 jobs: a table, and the command of the next page.
+	code, stdout, stderr := runCLI("jobs", "list", "--config", cfg, "--queue", "q", "--limit", "2")
+	hint := fmt.Sprintf("more: switchyard jobs list --config %s --limit 2 --queue q --after %d", cfg, first+1)
+	if code != exitOK || !strings.Contains(stderr, hint) {
+		t.Fatalf("jobs list --limit 2: exit %d, want the hint %q\nstdout: %s\nstderr: %s", code, hint, stdout, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID ") || !strings.Contains(lines[0], "STATE") ||
+		!strings.Contains(lines[1], "queued") || !strings.Contains(lines[1], "just now") {
+		t.Fatalf("jobs list --limit 2: want a header and 2 rows with the age, got\n%s", stdout)
+	}
+	// Columns line up: the STATE header and each row's state start at the
+	// same place.
+	at := strings.Index(lines[0], "STATE")
+	for _, l := range lines[1:] {
+		if strings.Index(l, "queued") != at {
+			t.Fatalf("jobs list: columns not aligned:\n%s", stdout)
+		}
+	}
+	// The hint's command reads the rest, and says nothing more.
+	code, stdout, stderr = runCLI("jobs", "list", "--config", cfg, "--queue", "q", "--limit", "2", "--after", fmt.Sprint(first+3))
+	if code != exitOK || strings.Contains(stderr, "more:") || strings.Count(stdout, "queued") != 1 {
+		t.Fatalf("the last page: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	// A page exactly as long as what is left has no next page.
+	if code, stdout, stderr = runCLI("jobs", "list", "--config", cfg, "--limit", "5"); code != exitOK || strings.Contains(stderr, "more:") {
+		t.Fatalf("jobs list --limit 5 of 5: exit %d, stderr %q", code, stderr)
+	}
+	// --json is the API's shape, with the hint on stderr only.
+	code, stdout, stderr = runCLI("jobs", "list", "--config", cfg, "--limit", "2", "--json")
+	var page struct {
+		Items []pgstore.JobRow `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &page); code != exitOK || err != nil || len(page.Items) != 2 ||
+		!strings.Contains(stderr, "--json") || !strings.Contains(stderr, "more:") {
+		t.Fatalf("jobs list --json: exit %d %v\nstdout: %s\nstderr: %s", code, err, stdout, stderr)
+	}
+
+	code, stdout, stderr = runCLI("dlq", "list", "--config", cfg, "--limit", "1", "--reason", "decode")
+	if code != exitOK || !strings.Contains(stdout, "REASON") || !strings.Contains(stdout, "t/0/10") ||
+		!strings.Contains(stderr, fmt.Sprintf("more: switchyard dlq list --config %s --limit 1 --reason decode --after %d", cfg, entry)) {
+		t.Fatalf("dlq list --limit 1: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	// dlq show decodes the payload: JSON pretty, text as it is, else hex.
+	for i, want := range [][]string{
+		{"payload (JSON, 35 bytes):", "\n  {\n    \"customer\": {\n      \"id\": \"c42\"\n    },", "event-type: order.created", "record key: c42"},
+		{"payload (text, 11 bytes):", "\n  plain words"},
+		{"payload (binary, 4 bytes):", "00 ff 68 69", "|..hi|"},
+	} {
+		id := fmt.Sprint(entry + int64(i))
+		code, stdout, stderr := runCLI("dlq", "show", "--config", cfg, id)
+		for _, w := range append(want, "reason:", "decode", "source:", "t/0/1") {
+			if code != exitOK || !strings.Contains(stdout, w) {
+				t.Errorf("dlq show %s: exit %d, no %q in\n%s%s", id, code, w, stdout, stderr)
+			}
+		}
+	}
+	code, stdout, _ = runCLI("dlq", "show", "--config", cfg, "--json", fmt.Sprint(entry))
+	if code != exitOK || !strings.Contains(stdout, `"payload_base64": "eyJjdXN0b21lciI6`) {
+		t.Errorf("dlq show --json: exit %d\n%s", code, stdout)
+	}
+	// A flag after the id counts too.
+	code, stdout, _ = runCLI("jobs", "get", "--config", cfg, fmt.Sprint(first), "--json")
+	if code != exitOK || !strings.Contains(stdout, `"state": "queued"`) {
+		t.Errorf("jobs get ID --json: exit %d\n%s", code, stdout)
+	}
+	code, stdout, _ = runCLI("jobs", "get", "--config", cfg, fmt.Sprint(first))
+	if code != exitOK || !strings.Contains(stdout, "state:") || !strings.Contains(stdout, "attempts:") || !strings.Contains(stdout, "0 of 3") {
+		t.Errorf("jobs get: exit %d\n%s", code, stdout)
+	}
+	code, stdout, _ = runCLI("queues", "list", "--config", cfg)
+	if code != exitOK || !strings.Contains(stdout, "QUEUE") || !regexpLine(stdout, `^q\s+0\s+5\s`) {
+		t.Errorf("queues list: exit %d, want q with 5 queued\n%s", code, stdout)
+	}
+}
+
+// An environment variable that overrides a value the file set is noted,
+// by name, never by value; one that repeats the file's value is not.
+func TestCLIEnvOverrideNote(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	url := testenv.DatabaseURL(t)
+	other := url + "&application_name=switchyard-cli-test"
+	if !strings.Contains(url, "?") {
+		other = url + "?application_name=switchyard-cli-test"
+	}
+	_, stderr, code := runCmd(t, time.Minute, []string{"SWITCHYARD_DATABASE_URL=" + other}, "queues", "list", "--config", cfg)
+	if code != exitOK || !strings.Contains(stderr, "note: SWITCHYARD_DATABASE_URL overrides postgres.url set in "+cfg) ||
+		strings.Contains(stderr, "switchyard-cli-test") {
+		t.Fatalf("queues list with another SWITCHYARD_DATABASE_URL: exit %d, stderr %q", code, stderr)
+	}
+	_, stderr, code = runCmd(t, time.Minute, []string{"SWITCHYARD_DATABASE_URL=" + url}, "queues", "list", "--config", cfg)
+	if code != exitOK || strings.Contains(stderr, "note:") {
+		t.Fatalf("queues list with the file's own URL in the environment: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// regexpLine reports whether a line of s matches the pattern.
+func regexpLine(s, pattern string) bool {
+	return regexp.MustCompile("(?m)" + pattern).MatchString(s)
+}
+
+// produce writes a record no route reads, and warns that none does.
+func TestCLIProduceWarns(t *testing.T) {
+	t.Parallel()
+	read, unread := testenv.Topic(t, 1), testenv.Topic(t, 1)
+	cfg := writeConfig(t, testConfig{Topic: read, Group: testenv.Name("g"), Schema: testenv.Schema(t), TargetURL: "http://127.0.0.1:1/"})
+	code, stdout, stderr := runCLI("produce", "--config", cfg, "--topic", unread, `{"id":1}`)
+	if code != exitOK || !strings.Contains(stdout, "produced "+unread+"/0/0") ||
+		!strings.Contains(stderr, fmt.Sprintf("warning: no route of %s reads topic %q", cfg, unread)) ||
+		!strings.Contains(stderr, "Topics read: "+read) {
+		t.Fatalf("produce to a topic no route reads: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI("produce", "--config", cfg, "--topic", read, "--json", `{"id":1}`)
+	if code != exitOK || strings.Contains(stderr, "warning") || !strings.Contains(stdout, `"offset": 0`) {
+		t.Fatalf("produce to a topic a route reads: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}
+
+// The progress line of a replay on a terminal: the share of the range,
+// records/s and the time left, redrawn in place.
+func TestReplayProgressLine(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	start := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	clock := start.Add(2 * time.Second)
+	p := &progressLine{w: &b, topic: "orders", started: start, now: func() time.Time { return clock }}
+	p.update(ingest.ReplayProgress{ReplaySummary: ingest.ReplaySummary{Records: 20_000}, Done: 20_000, Total: 80_000})
+	clock = clock.Add(100 * time.Millisecond)
+	p.update(ingest.ReplayProgress{Done: 30_000, Total: 80_000}) // within 250 ms: not drawn
+	p.clear()
+	want := "\rreplaying orders: 25% of the range (20,000 of 80,000 offsets), 20,000 records read, 10,000 records/s, about 6s left\x1b[K\r\x1b[K"
+	if b.String() != want {
+		t.Fatalf("progress:\n%q\nwant\n%q", b.String(), want)
+	}
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Text for people: aligned tables with relative ages, key: value views,
+// payloads decoded. Every verb that prints one prints the admin API's
+// JSON instead with --json, for scripts.
+
+// newTable starts an aligned table under the given column headers; end it
+// with Flush.
+func newTable(w io.Writer, headers ...string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(headers, "\t"))
+	return tw
+}
+
+func row(tw *tabwriter.Writer, cells ...string) {
+	for i, c := range cells {
+		// A tab or newline inside a cell would break the columns.
+		cells[i] = strings.Map(func(r rune) rune {
+			if r == '\t' || r == '\n' || r == '\r' {
+				return ' '
+			}
+			return r
+		}, c)
+	}
+	fmt.Fprintln(tw, strings.Join(cells, "\t"))
+}
+
+// ago says how far t is from now, in its largest unit: "12s ago", "3m
+// ago", "in 2h"; "just now" within a second; a date beyond 60 days.
+func ago(now, t time.Time) string {
+	d := now.Sub(t)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	// Rounded to the unit shown: a job due in 1h59m is "in 2h", not
+	// "in 1h".
+	in := func(unit time.Duration) int { return int((d + unit/2) / unit) }
+	var s string
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < 59500*time.Millisecond:
+		s = fmt.Sprintf("%ds", in(time.Second))
+	case d < 59*time.Minute+30*time.Second:
+		s = fmt.Sprintf("%dm", in(time.Minute))
+	case d < 47*time.Hour+30*time.Minute:
+		s = fmt.Sprintf("%dh", in(time.Hour))
+	case d < 60*24*time.Hour:
+		s = fmt.Sprintf("%dd", in(24*time.Hour))
+	default:
+		return t.Local().Format("2006-01-02")
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+// agoPtr is ago of an optional time, "-" for none.
+func agoPtr(now time.Time, t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return ago(now, *t)
+}
+
+// stamp is a time for a detail view: absolute, then relative.
+func stamp(now, t time.Time) string {
+	return t.Local().Format(time.RFC3339) + " (" + ago(now, t) + ")"
+}
+
+// clip shortens s to n runes with an ellipsis: a table cell for a
+// message that may be kilobytes long.
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// kv prints a detail view: one "key: value" line per pair, aligned. A
+// multi-line value (a decoded payload) goes under its key, indented.
+type kv struct {
+	w     io.Writer
+	pairs [][2]string
+}
+
+func (v *kv) add(key, value string) { v.pairs = append(v.pairs, [2]string{key, value}) }
+
+func (v *kv) flush() error {
+	tw := tabwriter.NewWriter(v.w, 0, 0, 1, ' ', 0)
+	for _, p := range v.pairs {
+		if strings.Contains(p[1], "\n") {
+			// The table so far, then the block on its own.
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(v.w, "%s:\n%s\n", p[0], indent(strings.TrimRight(p[1], "\n"), "  "))
+			continue
+		}
+		fmt.Fprintf(tw, "%s:\t%s\n", p[0], p[1])
+	}
+	return tw.Flush()
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// hexDumpMax bounds a hex dump: past it, --json has every byte.
+const hexDumpMax = 4096
+
+// decodeBytes is a payload (or a result, a key, a header value) as a
+// person reads it: JSON pretty-printed, else UTF-8 text as it is, else a
+// hex dump. what says which it is, and the size.
+func decodeBytes(b []byte) (what, text string) {
+	switch {
+	case len(b) == 0:
+		return "empty", ""
+	case json.Valid(b):
+		var out bytes.Buffer
+		if err := json.Indent(&out, b, "", "  "); err == nil {
+			return fmt.Sprintf("JSON, %s", byteCount(len(b))), out.String()
+		}
+	case isText(b):
+		return fmt.Sprintf("text, %s", byteCount(len(b))), string(b)
+	}
+	dump := b
+	if len(dump) > hexDumpMax {
+		dump = dump[:hexDumpMax]
+	}
+	text = hex.Dump(dump)
+	if len(b) > len(dump) {
+		text += fmt.Sprintf("… %d more bytes (--json has them all, base64)\n", len(b)-len(dump))
+	}
+	return fmt.Sprintf("binary, %s", byteCount(len(b))), text
+}
+
+// isText: valid UTF-8 without control characters other than whitespace.
+func isText(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+// shortBytes is a key or header value on one line: text as it is (quoted
+// when it has spaces at its ends), else hex.
+func shortBytes(b []byte) string {
+	if isText(b) && !strings.ContainsAny(string(b), "\n\r") {
+		s := string(b)
+		if s == "" || strings.TrimSpace(s) != s {
+			return fmt.Sprintf("%q", s)
+		}
+		return s
+	}
+	return "0x" + hex.EncodeToString(b)
+}
+
+// thousands is n with a comma every three digits: 120,000.
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+func byteCount(n int) string {
+	if n == 1 {
+		return "1 byte"
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// nextPageHint tells, on stderr, how to read the page after a cut list:
+// the same command with the same flags, and --after the last id shown.
+func nextPageHint(w io.Writer, command string, fs *flag.FlagSet, lastID int64) {
+	parts := []string{"switchyard", command}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "after" {
+			return
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			if f.Value.String() == "true" {
+				parts = append(parts, "--"+f.Name)
+			}
+			return
+		}
+		parts = append(parts, "--"+f.Name, shellQuote(f.Value.String()))
+	})
+	parts = append(parts, "--after", fmt.Sprint(lastID))
+	fmt.Fprintf(w, "more: %s\n", strings.Join(parts, " "))
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("-_./:=,@%+", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// isTerminal reports whether w is a terminal (a character device that is
+// not /dev/null), where progress may be redrawn in place; on a pipe or a
+// file it is not.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(fi, null) {
+		return false
+	}
+	return true
+}
