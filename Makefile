@@ -25,7 +25,7 @@ SWITCHYARD_FAULT_CYCLES ?= 20
 LOCAL         := deploy/local
 WITH_SERVICES := bash $(LOCAL)/with-services.sh
 
-.PHONY: help build release test test-faults vet lint dev bench bench-peers bench-scale \
+.PHONY: help build release test test-faults vet lint screenshots dev bench bench-peers bench-scale \
 	services-up services-down services-status services-clean
 
 help: ## Show this help
@@ -63,6 +63,11 @@ test-faults: vet ## Fault-injection tests (-run Fault, SWITCHYARD_FAULT_CYCLES=2
 		$(WITH_SERVICES) $(GO) test -race -count=1 -v -run Fault -timeout $(FAULT_TIMEOUT) $(GOTESTFLAGS) $(PKGS) \
 		> faults.log 2>&1 || { tail -200 faults.log; exit 1; }
 	@grep -E '^(FAULT-SUMMARY|--- FAIL|FAIL|ok )' faults.log
+
+screenshots: ## Regenerate docs/dashboard-*.png from the browser tests (headless Chromium, services)
+	bash $(LOCAL)/chromium.sh ensure
+	SWITCHYARD_SCREENSHOTS=$(CURDIR)/docs $(WITH_SERVICES) $(GO) test -count=1 \
+		-run 'TestBrowserConsolePages|TestBrowserConsoleReadTokenSeesNoActions' ./internal/admin/
 
 lint: ## gofmt check + go vet
 	@unformatted="$$(gofmt -l .)"; \

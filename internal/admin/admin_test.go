@@ -800,12 +800,23 @@ func TestRouting(t *testing.T) {
 		if ct := r.header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
 			t.Errorf("Content-Type %q", ct)
 		}
-		if r.header.Get("Content-Security-Policy") == "" {
-			t.Error("dashboard has no Content-Security-Policy")
+		csp := r.header.Get("Content-Security-Policy")
+		if !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
+			t.Errorf("dashboard's Content-Security-Policy %q: want scripts from this server only", csp)
 		}
-		if !bytes.Contains(r.body, []byte(`fetch("v1/queues"`)) || !bytes.Contains(r.body, []byte("sessionStorage")) {
-			t.Errorf("dashboard does not poll /v1/queues with a stored token")
+		if !bytes.Contains(r.body, []byte(`src="ui/app.js"`)) {
+			t.Errorf("dashboard does not load its script from /ui/")
 		}
+		js := e.get(t, "/ui/app.js").must(t, http.StatusOK)
+		if ct := js.header.Get("Content-Type"); ct != "text/javascript; charset=utf-8" {
+			t.Errorf("/ui/app.js Content-Type %q", ct)
+		}
+		if !bytes.Contains(js.body, []byte(`"v1/queues"`)) || !bytes.Contains(js.body, []byte("sessionStorage")) ||
+			bytes.Contains(js.body, []byte("innerHTML")) {
+			t.Errorf("the dashboard's script does not poll /v1/queues with a stored token, or uses innerHTML")
+		}
+		e.get(t, "/ui/index.html").must(t, http.StatusNotFound)
+		e.get(t, "/ui/nope.js").must(t, http.StatusNotFound)
 	})
 }
 

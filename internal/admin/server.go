@@ -141,6 +141,7 @@ var listParams = []string{"limit", "after"}
 func (s *Server) routes() http.Handler {
 	routes := []route{
 		{"GET", "/{$}", nil, s.dashboard},
+		{"GET", "/ui/{file}", nil, s.uiFile},
 		{"GET", "/healthz", nil, s.healthz},
 		{"GET", "/readyz", nil, s.readyz},
 		{"GET", "/v1/jobs", append([]string{"state", "queue", "key", "route"}, listParams...), s.jobList},

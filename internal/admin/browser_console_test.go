@@ -1,0 +1,676 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/dlq"
+	"github.com/switchyard-dev/switchyard/internal/ingest"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/schedule"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// The operator console in a real browser: each page against a store
+// seeded with a little of everything, driven by headless Chromium at the
+// 1,280 px the issue asks the console to be usable at.
+
+const consoleWidth, consoleHeight = 1280, 900
+
+// console is an admin server over a seeded store, and what the seed made.
+type console struct {
+	store *pgstore.Store
+	url   string
+	// jsonJob, textJob and binaryJob hold payloads of each kind; deadJob
+	// died and was parked as entry deadEntry.
+	jsonJob, textJob, binaryJob, deadJob, retryJob int64
+	deadEntry                                      int64
+	// deadHead heads the blocked lane ledger/acct-1; laneJob is third in
+	// the lane of acct-2.
+	deadHead, laneJob int64
+}
+
+// consoleRoutes are the routes of the console's server: the Kafka page
+// shows them, with the lag consoleLag reads.
+var consoleRoutes = []RouteConfig{
+	{Name: "orders", Topic: "orders", Queue: "interactive",
+		Filter: &RouteFilter{Header: "event-type", In: []string{"order.created", "order.paid"}},
+		Limits: &RouteLimits{MaxRunning: 20, RateLimit: &RateLimitShown{Limit: 100, Per: "1s", Burst: 20}}},
+	{Name: "order-audit", Topic: "orders", Queue: "bulk"},
+	{Name: "events", Topic: "events", Queue: "bulk", MaxDepth: 10},
+	{Name: "exports", Topic: "exports", Queue: "reports"},
+	{Name: "ledger", Topic: "ledger", Queue: "ledger"},
+}
+
+// consoleLag stands in for the fleet's Kafka positions (ingest.LagReader
+// needs a broker; the pages only show what it answers).
+func consoleLag(_ context.Context, topics []string) (map[string]ingest.TopicLag, error) {
+	out := map[string]ingest.TopicLag{}
+	for _, topic := range topics {
+		var lag ingest.TopicLag
+		for p := range int32(3) {
+			stored := int64(1200 + 37*int64(p))
+			if topic == "exports" {
+				stored = 40
+			}
+			end := stored + int64(p)*7
+			if topic == "events" {
+				end += 480
+			}
+			lag.Partitions = append(lag.Partitions, ingest.PartitionPos{Partition: p, Stored: &stored, End: end, Lag: end - stored})
+			lag.Records += end - stored
+		}
+		out[topic] = lag
+	}
+	return out, nil
+}
+
+// newConsole seeds a store and serves the admin API over it with cfg
+// (its Queues, Routes, Lag and DLQ filled in when unset).
+func newConsole(t *testing.T, cfg Config) *console {
+	t.Helper()
+	st := newStore(t, true)
+	if cfg.Queues == nil {
+		cfg.Queues = []string{"bulk", "interactive", "ledger", "reports"}
+	}
+	if cfg.Routes == nil {
+		cfg.Routes = consoleRoutes
+	}
+	if cfg.Lag == nil {
+		cfg.Lag = consoleLag
+	}
+	if cfg.DLQ == nil {
+		cfg.DLQ = dlq.New(st, nil, nil)
+	}
+	if cfg.Concurrency == nil {
+		cfg.Concurrency = map[string]int{"bulk": 4, "interactive": 16, "ledger": 8, "reports": 2}
+	}
+	if cfg.Schedules == nil {
+		cfg.Schedules = consoleSchedules()
+	}
+	c := &console{store: st}
+	c.seed(t)
+	srv := httptest.NewServer(New(cfg, st, zaptest.NewLogger(t)).Handler())
+	t.Cleanup(srv.Close)
+	c.url = srv.URL
+	return c
+}
+
+// consoleSchedules are the schedules of the console's server.
+func consoleSchedules() []schedule.Schedule {
+	cfg := config.Config{Schedules: []config.Schedule{
+		{Name: "nightly-reconcile", Cron: "0 2 * * *", Kind: "reconcile", Queue: "bulk"},
+		{Name: "hourly-export", Cron: "15 * * * *", Timezone: "Europe/Berlin", Kind: "export.render", Queue: "reports"},
+	}}
+	cfg.SetDefaults()
+	var out []schedule.Schedule
+	for _, sc := range cfg.Schedules {
+		out = append(out, schedule.Schedule{Schedule: sc, MaxAttempts: 3})
+	}
+	return out
+}
+
+func consoleJob(route, kind, queue, key string, offset int64, payload []byte, headers ...string) pgstore.NewJob {
+	j := newJob(queue, key, offset)
+	j.Route, j.Kind, j.Topic, j.Payload = route, kind, route, payload
+	for i := 0; i+1 < len(headers); i += 2 {
+		j.HeaderKeys = append(j.HeaderKeys, headers[i])
+		j.HeaderVals = append(j.HeaderVals, []byte(headers[i+1]))
+	}
+	return j
+}
+
+// seed makes jobs in every queue and several states, DLQ entries of
+// several reasons, one of them re-driven, and a few audited actions.
+func (c *console) seed(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	st := c.store
+	var jobs []pgstore.NewJob
+	for i := range 8 {
+		jobs = append(jobs, consoleJob("orders", "order.sync", "interactive", fmt.Sprintf("customer-%d", 100+i%3), int64(i),
+			[]byte(fmt.Sprintf(`{"order_id":%d,"customer":"acme-%d","items":[{"sku":"A-1","qty":2}],"total":{"amount":"19.90","currency":"EUR"}}`, 5000+i, i%3)),
+			"event-type", "order.created", "trace-id", fmt.Sprintf("4bf92f3577b34da6a3ce929d0e0e%04d", i)))
+	}
+	seed(t, st, jobs, nil)
+	// Claimed in id order: the first dies, the second retries, the third
+	// succeeds with a result, the fourth keeps running.
+	leases := claim(t, st, "interactive", 4)
+	kill(t, st, leases[0])
+	if _, err := st.JobComplete(ctx, []pgstore.Outcome{
+		{ID: leases[1].ID, Token: leases[1].Token, State: "retrying", Error: "HTTP 503: upstream unavailable", Delay: 10 * time.Minute},
+		{ID: leases[2].ID, Token: leases[2].Token, State: "succeeded", Result: []byte(`{"invoice":"INV-2291","status":"sent"}`), ResultType: "application/json"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.deadJob, c.retryJob, c.jsonJob = leases[0].ID, leases[1].ID, leases[2].ID
+
+	var bulk []pgstore.NewJob
+	for i := range 57 {
+		bulk = append(bulk, consoleJob("events", "event.ingest", "bulk", "", int64(100+i), []byte(fmt.Sprintf("page view %d from 10.0.0.%d", i, i%250))))
+	}
+	binary := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00")
+	bulk = append(bulk, consoleJob("exports", "export.render", "reports", "", 200, binary))
+	poison := []pgstore.Poison{
+		{Reason: "decode", Route: "events", Queue: "bulk", Error: "invalid character 'x' looking for beginning of value",
+			Payload: []byte("x=1&y=\xff\xfe"), Topic: "events", Partition: 1, Offset: 300},
+		{Reason: "missing_field", Route: "orders", Queue: "interactive", Error: `field "customer_id" not found`,
+			Payload: []byte(`{"order_id":77}`), HeaderKeys: []string{"event-type"}, HeaderVals: [][]byte{[]byte("order.created")},
+			Topic: "orders", Partition: 2, Offset: 301},
+	}
+	seed(t, st, bulk, poison)
+	rows, err := st.JobList(ctx, pgstore.JobFilter{Route: "exports", Limit: 1})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("the binary job: %v %v", rows, err)
+	}
+	c.binaryJob = rows[0].ID
+	rows, err = st.JobList(ctx, pgstore.JobFilter{Route: "events", Limit: 100})
+	if err != nil || len(rows) != 57 {
+		t.Fatalf("the text jobs: %v %v", rows, err)
+	}
+	c.textJob = rows[1].ID
+	if err := st.JobCancel(ctx, rows[56].ID, "oncall"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A second job dies and is re-driven, so that the history shows one.
+	l := claim(t, st, "bulk", 1)[0]
+	kill(t, st, l)
+	entries, err := st.DLQList(ctx, pgstore.DLQFilter{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		switch {
+		case e.JobID != nil && *e.JobID == c.deadJob:
+			c.deadEntry = e.ID
+		case e.JobID != nil && *e.JobID == l.ID:
+			if _, err := dlq.New(st, nil, nil).Redrive(ctx, e.ID, "oncall"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if c.deadEntry == 0 {
+		t.Fatalf("no DLQ entry for job %d: %+v", c.deadJob, entries)
+	}
+	c.seedLanes(t)
+	if _, err := st.Pause(ctx, pgstore.PauseQueue, "reports", "oncall"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seedLanes makes lanes of the ordered route ledger: acct-1 blocked by
+// its dead head, acct-2 and acct-3 waiting.
+func (c *console) seedLanes(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "block", GapTimeout: time.Minute, GapPolicy: "park"}
+	var jobs []pgstore.NewJob
+	for i, n := range []int{4, 6, 3} {
+		for k := range n {
+			j := consoleJob("ledger", "ledger.post", "ledger", fmt.Sprintf("acct-%d", i+1), int64(400+10*i+k),
+				[]byte(fmt.Sprintf(`{"account":"acct-%d","entry":%d,"amount":%d}`, i+1, k, 100*(k+1))))
+			j.Lane = lane
+			jobs = append(jobs, j)
+		}
+	}
+	seed(t, c.store, jobs, nil)
+	head := claim(t, c.store, "ledger", 1)[0]
+	done, err := c.store.JobComplete(ctx, []pgstore.Outcome{{ID: head.ID, Token: head.Token, State: "dead",
+		Reason: "permanent", Error: "HTTP 409: account frozen", Lane: true}})
+	if err != nil || !done.Applied[head.Token] {
+		t.Fatalf("kill the lane's head: %v %v", done.Applied, err)
+	}
+	c.deadHead = head.ID
+	rows, err := c.store.JobList(ctx, pgstore.JobFilter{Route: "ledger", Key: "acct-2", Limit: 10})
+	if err != nil || len(rows) != 6 {
+		t.Fatalf("acct-2's jobs: %v %v", rows, err)
+	}
+	c.laneJob = rows[2].ID
+}
+
+// tab is a browser tab on the console, 1,280 px wide, that fails the
+// test on any exception or error the page logs (a CSP violation
+// included).
+type tab struct {
+	t   *testing.T
+	ctx context.Context
+	url string
+}
+
+func openConsole(t *testing.T, url string) *tab {
+	t.Helper()
+	ctx := testenv.Browser(t, chromedp.WindowSize(consoleWidth, consoleHeight))
+	listen, stop := context.WithCancel(ctx)
+	messages := chromedp.Console(listen)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
+				// An action the test expects to be refused logs its 4xx.
+				if !strings.Contains(m.Text, "the server responded with a status of 4") {
+					t.Errorf("the page logged %s: %s", m.Type, m)
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		wg.Wait()
+	})
+	p := &tab{t: t, ctx: ctx, url: url}
+	p.do(chromedp.EmulateViewport(consoleWidth, consoleHeight))
+	return p
+}
+
+func (p *tab) do(actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	c, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(c, actions...); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// goTo opens a page of the console by its hash route.
+func (p *tab) goTo(hash string) {
+	p.t.Helper()
+	p.do(chromedp.Navigate(p.url + "/#/" + hash))
+}
+
+// eval runs a JavaScript expression in the page.
+func eval[T any](p *tab, js string) T {
+	p.t.Helper()
+	c, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(c, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		p.t.Fatalf("evaluating %s: %v", js, err)
+	}
+	return v
+}
+
+// text is the text of the element sel selects, "" when there is none.
+func (p *tab) text(sel string) string {
+	p.t.Helper()
+	return eval[string](p, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, sel))
+}
+
+// waitText waits until the element sel selects shows want.
+func (p *tab) waitText(sel, want string) {
+	p.t.Helper()
+	var last string
+	if !testenv.Until(20*time.Second, func() bool {
+		last = p.text(sel)
+		return strings.Contains(last, want)
+	}) {
+		p.t.Fatalf("%s never showed %q; it shows %q (status line: %q)", sel, want, last, p.text("#status"))
+	}
+}
+
+// count is how many elements sel selects.
+func (p *tab) count(sel string) int {
+	p.t.Helper()
+	return eval[int](p, fmt.Sprintf(`document.querySelectorAll(%q).length`, sel))
+}
+
+// setValue sets a form field's value, as typing would.
+func (p *tab) setValue(sel, value string) {
+	p.t.Helper()
+	if !eval[bool](p, fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) return false; e.value = %q; return true })()`, sel, value)) {
+		p.t.Fatalf("no %s to set", sel)
+	}
+}
+
+func (p *tab) click(sel string) {
+	p.t.Helper()
+	p.do(chromedp.Click(sel, chromedp.NodeVisible))
+}
+
+// fits checks that the page needs no horizontal scrolling at 1,280 px.
+func (p *tab) fits(what string) {
+	p.t.Helper()
+	if w := eval[int](p, `document.documentElement.scrollWidth`); w > consoleWidth {
+		p.t.Errorf("%s is %d px wide at a %d px window: it scrolls sideways", what, w, consoleWidth)
+	}
+}
+
+// screenshot saves the page as dashboard-<name>.png in
+// $SWITCHYARD_SCREENSHOTS (`make screenshots` sets it to docs/), and
+// takes it anyway otherwise, so that the capture itself is tested.
+func (p *tab) screenshot(name string) {
+	p.t.Helper()
+	c, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(c, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if dir := os.Getenv("SWITCHYARD_SCREENSHOTS"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, "dashboard-"+name+".png"), png, 0o644); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
+
+// TestBrowserConsolePages loads each page and checks that it shows its
+// data, fits 1,280 px, and renders a screenshot.
+func TestBrowserConsolePages(t *testing.T) {
+	t.Parallel()
+	c := newConsole(t, Config{})
+	p := openConsole(t, c.url)
+
+	p.goTo("queues")
+	p.waitText(`tr[data-queue="interactive"]`, "interactive")
+	if got := p.text(`tr[data-queue="reports"]`); !strings.Contains(got, "paused") {
+		t.Errorf("the paused queue's row: %q", got)
+	}
+	if got := p.text(`tr[data-queue="bulk"] td:nth-child(4)`); got != "56" {
+		t.Errorf("bulk's row shows %q queued jobs, want its 56", got)
+	}
+	if got := p.text(`tr[data-queue="interactive"] td:nth-child(6)`); got != "1 / 16" {
+		t.Errorf("interactive's running / concurrency: %q", got)
+	}
+	// The fleet's counters, as the processes publish them, move between
+	// the page's polls: a rate and the trend it implies.
+	flow := func(ia, ba, ifin, bfin int64) {
+		t.Helper()
+		if err := c.store.QueueFlowPut(context.Background(), "proc-a",
+			map[string]int64{"interactive": ia, "bulk": ba}, map[string]int64{"interactive": ifin, "bulk": bfin}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flow(100, 500, 90, 200)
+	p.waitText(`tr[data-queue="bulk"] .trend`, "grows by")
+	flow(160, 520, 100, 900)
+	p.waitText(`tr[data-queue="interactive"] .trend`, "grows by")
+	p.waitText(`tr[data-queue="bulk"] .trend`, "drains in")
+	p.fits("the queues page")
+	p.screenshot("queues")
+	// A counter that goes down was reset: the window starts again, so the
+	// trend is "measuring…" and then, the counters standing still,
+	// "steady". Measured from the first poll's zeros it would grow.
+	flow(5, 5, 1, 1)
+	var trend string
+	if !testenv.Until(20*time.Second, func() bool {
+		trend = p.text(`tr[data-queue="bulk"] .trend`)
+		return trend == "measuring…" || trend == "steady"
+	}) {
+		t.Errorf("after a counter reset bulk's trend is %q, want the window restarted", trend)
+	}
+
+	p.goTo("jobs")
+	p.waitText("#data tbody", "order.sync")
+	if n := p.count("#data tbody tr"); n != 50 {
+		t.Errorf("the first page of jobs has %d rows, want 50", n)
+	}
+	p.fits("the jobs page")
+	p.screenshot("jobs")
+
+	p.goTo(fmt.Sprintf("jobs/%d", c.retryJob))
+	p.waitText("h1", fmt.Sprintf("job %d", c.retryJob))
+	p.waitText(`pre[data-what="payload"]`, `"order_id": 5001`)
+	p.waitText("#data", "HTTP 503: upstream unavailable")
+	p.fits("a job's page")
+	p.screenshot("job")
+
+	p.goTo("lanes")
+	p.waitText("#blocked tbody", "acct-1")
+	if got := p.text("#blocked tbody"); !strings.Contains(got, fmt.Sprintf("job %d", c.deadHead)) || !strings.Contains(got, "dead") {
+		t.Errorf("the blocked lane does not show its dead head job %d: %q", c.deadHead, got)
+	}
+	if got := p.text("#longest tbody tr:first-child"); !strings.Contains(got, "acct-2") || !strings.Contains(got, "5") {
+		t.Errorf("the longest lane is not acct-2 with 5 waiting: %q", got)
+	}
+	if n := eval[int](p, `document.querySelector('#blocked a[href="#/jobs/`+fmt.Sprint(c.deadHead)+`"]') ? 1 : 0`); n != 1 {
+		t.Errorf("the dead head is not a link to its job")
+	}
+	p.fits("the lanes page")
+	p.screenshot("lanes")
+
+	p.goTo("schedules")
+	p.waitText(`tr[data-schedule="hourly-export"]`, "Europe/Berlin")
+	if got := p.text(`tr[data-schedule="nightly-reconcile"]`); !strings.Contains(got, "0 2 * * *") || !strings.Contains(got, "in ") {
+		t.Errorf("the nightly schedule's row has no cron or next slot: %q", got)
+	}
+	p.fits("the schedules page")
+	p.screenshot("schedules")
+
+	p.goTo("dlq")
+	p.waitText("#data tbody", "missing_field")
+	if n := p.count("#data tbody tr"); n != 4 {
+		t.Errorf("the DLQ page lists %d entries, want the 4 parked", n)
+	}
+	p.fits("the DLQ page")
+	p.screenshot("dlq")
+
+	p.goTo(fmt.Sprintf("dlq/%d", c.deadEntry))
+	p.waitText("h1", fmt.Sprintf("entry %d", c.deadEntry))
+	p.waitText("section:last-child", "HTTP 422: bad order")
+	p.fits("a DLQ entry's page")
+	p.screenshot("dlq-entry")
+
+	p.goTo("kafka")
+	p.waitText(`section[data-route="orders"]`, "header event-type in [order.created, order.paid]")
+	if got := p.text(`section[data-route="events"]`); !strings.Contains(got, "1,461 records") || !strings.Contains(got, "backpressured") {
+		t.Errorf("the events route's card: %q", got)
+	}
+	if got := p.text(`section[data-route="order-audit"]`); !strings.Contains(got, "fetching") {
+		t.Errorf("the order-audit route's card: %q", got)
+	}
+	p.fits("the Kafka page")
+	p.screenshot("kafka")
+
+	p.goTo("audit")
+	p.waitText("#data tbody", "queue/reports")
+	if got := p.text("#data tbody tr:first-child"); !strings.Contains(got, "pause") {
+		t.Errorf("the newest audit entry is %q, want the pause", got)
+	}
+	if got := p.text("#data tbody tr:last-child"); !strings.Contains(got, "cancel") {
+		t.Errorf("the oldest audit entry is %q, want the cancel", got)
+	}
+	p.fits("the audit page")
+	p.screenshot("audit")
+}
+
+// TestBrowserConsoleFiltersAndPayloads: a filter narrows the jobs, the
+// API's next cursor pages them, and a job's page decodes its payload:
+// JSON pretty-printed, text as is, binary as hex.
+func TestBrowserConsoleFiltersAndPayloads(t *testing.T) {
+	t.Parallel()
+	c := newConsole(t, Config{})
+	p := openConsole(t, c.url)
+
+	p.goTo("jobs")
+	p.waitText("#data tbody", "order.sync")
+	p.setValue(`form[data-filters="jobs"] input[name="queue"]`, "bulk")
+	p.click(`form[data-filters="jobs"] button[type="submit"]`)
+	p.waitText("#data .pager", "next page")
+	if got := eval[string](p, `[...new Set([...document.querySelectorAll("#data tbody tr td:nth-child(3)")].map(td => td.textContent))].join(",")`); got != "bulk" {
+		t.Errorf("filtered by queue bulk, the list shows queues %q", got)
+	}
+	p.click("#data .pager a:last-child")
+	p.waitText("#data .pager", "first page")
+	if n := p.count("#data tbody tr"); n != 7 {
+		t.Errorf("the second page of bulk's 57 jobs has %d rows, want 7", n)
+	}
+	p.setValue(`form[data-filters="jobs"] input[name="key"]`, "customer-101")
+	p.setValue(`form[data-filters="jobs"] input[name="queue"]`, "")
+	p.click(`form[data-filters="jobs"] button[type="submit"]`)
+	p.waitText("#data tbody", "customer-101")
+	if got := eval[string](p, `[...new Set([...document.querySelectorAll("#data tbody tr td:nth-child(5)")].map(td => td.textContent))].join(",")`); got != "customer-101" {
+		t.Errorf("filtered by key, the list shows keys %q", got)
+	}
+
+	p.goTo(fmt.Sprintf("jobs/%d", c.jsonJob))
+	p.waitText(`pre[data-what="payload"]`, "{\n  \"order_id\": 5002,\n  \"customer\": \"acme-2\",")
+	if got := p.text(`pre[data-what="result"]`); !strings.Contains(got, "\"invoice\": \"INV-2291\"") {
+		t.Errorf("the result shows %q", got)
+	}
+	if got := p.text("#data"); !strings.Contains(got, "order.created") || !strings.Contains(got, "trace-id") {
+		t.Errorf("the job's headers are not shown: %q", got)
+	}
+
+	p.goTo(fmt.Sprintf("jobs/%d", c.binaryJob))
+	p.waitText(`pre[data-what="payload"]`, "89 50 4e 47 0d 0a 1a 0a  00 00 00 0d 49 48 44 52")
+	if kind := eval[string](p, `document.querySelector('pre[data-what="payload"]').dataset.kind`); kind != "hex" {
+		t.Errorf("the binary payload is shown as %s, want hex", kind)
+	}
+	if got := p.text(`pre[data-what="payload"]`); !strings.Contains(got, "|.PNG........IHDR|") {
+		t.Errorf("the hex dump has no ASCII column: %q", got)
+	}
+
+	p.goTo(fmt.Sprintf("jobs/%d", c.textJob))
+	p.waitText(`pre[data-what="payload"]`, "page view 1 from 10.0.0.1")
+	if kind := eval[string](p, `document.querySelector('pre[data-what="payload"]').dataset.kind`); kind != "text" {
+		t.Errorf("the text payload is shown as %s", kind)
+	}
+
+	p.goTo(fmt.Sprintf("jobs/%d", c.laneJob))
+	p.waitText("#data", "2 jobs ahead of it")
+
+	p.goTo("dlq?reason=missing_field")
+	p.waitText("#data tbody", "missing_field")
+	if n := p.count("#data tbody tr"); n != 1 {
+		t.Errorf("the DLQ filtered by reason lists %d entries, want 1", n)
+	}
+	p.goTo("dlq?state=redriven")
+	p.waitText("#data tbody", "redriven")
+	if n := p.count("#data tbody tr"); n != 1 {
+		t.Errorf("the re-driven DLQ entries: %d rows, want 1", n)
+	}
+}
+
+// TestBrowserConsoleActions: a re-drive, a re-drive of all matching (its
+// confirmation states the count), retry-now, a schedule's trigger and a
+// queue's pause, each from the page, and each changing what the API says.
+func TestBrowserConsoleActions(t *testing.T) {
+	t.Parallel()
+	c := newConsole(t, Config{})
+	p := openConsole(t, c.url)
+	ctx := context.Background()
+
+	p.goTo(fmt.Sprintf("dlq/%d", c.deadEntry))
+	p.click(`button[data-action="redrive"]`)
+	p.waitText("#redriven", "anonymous")
+	if got := p.text("#redriven"); !strings.Contains(got, fmt.Sprintf("job %d", c.deadJob)) {
+		t.Errorf("the re-driven entry does not link its job: %q", got)
+	}
+	if p.count(`button[data-action="redrive"]`) != 0 {
+		t.Errorf("a re-driven entry still offers a re-drive")
+	}
+	if s := jobState(t, c.store, c.deadJob); s != "queued" {
+		t.Errorf("the re-driven job is %s, want queued", s)
+	}
+
+	// Both parked entries of route orders... one of them has no job (a
+	// missing field) and fails without a route to decode it again; the
+	// ledger's dead head is in queue ledger.
+	p.goTo("dlq?queue=ledger")
+	p.waitText("#data tbody", "ledger")
+	p.click(`button[data-action="redrive-all"]`)
+	p.waitText("#bulk", "Re-drive all 1 parked entry matching queue = ledger?")
+	p.click(`button[data-action="redrive-all-confirm"]`)
+	p.waitText("#flash", "Re-drove 1 entry.")
+	if s := jobState(t, c.store, c.deadHead); s != "queued" {
+		t.Errorf("the lane's dead head is %s after re-drive all, want queued", s)
+	}
+
+	p.goTo(fmt.Sprintf("jobs/%d", c.retryJob))
+	p.click(`button[data-action="retry"]`)
+	p.waitText("#flash", "runnable now")
+	j, err := c.store.JobGet(ctx, c.retryJob)
+	if err != nil || j.ScheduledAt.After(time.Now()) {
+		t.Errorf("after retry-now the job is scheduled %s, after now (%v)", j.ScheduledAt, err)
+	}
+
+	p.goTo("schedules")
+	p.click(`tr[data-schedule="nightly-reconcile"] button[data-action="trigger"]`)
+	p.waitText("#flash", "Schedule nightly-reconcile triggered: job")
+	p.click(`tr[data-schedule="hourly-export"] button[data-action="pause"]`)
+	p.waitText(`tr[data-schedule="hourly-export"]`, "paused")
+	p.fits("the schedules page")
+
+	p.goTo("queues")
+	p.click(`tr[data-queue="interactive"] button[data-action="pause"]`)
+	p.waitText(`tr[data-queue="interactive"]`, "paused")
+	pauses, err := c.store.Pauses(ctx)
+	if _, ok := pauses[pgstore.PauseQueue]["interactive"]; err != nil || !ok {
+		t.Errorf("interactive is not paused in the store: %v %v", pauses, err)
+	}
+
+	p.goTo("audit")
+	p.waitText("#data tbody tr:first-child", "queue/interactive")
+	for _, want := range []string{"schedule/hourly-export", "schedule/nightly-reconcile", fmt.Sprintf("job/%d", c.retryJob),
+		fmt.Sprintf("dlq/%d", c.deadEntry), "anonymous"} {
+		if got := p.text("#data tbody"); !strings.Contains(got, want) {
+			t.Errorf("the audit page does not show %s: %q", want, got)
+		}
+	}
+}
+
+// TestBrowserConsoleReadTokenSeesNoActions: behind tokens the page asks
+// for one; with a read token it shows every page's data and no action
+// control at all, where an operate token sees them.
+func TestBrowserConsoleReadTokenSeesNoActions(t *testing.T) {
+	t.Parallel()
+	c := newConsole(t, Config{Tokens: []Token{
+		{Name: "grafana", Secret: "read-secret-4f1c", Operate: false},
+		{Name: "oncall", Secret: "operate-secret-9a2e", Operate: true},
+	}})
+	pages := []struct{ hash, ready string }{
+		{"queues", `tr[data-queue="bulk"]`},
+		{"jobs", "#data tbody"},
+		{fmt.Sprintf("jobs/%d", c.retryJob), `pre[data-what="payload"]`},
+		{"dlq", "#data tbody"},
+		{fmt.Sprintf("dlq/%d", c.deadEntry), `pre[data-what="payload"]`},
+		{"lanes", "#blocked tbody"},
+		{"schedules", `tr[data-schedule="hourly-export"]`},
+		{"kafka", `section[data-route="orders"]`},
+		{"audit", "#data tbody"},
+	}
+	for _, tc := range []struct {
+		token   string
+		actions bool
+	}{{"read-secret-4f1c", false}, {"operate-secret-9a2e", true}} {
+		p := openConsole(t, c.url)
+		p.goTo("queues")
+		p.do(chromedp.WaitVisible("#auth"))
+		p.do(chromedp.SendKeys("#token", tc.token))
+		p.click(`#auth button`)
+		p.waitText("#who", map[bool]string{false: "grafanaread", true: "oncalloperate"}[tc.actions])
+		for _, pg := range pages {
+			p.goTo(pg.hash)
+			p.waitText(pg.ready, "")
+			p.do(chromedp.WaitVisible(pg.ready))
+			n := p.count("button[data-action]")
+			if tc.actions && n == 0 && pg.hash != "audit" && pg.hash != "jobs" && pg.hash != "lanes" {
+				t.Errorf("an operate token sees no action on %s", pg.hash)
+			}
+			if !tc.actions && n != 0 {
+				t.Errorf("a read token sees %d action controls on %s", n, pg.hash)
+			}
+		}
+		if !tc.actions {
+			p.goTo("queues")
+			p.do(chromedp.WaitVisible(`tr[data-queue="bulk"]`))
+			p.screenshot("read-only")
+		}
+	}
+}

@@ -1,0 +1,791 @@
+"use strict";
+// The Switchyard operator console. Every value from the API is rendered
+// with textContent or DOM calls (el below), never parsed as HTML: a queue
+// name, a key or a payload cannot inject markup. The CSP allows no inline
+// script anyway.
+
+// The token lives in sessionStorage: it survives reloads of this tab and
+// is gone when the tab closes.
+const tokenKey = "switchyard_admin_token";
+const pollMs = 2000;
+// rateWindowS is how far back the queue rates look.
+const rateWindowS = 300;
+
+const $ = (id) => document.getElementById(id);
+const form = $("auth");
+const input = $("token");
+const statusLine = $("status");
+const flashLine = $("flash");
+const main = $("main");
+
+let who = null; // {name, role} from GET /v1/whoami
+let timer = 0;
+// gen counts route changes: an answer for an older route is dropped.
+let gen = 0;
+let view = null; // {page, id, params, data: the element re-rendered on each poll}
+
+// ---------------------------------------------------------------------
+// DOM helpers.
+
+// el builds an element. attrs: class, href, title, text, on<event>
+// handlers, and any other attribute; children: nodes, strings (as text),
+// arrays of them; null and undefined are skipped.
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  append(e, children);
+  return e;
+}
+
+function append(parent, children) {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    if (Array.isArray(c)) append(parent, c);
+    else parent.append(c instanceof Node ? c : String(c));
+  }
+}
+
+function table(headers, rows, emptyText) {
+  if (rows.length === 0) return el("p", { class: "empty", text: emptyText || "none" });
+  const thead = el("thead", {}, el("tr", {}, headers.map((h) => {
+    const [text, cls] = Array.isArray(h) ? h : [h];
+    return el("th", { class: cls, text });
+  })));
+  return el("table", {}, thead, el("tbody", {}, rows));
+}
+
+// td: a cell; v may be a node, a string or a number (right-aligned).
+function td(v, cls) {
+  if (typeof v === "number") cls = cls ? cls + " num" : "num";
+  return el("td", { class: cls }, v);
+}
+
+function badge(text, cls) {
+  return el("span", { class: "badge " + (cls || text) }, text);
+}
+
+function link(href, text) {
+  return el("a", { href }, text);
+}
+
+function jobLink(id) {
+  return id === null || id === undefined ? el("span", { class: "muted", text: "—" }) : link("#/jobs/" + id, "job " + id);
+}
+
+function section(title, ...children) {
+  return el("section", { class: "card" }, el("h2", { text: title }), children);
+}
+
+function fields(pairs) {
+  const dl = el("dl", { class: "fields" });
+  for (const [k, v] of pairs) {
+    if (v === null || v === undefined || v === "") continue;
+    dl.append(el("dt", { text: k }), el("dd", {}, v));
+  }
+  return dl;
+}
+
+// ---------------------------------------------------------------------
+// Formatting.
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "—";
+  if (seconds < 60) return seconds.toFixed(1) + " s";
+  if (seconds < 3600) return (seconds / 60).toFixed(1) + " min";
+  if (seconds < 172800) return (seconds / 3600).toFixed(1) + " h";
+  return (seconds / 86400).toFixed(1) + " d";
+}
+
+// when shows a time as "3.2 min ago" or "in 40.0 s", with the exact time
+// as its tooltip.
+function when(iso) {
+  if (!iso) return el("span", { class: "muted", text: "—" });
+  const t = new Date(iso);
+  const d = (Date.now() - t.getTime()) / 1000;
+  const text = d >= 0 ? age(d) + " ago" : "in " + age(-d);
+  return el("span", { title: t.toLocaleString() + " (" + iso + ")", text });
+}
+
+function count(n) {
+  return n === undefined || n === null ? "—" : n.toLocaleString("en-US");
+}
+
+// ---------------------------------------------------------------------
+// Payloads: base64 from the API, shown as pretty JSON, else UTF-8 text,
+// else a hex dump.
+
+function bytesOf(b64) {
+  const bin = atob(b64 || "");
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+const hexLimit = 64 << 10;
+
+function decodeBytes(bytes) {
+  if (bytes.length === 0) return { kind: "empty", text: "" };
+  let text;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    return { kind: "hex", text: hexDump(bytes) };
+  }
+  try {
+    return { kind: "JSON", text: JSON.stringify(JSON.parse(text), null, 2) };
+  } catch {
+    // not JSON: text, unless it holds control characters
+  }
+  // eslint-disable-next-line no-control-regex
+  if (/[\x00-\x08\x0B\x0C\x0E-\x1F\x7F]/.test(text)) return { kind: "hex", text: hexDump(bytes) };
+  return { kind: "text", text };
+}
+
+function hexDump(bytes) {
+  const lines = [];
+  const n = Math.min(bytes.length, hexLimit);
+  for (let off = 0; off < n; off += 16) {
+    const row = bytes.subarray(off, Math.min(off + 16, n));
+    let hex = "";
+    let ascii = "";
+    for (let i = 0; i < 16; i++) {
+      if (i === 8) hex += " ";
+      if (i < row.length) {
+        hex += row[i].toString(16).padStart(2, "0") + " ";
+        ascii += row[i] >= 0x20 && row[i] < 0x7f ? String.fromCharCode(row[i]) : ".";
+      } else {
+        hex += "   ";
+      }
+    }
+    lines.push(off.toString(16).padStart(8, "0") + "  " + hex + " |" + ascii + "|");
+  }
+  if (bytes.length > n) lines.push("… " + (bytes.length - n) + " more bytes");
+  return lines.join("\n");
+}
+
+// payloadBlock shows decoded bytes with a note of how they were decoded.
+function payloadBlock(b64, what) {
+  const bytes = bytesOf(b64);
+  const d = decodeBytes(bytes);
+  const note = el("p", { class: "kindnote", text: bytes.length + " bytes" + (d.kind === "empty" ? "" : ", shown as " + d.kind) });
+  if (d.kind === "empty") return [note];
+  return [note, el("pre", { class: d.kind === "hex" ? "hex payload" : "payload", "data-kind": d.kind, "data-what": what, text: d.text })];
+}
+
+// shortValue decodes a header value on one line.
+function shortValue(b64) {
+  const d = decodeBytes(bytesOf(b64));
+  if (d.kind === "JSON") return JSON.stringify(JSON.parse(new TextDecoder().decode(bytesOf(b64))));
+  if (d.kind === "hex") return Array.from(bytesOf(b64), (b) => b.toString(16).padStart(2, "0")).join(" ");
+  return d.text;
+}
+
+function headersTable(headers) {
+  return table(["key", "value"], (headers || []).map((h) => el("tr", {}, td(h.key), td(shortValue(h.value_base64), "wrap"))), "no headers");
+}
+
+function errorsTable(errors) {
+  const rows = (errors || []).map((e, i) =>
+    el("tr", {}, td(e.attempt !== undefined ? e.attempt : i + 1), td(when(e.at)), td(e.error || "", "wrap")));
+  return table([["attempt", "num"], "at", "error"], rows, "no errors recorded");
+}
+
+// ---------------------------------------------------------------------
+// The API.
+
+class APIError extends Error {
+  constructor(status, body) {
+    super((body && body.error) || "HTTP " + status);
+    this.status = status;
+    this.field = body && body.field;
+  }
+  // unavailable: the server has no such endpoint (an older server).
+  get unavailable() {
+    return this.status === 405 || this.status === 501 ||
+      (this.status === 404 && this.message.startsWith("no such endpoint"));
+  }
+}
+
+class AuthError extends Error {}
+
+async function api(method, path) {
+  const token = sessionStorage.getItem(tokenKey);
+  const headers = token ? { Authorization: "Bearer " + token } : {};
+  const res = await fetch(path, { method, headers, cache: "no-store" });
+  if (res.status === 401) throw new AuthError(token ? "The token was refused." : "This server needs an admin token.");
+  let body = null;
+  try {
+    body = await res.json();
+  } catch {
+    // not JSON: an error without a body we can read
+  }
+  if (!res.ok) throw new APIError(res.status, body);
+  return body;
+}
+
+// query builds "?a=1&b=2" from the non-empty values.
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== "") q.set(k, v);
+  const s = q.toString();
+  return s ? "?" + s : "";
+}
+
+function canOperate() {
+  return who !== null && who.role !== "read";
+}
+
+function flash(text, isError) {
+  flashLine.hidden = false;
+  flashLine.className = isError ? "error" : "";
+  flashLine.textContent = text;
+}
+
+// act takes an action (a POST) and polls at once, so the page shows its
+// effect. It returns the answer, or null when the action failed.
+async function act(path, done) {
+  try {
+    const body = await api("POST", path);
+    flash(done ? done(body) : "Done: POST " + path);
+    refresh();
+    return body;
+  } catch (err) {
+    if (err instanceof AuthError) showAuth(err.message);
+    else flash((err.unavailable ? "Not available on this server: " : "Failed: ") + err.message, true);
+    return null;
+  }
+}
+
+// button: an action button, or nothing at all for a read token.
+function actionButton(label, path, opts) {
+  if (!canOperate()) return null;
+  opts = opts || {};
+  return el("button", {
+    class: opts.cls || "secondary",
+    "data-action": opts.name || label.toLowerCase(),
+    onclick: (e) => {
+      e.preventDefault();
+      e.currentTarget.disabled = true;
+      act(path, opts.done);
+    },
+  }, label);
+}
+
+// ---------------------------------------------------------------------
+// Routing: #/page, #/page/id, #/page?filter=value.
+
+function parseHash() {
+  const h = location.hash.replace(/^#\/?/, "");
+  const [path, qs] = h.split("?", 2);
+  const [page, id] = path.split("/", 2);
+  return { page: pages[page] ? page : "queues", id: id ? decodeURIComponent(id) : "", params: new URLSearchParams(qs || "") };
+}
+
+function setHash(page, params) {
+  location.hash = "#/" + page + query(params);
+}
+
+function onRoute() {
+  gen++;
+  flashLine.hidden = true;
+  const r = parseHash();
+  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === r.page);
+  view = { page: r.page, id: r.id, params: r.params, data: el("div", { id: "data" }), built: false };
+  main.replaceChildren();
+  refresh();
+}
+
+// build lays out the page's fixed part (title, filters) above its data,
+// once the caller's role is known: a read token gets no action controls.
+function build(v) {
+  const p = pages[v.page];
+  main.replaceChildren();
+  append(main, [p.setup ? p.setup(v) : null, v.data]);
+  v.built = true;
+}
+
+// refresh polls the current page: one timer, re-armed after each answer,
+// so slow answers never pile up.
+async function refresh() {
+  clearTimeout(timer);
+  const mine = gen;
+  const v = view;
+  try {
+    if (who === null) {
+      who = await whoami();
+      v.built = false;
+    }
+    if (mine !== gen) return;
+    renderWho();
+    if (!v.built) build(v);
+    const node = await (v.id && pages[v.page].detail ? pages[v.page].detail(v) : pages[v.page].load(v));
+    if (mine !== gen) return;
+    form.hidden = true;
+    v.data.replaceChildren();
+    append(v.data, [node]);
+    statusLine.textContent = "Updated " + new Date().toLocaleTimeString();
+  } catch (err) {
+    if (mine !== gen) return;
+    if (err instanceof AuthError) {
+      showAuth(err.message);
+      v.data.replaceChildren();
+    } else if (err instanceof APIError && err.unavailable) {
+      v.data.replaceChildren(el("p", { class: "empty", text: "Not available on this server (" + err.message + ")." }));
+      statusLine.textContent = "Updated " + new Date().toLocaleTimeString();
+    } else {
+      statusLine.textContent = "Error: " + err.message;
+    }
+  } finally {
+    if (mine === gen && $("live").checked) timer = setTimeout(refresh, pollMs);
+  }
+}
+
+async function whoami() {
+  try {
+    return await api("GET", "v1/whoami");
+  } catch (err) {
+    if (err instanceof APIError && err.unavailable) return { name: "", role: "operate" };
+    throw err;
+  }
+}
+
+function renderWho() {
+  const w = $("who");
+  if (!who || !who.name) return w.replaceChildren();
+  w.replaceChildren(who.name, el("span", { class: "role", text: who.role }));
+}
+
+function showAuth(message) {
+  form.hidden = false;
+  who = null;
+  statusLine.textContent = message;
+}
+
+form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  sessionStorage.setItem(tokenKey, input.value);
+  input.value = "";
+  who = null;
+  refresh();
+});
+
+$("live").addEventListener("change", () => refresh());
+window.addEventListener("hashchange", onRoute);
+
+// filterForm builds a page's filters from the hash's parameters; applying
+// it changes the hash (so the view can be linked and reloaded) and drops
+// any page cursor.
+function filterForm(page, v, specs) {
+  const inputs = {};
+  const f = el("form", { class: "filters", "data-filters": page });
+  for (const s of specs) {
+    let i;
+    if (s.options) {
+      i = el("select", { name: s.name }, s.options.map((o) => el("option", { value: o, text: o || "any" })));
+    } else {
+      i = el("input", { type: "text", name: s.name, placeholder: "any", list: s.list });
+    }
+    i.value = v.params.get(s.name) || "";
+    inputs[s.name] = i;
+    f.append(el("label", {}, s.label || s.name, i));
+  }
+  f.append(el("button", { type: "submit" }, "Filter"));
+  f.append(el("button", {
+    type: "button", class: "secondary",
+    onclick: () => setHash(page, {}),
+  }, "Clear"));
+  f.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const p = {};
+    for (const [k, i] of Object.entries(inputs)) p[k] = i.value.trim();
+    setHash(page, p);
+  });
+  return f;
+}
+
+function filtersOf(v, names) {
+  const out = {};
+  for (const n of names) out[n] = v.params.get(n) || "";
+  return out;
+}
+
+// pager: "first page" and "next page" links for a keyset list.
+function pager(page, v, filters, next) {
+  const links = [];
+  if (v.params.get("after")) links.push(link("#/" + page + query(filters), "← first page"));
+  if (next) links.push(link("#/" + page + query({ ...filters, after: next }), "next page →"));
+  return links.length ? el("div", { class: "pager" }, links) : null;
+}
+
+// ---------------------------------------------------------------------
+// Queues.
+
+// rates keeps each queue's counter samples of the last rateWindowS, to
+// compute arrival and completion rates; a counter that goes down (a
+// reset) restarts the window.
+const rates = new Map();
+
+function sampleRates(q) {
+  if (typeof q.arrived_total !== "number" || typeof q.finished_total !== "number") return null;
+  const now = Date.now() / 1000;
+  let h = rates.get(q.queue) || [];
+  const last = h[h.length - 1];
+  if (last && (q.arrived_total < last.a || q.finished_total < last.f)) h = [];
+  h.push({ t: now, a: q.arrived_total, f: q.finished_total });
+  h = h.filter((s) => s.t >= now - rateWindowS);
+  rates.set(q.queue, h);
+  const first = h[0];
+  const span = now - first.t;
+  if (h.length < 2 || span < 1) return { measuring: true };
+  return { arrive: ((q.arrived_total - first.a) / span) * 60, finish: ((q.finished_total - first.f) / span) * 60, span };
+}
+
+function perMin(r) {
+  return r < 10 ? r.toFixed(1) : Math.round(r).toLocaleString("en-US");
+}
+
+// trend says what the rates imply for the queue's backlog.
+function trend(r, backlog) {
+  if (!r) return el("span", { class: "muted", text: "—" });
+  if (r.measuring) return el("span", { class: "muted", text: "measuring…" });
+  const net = r.arrive - r.finish;
+  if (Math.abs(net) < 0.05) return el("span", { class: "trend", text: backlog > 0 ? "steady" : "idle" });
+  if (net > 0) return el("span", { class: "trend grows", text: "grows by " + perMin(net) + "/min" });
+  if (backlog === 0) return el("span", { class: "trend", text: "empty" });
+  return el("span", { class: "trend drains", text: "drains in " + Math.max(1, Math.ceil(backlog / -net)) + " min" });
+}
+
+const queuesPage = {
+  async load() {
+    const body = await api("GET", "v1/queues");
+    const rows = body.items.map((q) => {
+      const j = q.jobs || {};
+      const r = sampleRates(q);
+      const backlog = ["waiting", "queued", "retrying", "running", "reserved"].reduce((a, s) => a + (j[s] || 0), 0);
+      const parked = Object.values(q.dlq || {}).reduce((a, b) => a + b, 0);
+      const conc = q.concurrency ? " / " + q.concurrency : "";
+      return el("tr", { "data-queue": q.queue },
+        td(link("#/jobs" + query({ queue: q.queue }), q.queue)),
+        td(q.paused ? badge("paused") : badge("active", "ok")),
+        td(j.waiting || 0), td(j.queued || 0), td(j.retrying || 0),
+        td((j.running || 0) + conc, "num"), td(j.reserved || 0),
+        td(link("#/jobs" + query({ queue: q.queue, state: "dead" }), count(q.dead)), q.dead > 0 ? "num bad" : "num"),
+        td(link("#/dlq" + query({ queue: q.queue }), count(parked)), parked > 0 ? "num bad" : "num"),
+        td(age(q.oldest_runnable_age_seconds), "num"),
+        td(q.oldest_waiting_age_seconds === undefined ? "—" : age(q.oldest_waiting_age_seconds), "num"),
+        td(r && !r.measuring ? perMin(r.arrive) : "—", "num"),
+        td(r && !r.measuring ? perMin(r.finish) : "—", "num"),
+        td(trend(r, backlog)),
+        canOperate() ? td(q.paused
+          ? actionButton("Resume", "v1/queues/" + encodeURIComponent(q.queue) + "/resume", { name: "resume" })
+          : actionButton("Pause", "v1/queues/" + encodeURIComponent(q.queue) + "/pause", { name: "pause", cls: "danger" })) : null);
+    });
+    const headers = ["queue", "state", ["waiting", "num"], ["queued", "num"], ["retrying", "num"],
+      ["running / max", "num"], ["reserved", "num"], ["dead", "num"], ["DLQ", "num"],
+      ["oldest runnable", "num"], ["oldest waiting", "num"], ["arrived /min", "num"], ["finished /min", "num"], "trend"];
+    if (canOperate()) headers.push("");
+    const spans = [...rates.values()].map((h) => h.length > 1 ? h[h.length - 1].t - h[0].t : 0);
+    const span = Math.max(0, ...spans);
+    return [el("h1", { text: "Queues" }), table(headers, rows, "no queues"),
+      el("p", { class: "kindnote", text: "Rates over the last " + age(span) + " of this page's polls (up to 5 min)." })];
+  },
+};
+
+// ---------------------------------------------------------------------
+// Jobs.
+
+const jobStates = ["", "waiting", "queued", "running", "retrying", "succeeded", "dead", "cancelled", "skipped", "expired", "coalesced"];
+const cancellable = ["waiting", "queued", "running", "retrying"];
+
+const jobsPage = {
+  setup(v) {
+    if (v.id) return null;
+    return [el("h1", { text: "Jobs" }), filterForm("jobs", v, [
+      { name: "state", options: jobStates }, { name: "queue" }, { name: "route" }, { name: "key" }])];
+  },
+  async load(v) {
+    const f = filtersOf(v, ["state", "queue", "route", "key"]);
+    const body = await api("GET", "v1/jobs" + query({ ...f, limit: 50, after: v.params.get("after") }));
+    const rows = body.items.map((j) => el("tr", { "data-job": j.id },
+      td(link("#/jobs/" + j.id, String(j.id))), td(j.kind), td(j.queue), td(j.route), td(j.key || ""),
+      td(badge(j.state)), td(j.attempts + " / " + j.max_attempts, "num"), td(when(j.created_at)),
+      td(j.state === "queued" || j.state === "retrying" ? when(j.scheduled_at) : when(j.finished_at || j.started_at)),
+      td(j.last_error || "", "err")));
+    return [table([["id", "num"], "kind", "queue", "route", "key", "state", ["attempts", "num"], "created",
+      "scheduled / last change", "last error"], rows, "no jobs match"), pager("jobs", v, f, body.next)];
+  },
+  async detail(v) {
+    const j = await api("GET", "v1/jobs/" + encodeURIComponent(v.id));
+    const buttons = [];
+    if (cancellable.includes(j.state)) buttons.push(actionButton("Cancel", "v1/jobs/" + j.id + "/cancel", { cls: "danger", name: "cancel", done: () => "Job " + j.id + " cancelled." }));
+    const delayed = j.state === "queued" && new Date(j.scheduled_at) > new Date();
+    if (j.state === "retrying" || delayed) buttons.push(actionButton("Retry now", "v1/jobs/" + j.id + "/retry", { name: "retry", done: () => "Job " + j.id + " is runnable now." }));
+    const out = [
+      el("h1", {}, link("#/jobs", "Jobs"), " › job " + j.id + " ", badge(j.state)),
+      el("div", { class: "actions" }, buttons),
+      section("Job", fields([
+        ["kind", j.kind], ["queue", link("#/jobs" + query({ queue: j.queue }), j.queue)], ["route", j.route], ["key", j.key],
+        ["version", j.version === null ? null : String(j.version)], ["attempts", j.attempts + " of " + j.max_attempts],
+        ["created", when(j.created_at)], ["scheduled", when(j.scheduled_at)], ["started", j.started_at ? when(j.started_at) : null],
+        ["finished", j.finished_at ? when(j.finished_at) : null],
+        ["source", j.source ? j.source.topic + " / partition " + j.source.partition + " @ offset " + j.source.offset : "enqueued through the API"],
+        ["last error", j.last_error ? el("span", { class: "bad", text: j.last_error }) : null]])),
+    ];
+    if (j.lane) {
+      const l = j.lane;
+      out.push(section("Lane", fields([
+        ["position", l.position === 0 ? "the head of its lane" : l.position + " job" + (l.position === 1 ? "" : "s") + " ahead of it"],
+        ["waiting", l.waiting + " behind the head"], ["head", jobLink(l.head_job_id)],
+        ["blocked", l.blocked ? badge("blocked") : "no"]])));
+    }
+    out.push(section("Payload", j.payload_base64 === undefined
+      ? el("p", { class: "empty", text: "This server does not show job payloads." }) : payloadBlock(j.payload_base64, "payload")));
+    if (j.headers !== undefined) out.push(section("Headers", headersTable(j.headers)));
+    out.push(section("Attempts", el("p", { class: "kindnote", text: j.attempts + " attempt" + (j.attempts === 1 ? "" : "s") + " of " + j.max_attempts }),
+      errorsTable(j.errors)));
+    if (j.result) {
+      out.push(section("Result", el("p", { class: "kindnote", text: (j.result.content_type || "no content type") }),
+        payloadBlock(j.result.base64, "result")));
+    }
+    return out;
+  },
+};
+
+// ---------------------------------------------------------------------
+// DLQ.
+
+const reasons = ["", "decode", "missing_field", "too_large", "permanent", "max_attempts", "gap"];
+
+function entryState(e) {
+  if (!e.redriven) return badge("parked");
+  return el("span", {}, badge("redriven"), " → ", jobLink(e.redriven.job_id), " ", e.redriven.job_state ? badge(e.redriven.job_state) : null);
+}
+
+const dlqPage = {
+  setup(v) {
+    if (v.id) return null;
+    const confirm = el("div", { id: "bulk" });
+    const f = filterForm("dlq", v, [{ name: "reason", options: reasons }, { name: "route" }, { name: "queue" },
+      { name: "state", options: ["", "parked", "redriven", "all"], label: "state" }]);
+    const state = v.params.get("state") || "parked";
+    if (canOperate() && state === "parked") {
+      f.append(el("button", { type: "button", class: "danger", "data-action": "redrive-all", onclick: () => bulkAsk(v, confirm) }, "Re-drive all matching…"));
+    }
+    return [el("h1", { text: "Dead-letter queue" }), f, confirm];
+  },
+  async load(v) {
+    const f = filtersOf(v, ["reason", "route", "queue", "state"]);
+    const body = await api("GET", "v1/dlq" + query({ ...f, limit: 50, after: v.params.get("after") }));
+    const rows = body.items.map((e) => el("tr", { "data-entry": e.id },
+      td(link("#/dlq/" + e.id, String(e.id))), td(badge(e.reason, "dead")), td(e.route), td(e.queue), td(jobLink(e.job_id)),
+      td(e.source ? e.source.topic + "/" + e.source.partition + "@" + e.source.offset : "—"), td(e.attempts),
+      td(e.last_error || "", "err"), td(when(e.created_at)), td(entryState(e)),
+      canOperate() ? td(e.redriven ? null : el("div", { class: "actions" },
+        actionButton("Re-drive", "v1/dlq/" + e.id + "/redrive", { name: "redrive", done: () => "Entry " + e.id + " re-driven." }))) : null));
+    const headers = [["id", "num"], "reason", "route", "queue", "job", "source", ["attempts", "num"], "last error", "parked", "state"];
+    if (canOperate()) headers.push("");
+    return [table(headers, rows, "no entries match"), pager("dlq", v, f, body.next)];
+  },
+  async detail(v) {
+    const e = await api("GET", "v1/dlq/" + encodeURIComponent(v.id));
+    const buttons = e.redriven ? [] : [
+      actionButton("Re-drive", "v1/dlq/" + e.id + "/redrive", { name: "redrive", done: () => "Entry " + e.id + " re-driven." }),
+      actionButton("Discard", "v1/dlq/" + e.id + "/discard", { cls: "danger", name: "discard", done: () => "Entry " + e.id + " discarded." })];
+    const out = [
+      el("h1", {}, link("#/dlq", "DLQ"), " › entry " + e.id + " ", e.redriven ? badge("redriven") : badge("parked")),
+      el("div", { class: "actions" }, buttons),
+      section("Entry", fields([
+        ["reason", badge(e.reason, "dead")], ["route", e.route], ["queue", e.queue], ["job", jobLink(e.job_id)],
+        ["source", e.source ? e.source.topic + " / partition " + e.source.partition + " @ offset " + e.source.offset : null],
+        ["attempts", String(e.attempts)], ["parked", when(e.created_at)],
+        ["last error", el("span", { class: "bad", text: e.last_error || "" })],
+        ["truncated", e.truncated ? "yes: only the first bytes of a " + e.record_bytes + "-byte record are kept (a re-drive reads the record again)" : null]])),
+    ];
+    if (e.redriven) {
+      const r = e.redriven;
+      out.push(section("Re-driven", el("div", { id: "redriven" }, fields([["by", r.by], ["at", when(r.at)], ["job", jobLink(r.job_id)],
+        ["job state", r.job_state ? badge(r.job_state) : "pruned"]]))));
+    }
+    out.push(section("Payload", payloadBlock(e.payload_base64, "payload")));
+    if (e.record_key_base64) out.push(section("Record key", payloadBlock(e.record_key_base64, "key")));
+    out.push(section("Headers", headersTable(e.headers)));
+    out.push(section("Error history", errorsTable(e.errors)));
+    return out;
+  },
+};
+
+// bulkAsk counts the parked entries matching the filters, and asks for a
+// confirmation that states the count; the re-drive sends it as expect, so
+// that the server refuses if the number changed meanwhile.
+async function bulkAsk(v, box) {
+  const f = filtersOf(v, ["queue", "reason", "route"]);
+  box.replaceChildren(el("div", { class: "confirm", text: "Counting…" }));
+  let n;
+  try {
+    n = (await api("GET", "v1/dlq/count" + query(f))).count;
+  } catch (err) {
+    const na = err instanceof APIError && (err.unavailable || err.field === "id");
+    box.replaceChildren(el("div", { class: "confirm", text: na ? "Re-drive all is not available on this server." : "Failed: " + err.message }));
+    return;
+  }
+  const desc = Object.entries(f).filter(([, x]) => x).map(([k, x]) => k + " = " + x).join(", ");
+  if (n === 0) {
+    box.replaceChildren(el("div", { class: "confirm", text: "No parked entries match" + (desc ? " (" + desc + ")" : "") + "." }));
+    return;
+  }
+  box.replaceChildren(el("div", { class: "confirm", "data-count": n },
+    el("span", { text: "Re-drive all " + n + " parked entr" + (n === 1 ? "y" : "ies") + (desc ? " matching " + desc : "") + "?" }),
+    el("button", {
+      class: "danger", "data-action": "redrive-all-confirm",
+      onclick: async (e) => {
+        e.currentTarget.disabled = true;
+        try {
+          const r = await api("POST", "v1/dlq/redrive" + query({ ...f, expect: n }));
+          box.replaceChildren();
+          const failed = r.failed || [];
+          flash("Re-drove " + r.redriven + " entr" + (r.redriven === 1 ? "y" : "ies") +
+            (failed.length ? "; " + failed.length + " failed: " + failed.map((x) => x.id + " (" + x.error + ")").join(", ") : "."), failed.length > 0);
+          refresh();
+        } catch (err) {
+          if (err instanceof APIError && err.status === 409) {
+            box.replaceChildren(el("div", { class: "confirm", text: "The number matching changed: " + err.message + " Ask again." }));
+          } else {
+            box.replaceChildren(el("div", { class: "confirm", text: "Failed: " + err.message }));
+          }
+        }
+      },
+    }, "Re-drive " + n),
+    el("button", { class: "secondary", onclick: () => box.replaceChildren() }, "Cancel")));
+}
+
+// ---------------------------------------------------------------------
+// Lanes.
+
+const lanesPage = {
+  setup(v) {
+    return [el("h1", { text: "Lanes" }), filterForm("lanes", v, [{ name: "route" }])];
+  },
+  async load(v) {
+    const route = v.params.get("route") || "";
+    // Blocked lanes come first in the answer, then the longest.
+    const [blocked, all] = await Promise.all([
+      api("GET", "v1/lanes" + query({ route, blocked: "true", limit: 100 })),
+      api("GET", "v1/lanes" + query({ route, limit: 150 })),
+    ]);
+    const longest = { items: all.items.filter((l) => !l.blocked).slice(0, 50) };
+    const row = (l) => el("tr", { "data-lane": l.route + "/" + l.key },
+      td(l.route), td(link("#/jobs" + query({ route: l.route, key: l.key }), l.key)), td(jobLink(l.head_job_id)),
+      td(l.head_state ? badge(l.head_state) : "—"), td(l.waiting), td(age(l.oldest_waiting_age_seconds), "num"));
+    const headers = ["route", "key", "head", "head state", ["waiting", "num"], ["oldest waiting", "num"]];
+    return [
+      el("h2", { text: "Blocked lanes: a dead head holds each until it is re-driven or discarded" }),
+      el("div", { id: "blocked" }, table(headers, blocked.items.map(row), "no blocked lanes")),
+      el("h2", { text: "Longest lanes" }),
+      el("div", { id: "longest" }, table(headers, longest.items.map(row), "no lanes with waiting jobs")),
+    ];
+  },
+};
+
+// ---------------------------------------------------------------------
+// Schedules.
+
+const schedulesPage = {
+  async load() {
+    const body = await api("GET", "v1/schedules");
+    const rows = body.items.map((s) => {
+      const base = "v1/schedules/" + encodeURIComponent(s.name);
+      return el("tr", { "data-schedule": s.name },
+        td(s.name), td(el("code", { text: s.cron })), td(s.timezone || "UTC"), td(s.kind), td(link("#/jobs" + query({ queue: s.queue }), s.queue)),
+        td(s.paused ? badge("paused") : badge("active", "ok")), td(when(s.next_slot)), td(when(s.last_slot)),
+        td(s.last_job_id ? el("span", {}, jobLink(s.last_job_id), " ", s.last_job_state ? badge(s.last_job_state) : null) : "—"),
+        canOperate() ? td(el("div", { class: "actions" },
+          s.paused ? actionButton("Resume", base + "/resume", { name: "resume" }) : actionButton("Pause", base + "/pause", { name: "pause", cls: "danger" }),
+          actionButton("Trigger now", base + "/trigger", { name: "trigger", done: (r) => "Schedule " + s.name + " triggered: job " + (r.job ? r.job.id : "?") + "." }))) : null);
+    });
+    const headers = ["name", "cron", "time zone", "kind", "queue", "state", "next slot", "last slot", "last job"];
+    if (canOperate()) headers.push("");
+    return [el("h1", { text: "Schedules" }), table(headers, rows, "no schedules configured")];
+  },
+};
+
+// ---------------------------------------------------------------------
+// Kafka.
+
+function filterText(f) {
+  if (!f) return "every record";
+  return (f.header ? "header " + f.header : "field " + f.field) + " in [" + f.in.join(", ") + "]";
+}
+
+function limitsText(l) {
+  if (!l) return null;
+  const parts = [];
+  if (l.max_running) parts.push("max_running " + l.max_running);
+  if (l.group) parts.push("group " + (l.group.header ? "header " + l.group.header : "field " + l.group.field) + " max_running " + l.group.max_running);
+  if (l.rate_limit) parts.push("rate " + l.rate_limit.limit + " per " + l.rate_limit.per + " (burst " + l.rate_limit.burst + ")");
+  return parts.join(" · ");
+}
+
+const kafkaPage = {
+  async load() {
+    const body = await api("GET", "v1/routes");
+    if (body.items.length === 0) return [el("h1", { text: "Kafka" }), el("p", { class: "empty", text: "no routes configured" })];
+    const cards = body.items.map((r) => {
+      const base = "v1/routes/" + encodeURIComponent(r.name);
+      const status = [];
+      if (r.paused) status.push(badge("paused"));
+      if (r.backpressured) status.push(badge("backpressured"));
+      if (r.held_by && r.held_by.length) status.push(badge("held by " + r.held_by.join(", "), "held"));
+      if (!status.length) status.push(badge("fetching", "ok"));
+      const lag = r.lag ? count(r.lag.records) + " records" + (typeof r.lag.seconds === "number" ? " · " + age(r.lag.seconds) : "") : null;
+      const parts = r.lag ? table([["partition", "num"], ["stored offset", "num"], ["end offset", "num"], ["lag", "num"]],
+        r.lag.partitions.map((p) => el("tr", {}, td(p.partition), td(p.stored === null ? "not yet" : count(p.stored), "num"), td(count(p.end), "num"),
+          td(count(p.lag), p.lag > 0 ? "num bad" : "num"))), "no partitions") : null;
+      return el("section", { class: "card", "data-route": r.name },
+        el("h2", {}, r.name + " ", status),
+        el("div", { class: "actions" }, canOperate() ? (r.paused ? actionButton("Resume", base + "/resume", { name: "resume" })
+          : actionButton("Pause", base + "/pause", { name: "pause", cls: "danger" })) : null),
+        fields([["topic", el("code", { text: r.topic })], ["queue", link("#/queues", r.queue)], ["filter", filterText(r.filter)],
+          ["limits", limitsText(r.limits)], ["lag", lag], ["lag error", r.lag_error ? el("span", { class: "bad", text: r.lag_error }) : null]]),
+        parts ? el("h2", { text: "Partitions" }) : null, parts);
+    });
+    return [el("h1", { text: "Kafka" }), cards];
+  },
+};
+
+// ---------------------------------------------------------------------
+// Audit.
+
+function targetLink(target) {
+  const m = /^(job|dlq)\/(\d+)$/.exec(target || "");
+  if (!m) return target;
+  return link("#/" + (m[1] === "job" ? "jobs" : "dlq") + "/" + m[2], target);
+}
+
+const auditActions = ["", "cancel", "redrive", "discard", "pause", "resume", "trigger", "enqueue", "retry"];
+
+const auditPage = {
+  setup(v) {
+    return [el("h1", { text: "Audit log" }), filterForm("audit", v, [{ name: "actor" }, { name: "action", options: auditActions }, { name: "target" }])];
+  },
+  async load(v) {
+    const f = filtersOf(v, ["actor", "action", "target"]);
+    const body = await api("GET", "v1/audit" + query({ ...f, limit: 50, after: v.params.get("after") }));
+    const rows = body.items.map((a) => el("tr", {}, td(a.id), td(when(a.at)), td(a.actor), td(badge(a.action)),
+      td(targetLink(a.target)), td(el("code", { text: JSON.stringify(a.detail) }), "wrap")));
+    return [table([["id", "num"], "at", "actor", "action", "target", "detail"], rows, "no actions recorded"),
+      pager("audit", v, f, body.next)];
+  },
+};
+
+const pages = {
+  queues: queuesPage, jobs: jobsPage, dlq: dlqPage, lanes: lanesPage,
+  schedules: schedulesPage, kafka: kafkaPage, audit: auditPage,
+};
+
+onRoute();
