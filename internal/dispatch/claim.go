@@ -80,6 +80,16 @@ const unlimitedDryFor = time.Second
 // rate limit's next start comes sooner, after one interval, at most this.
 const limitedRetry = 50 * time.Millisecond
 
+// heldGather is how long a pool held back by a flow limit lets its
+// handlers return before it claims again, unless all of them have.
+// Under a max_running, the room a claim finds is what this process's own
+// returned handlers gave back (the others' it cannot see): claiming at
+// the first handler's return took about half of the cap per claim
+// (37 of 64, bench capped), as the rest were still returning; the room
+// is also the most a claim can take, so half-full claims halved the
+// throughput. With slow handlers the wait is nothing beside their run.
+const heldGather = time.Millisecond
+
 // claimLookBack is how far behind its position a pool's claims start.
 // A job's scheduled_at is its transaction's start (now()), so a
 // transaction that began before the last claimed job's and committed
@@ -129,6 +139,7 @@ func (p *pool) claimLoop() {
 	// flight would only wait for the route's lock, then find less room
 	// than its count of ended attempts, stale by then, promised.
 	held := false
+	var heldFreed time.Time // when a worker first freed since a held claim
 	for {
 		select {
 		case <-p.env.stopClaim:
@@ -145,8 +156,16 @@ func (p *pool) claimLoop() {
 		// limit, claim for any free worker too: the limit's room, not the
 		// pool's, is what there is to fill (a cap of 60 on 64 workers
 		// would otherwise wait for 16 of them to be free).
-		if news && free > 0 && (inFlight == 0 || (backlog && !held && inFlight < claimsInFlight)) &&
+		gathering := false
+		if held && news && free > 0 && inFlight == 0 && !p.idle() {
+			if heldFreed.IsZero() {
+				heldFreed = time.Now()
+			}
+			gathering = time.Since(heldFreed) < heldGather
+		}
+		if news && free > 0 && !gathering && (inFlight == 0 || (backlog && !held && inFlight < claimsInFlight)) &&
 			(!backlog || held || free >= max(1, p.q.Concurrency/4)) && !p.env.paused(p.q.Name) {
+			heldFreed = time.Time{}
 			after := pgstore.ClaimPosition{ScheduledAt: cursor.ScheduledAt.Add(-claimLookBack)}
 			if !backlog || time.Since(fromStart) >= fromStartEvery {
 				after, fromStart = pgstore.ClaimPosition{}, time.Now()
@@ -169,6 +188,9 @@ func (p *pool) claimLoop() {
 			wait := p.q.PollInterval
 			if retry > 0 {
 				wait = min(wait, retry)
+			}
+			if gathering {
+				wait = min(wait, heldGather-time.Since(heldFreed))
 			}
 			resetTimer(poll, wait)
 		}
@@ -227,6 +249,13 @@ func (p *pool) claimLoop() {
 			news = true
 		}
 	}
+}
+
+// idle reports whether no handler of the pool is running.
+func (p *pool) idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.busy == 0
 }
 
 // sleep waits d unless claiming stops first.
