@@ -4,6 +4,7 @@ package dispatch
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
@@ -80,16 +81,6 @@ const unlimitedDryFor = time.Second
 // rate limit's next start comes sooner, after one interval, at most this.
 const limitedRetry = 50 * time.Millisecond
 
-// heldGather is how long a pool held back by a flow limit lets its
-// handlers return before it claims again, unless all of them have.
-// Under a max_running, the room a claim finds is what this process's own
-// returned handlers gave back (the others' it cannot see): claiming at
-// the first handler's return took about half of the cap per claim
-// (37 of 64, bench capped), as the rest were still returning; the room
-// is also the most a claim can take, so half-full claims halved the
-// throughput. With slow handlers the wait is nothing beside their run.
-const heldGather = time.Millisecond
-
 // claimLookBack is how far behind its position a pool's claims start.
 // A job's scheduled_at is its transaction's start (now()), so a
 // transaction that began before the last claimed job's and committed
@@ -139,7 +130,6 @@ func (p *pool) claimLoop() {
 	// flight would only wait for the route's lock, then find less room
 	// than its count of ended attempts, stale by then, promised.
 	held := false
-	var heldFreed time.Time // when a worker first freed since a held claim
 	for {
 		select {
 		case <-p.env.stopClaim:
@@ -156,16 +146,8 @@ func (p *pool) claimLoop() {
 		// limit, claim for any free worker too: the limit's room, not the
 		// pool's, is what there is to fill (a cap of 60 on 64 workers
 		// would otherwise wait for 16 of them to be free).
-		gathering := false
-		if held && news && free > 0 && inFlight == 0 && !p.idle() {
-			if heldFreed.IsZero() {
-				heldFreed = time.Now()
-			}
-			gathering = time.Since(heldFreed) < heldGather
-		}
-		if news && free > 0 && !gathering && (inFlight == 0 || (backlog && !held && inFlight < claimsInFlight)) &&
+		if news && free > 0 && (inFlight == 0 || (backlog && !held && inFlight < claimsInFlight)) &&
 			(!backlog || held || free >= max(1, p.q.Concurrency/4)) && !p.env.paused(p.q.Name) {
-			heldFreed = time.Time{}
 			after := pgstore.ClaimPosition{ScheduledAt: cursor.ScheduledAt.Add(-claimLookBack)}
 			if !backlog || time.Since(fromStart) >= fromStartEvery {
 				after, fromStart = pgstore.ClaimPosition{}, time.Now()
@@ -188,9 +170,6 @@ func (p *pool) claimLoop() {
 			wait := p.q.PollInterval
 			if retry > 0 {
 				wait = min(wait, retry)
-			}
-			if gathering {
-				wait = min(wait, heldGather-time.Since(heldFreed))
 			}
 			resetTimer(poll, wait)
 		}
@@ -251,13 +230,6 @@ func (p *pool) claimLoop() {
 	}
 }
 
-// idle reports whether no handler of the pool is running.
-func (p *pool) idle() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.busy == 0
-}
-
 // sleep waits d unless claiming stops first.
 func (p *pool) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -279,17 +251,69 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	t.Reset(d)
 }
 
-// endedLimited are the tokens of the pool's attempts of limited routes
+// endedLimited are the tokens of the pool's attempts of grouped routes
 // whose handlers have returned, their outcomes on the way to the
 // completer (pgstore.JobClaimParams.Ended). p.mu is held.
 func (p *pool) endedLimited() []int64 {
 	var out []int64
 	for token, r := range p.leases {
-		if r.returned && p.env.limited(r.job.Queue, r.job.Route) {
+		if r.returned && p.env.limits[r.job.Queue][r.job.Route].GroupMaxRunning > 0 {
 			out = append(out, token)
 		}
 	}
 	return out
+}
+
+// slotBudget is how many jobs of each of limits' routes with a
+// max_running a claim may take (pgstore.JobClaimParams.Slots): the free
+// slots of the process's share and, within the share, the pool's
+// prefetch, less the jobs of the route that already wait in ready. A
+// process holds no more of a capped route's jobs than its share can soon
+// start, so that the others' shares find the rest. p.mu is held.
+func (p *pool) slotBudget(limits map[string]pgstore.FlowLimit) map[string]int {
+	out := map[string]int{}
+	for route, l := range limits {
+		if l.MaxRunning == 0 {
+			continue
+		}
+		free, share, _ := p.env.slots.free(route)
+		waiting := 0
+		for _, r := range p.ready {
+			if r.job.Route == route {
+				waiting++
+			}
+		}
+		out[route] = max(0, free+min(p.q.Prefetch, share)-waiting)
+	}
+	return out
+}
+
+// slotsClaimed tells the slots which capped routes' claims came back
+// full (more may wait: the route got its budget, or the claim as a whole
+// got all it asked for, which may have been less) or short (dry here for
+// now). A route that had no room in the claim is activated if it was not
+// (a claim is made when work may be waiting: the lease then asks for
+// slots to find it with), and named to throttled if it was: its share,
+// all in use, held the claim back.
+func (p *pool) slotsClaimed(budget map[string]int, jobs []*pgstore.Claimed, filled bool, throttled func(route, limit string)) {
+	if len(budget) == 0 {
+		return
+	}
+	got := map[string]int{}
+	for _, j := range jobs {
+		got[j.Route]++
+	}
+	for route, n := range budget {
+		if n > 0 {
+			p.env.slots.claimed(route, filled || got[route] >= n)
+			continue
+		}
+		if _, _, active := p.env.slots.free(route); active {
+			throttled(route, pgstore.LimitMaxRunning)
+		} else {
+			p.env.slots.activate(route)
+		}
+	}
 }
 
 // claim claims up to n jobs for reserved slots and extra more to wait in
@@ -307,6 +331,10 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 	p.mu.Lock()
 	limitedOnly := len(limits) > 0 && time.Now().Before(p.unlimitedDryUntil)
 	ended := p.endedLimited()
+	budget := p.slotBudget(limits)
+	for _, from := range p.q.StealFrom {
+		maps.Copy(budget, p.slotBudget(p.env.limits[from]))
+	}
 	p.mu.Unlock()
 	// A limit that held the claim back says when to claim again.
 	throttled := func(route, limit string) {
@@ -324,7 +352,7 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 	}
 	jobs, last, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
 		Queue: p.q.Name, Limit: n, Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime, After: after,
-		Limits: limits, LimitedOnly: limitedOnly, Throttled: throttled, Ended: ended})
+		Limits: limits, Slots: budget, LimitedOnly: limitedOnly, Throttled: throttled, Ended: ended})
 	if err != nil {
 		return r, err
 	}
@@ -346,22 +374,24 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 		// workers hold them.
 		stolen, _, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
 			Queue: from, Limit: n - len(jobs), Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime,
-			Limits: p.env.limits[from], Throttled: throttled, Ended: ended})
+			Limits: p.env.limits[from], Slots: budget, Throttled: throttled, Ended: ended})
 		if err != nil {
 			p.log.Warn("claim from a queue to steal from failed", zap.String("from", from), zap.Error(err))
 			break
 		}
 		jobs = append(jobs, stolen...)
 	}
+	p.slotsClaimed(budget, jobs, len(jobs) == n, throttled)
 	now := time.Now()
 	p.mu.Lock()
 	for i, j := range jobs {
-		// Reserved slots: a claim's first jobs always start; the rest wait
-		// in ready, heartbeated like them, and are released by Stop if no
-		// worker takes them. Stop waits for the claims in flight before it
-		// closes the pool.
+		// Reserved slots: a claim's first jobs start, each with a slot of
+		// its route's max_running if it has one; the rest wait in ready,
+		// heartbeated like them, and are released by Stop if no worker
+		// takes them. Stop waits for the claims in flight before it closes
+		// the pool.
 		r := p.hold(workerJob(j), now)
-		if i < slots {
+		if i < slots && p.startable(r) {
 			p.start(r)
 			continue
 		}

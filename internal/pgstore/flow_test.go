@@ -76,24 +76,83 @@ func TestGroupedClaimTakesEachGroupsRoom(t *testing.T) {
 	}
 }
 
-// A route's max_running holds over its groups together.
-func TestLimitedClaimHoldsTheRoutesMaxRunning(t *testing.T) {
+// A route's max_running bounds its claim by the slots the claimer
+// names (JobClaimParams.Slots), over its groups together, and a route it
+// does not name is not claimed.
+func TestLimitedClaimTakesNoMoreThanItsSlots(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
 	groupedJobs(ctx, t, s, 10, "a", "b", "c")
 	p := pgstore.JobClaimParams{Queue: "q", Limit: 50, Lease: time.Minute, MaxRuntime: time.Hour,
 		Limits: map[string]pgstore.FlowLimit{"r": {MaxRunning: 5, GroupMaxRunning: 4}}}
-	total := 0
-	for range 3 {
-		jobs, _, err := s.JobClaim(ctx, p)
+	if jobs, _, err := s.JobClaim(ctx, p); err != nil || len(jobs) != 0 {
+		t.Fatalf("a claim without slots took %d jobs (%v), want none", len(jobs), err)
+	}
+	p.Slots = map[string]int{"r": 5}
+	jobs, _, err := s.JobClaim(ctx, p)
+	if err != nil || len(jobs) != 5 {
+		t.Fatalf("a claim with 5 slots took %d jobs (%v), want 5", len(jobs), err)
+	}
+}
+
+// Slot shares never add up past max_running, whoever asks; a second
+// holder that asks gets what the first leaves, and an even split once
+// the first's handlers end; the share of a holder that stopped renewing
+// comes back when it expires; a share never drops under what is in use.
+func TestFlowSlotsLeaseSplitsMaxRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	lease := func(holder string, want, inUse int, ttl time.Duration) int {
+		t.Helper()
+		got, err := s.FlowSlotsLease(ctx, holder, []pgstore.SlotAsk{{Route: "r", Cap: 4, Want: want, InUse: inUse}}, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		total += len(jobs)
+		return got["r"]
 	}
-	if total != 5 {
-		t.Fatalf("three claims took %d jobs, want the route's max_running 5", total)
+	total := func() int {
+		t.Helper()
+		var n int
+		if err := s.Pool().QueryRow(ctx, `SELECT coalesce(sum(slots), 0) FROM flow_slots
+			WHERE route = 'r' AND expires_at > now()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if got := lease("a", 4, 0, time.Minute); got != 4 {
+		t.Fatalf("the only holder got %d slots of 4", got)
+	}
+	if got := lease("b", 4, 0, time.Minute); got != 0 {
+		t.Fatalf("a second holder got %d slots while the first held all 4", got)
+	}
+	// a runs 4 and wants all: it keeps them, in use, but its share is cut
+	// to half, so it starts no more until two have ended.
+	if got := lease("a", 4, 4, time.Minute); got != 2 || total() != 4 {
+		t.Fatalf("the first holder's share is %d (rows %d) with another asking, want 2 (4, in use)", got, total())
+	}
+	if got := lease("a", 4, 2, time.Minute); got != 2 {
+		t.Fatalf("the first holder's share is %d once two of its slots ended, want 2", got)
+	}
+	if got := lease("b", 4, 0, time.Minute); got != 2 || total() != 4 {
+		t.Fatalf("the second holder got %d slots (rows %d), want the 2 left", got, total())
+	}
+	// a wants none any more: b may have them all.
+	lease("a", 0, 0, time.Minute)
+	if got := lease("b", 4, 2, time.Minute); got != 4 || total() != 4 {
+		t.Fatalf("the second holder got %d slots (rows %d) once the first wanted none, want 4", got, total())
+	}
+	// b dies: its share stays counted until it expires, never longer.
+	lease("b", 4, 4, 200*time.Millisecond)
+	if got := lease("c", 4, 0, time.Minute); got != 0 {
+		t.Fatalf("a third holder got %d slots while the second's lease held", got)
+	}
+	testenv.Eventually(t, 10*time.Second, "the second holder's share to expire", func() bool {
+		return lease("c", 4, 0, time.Minute) == 4
+	})
+	if err := s.FlowSlotsRelease(ctx, "c"); err != nil || total() != 0 {
+		t.Fatalf("after release %d slots are held (%v)", total(), err)
 	}
 }
 

@@ -27,9 +27,15 @@ type JobClaimParams struct {
 	// order; the zero value starts at the beginning. See ClaimPosition.
 	After ClaimPosition
 	// Limits maps the queue's flow-limited routes to their limits: their
-	// jobs are claimed apart, under the route's lock, never past a limit
-	// (see claimLimited).
+	// jobs are claimed apart, under the route's lock where the claim
+	// counts, never past a group's max_running or a rate (see
+	// claimLimited).
 	Limits map[string]FlowLimit
+	// Slots bounds the claim of each route with a max_running: at most so
+	// many of its jobs (the claiming process's free slots of it, and what
+	// it may hold ready under them; see FlowSlotsLease). A route of Limits
+	// with a max_running that Slots does not name is not claimed.
+	Slots map[string]int
 	// LimitedOnly skips the claim of the queue's other jobs. That claim
 	// walks the queue's runnable entries past every limited job, all of
 	// them when it finds none of its own: a pool whose last one found
@@ -41,7 +47,7 @@ type JobClaimParams struct {
 	// Ended are the tokens of the claiming process's attempts of limited
 	// routes whose handlers have returned and whose outcomes are not
 	// written yet: their rows are still running, but they no longer count
-	// against a max_running (see internal/flow/doc.go).
+	// against a group's max_running (see internal/flow/doc.go).
 	Ended []int64
 }
 
@@ -90,7 +96,18 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*Claimed, Cla
 		if len(jobs) >= p.Limit {
 			break
 		}
-		more, pos, err := s.claimLimited(ctx, p, route, p.Limit-len(jobs))
+		n := p.Limit - len(jobs)
+		if p.Limits[route].MaxRunning > 0 {
+			n = min(n, p.Slots[route])
+		}
+		if n <= 0 {
+			continue
+		}
+		claim := s.claimLimited
+		if l := p.Limits[route]; l.GroupMaxRunning == 0 && l.RateInterval == 0 {
+			claim = s.claimCapped
+		}
+		more, pos, err := claim(ctx, p, route, n)
 		jobs = append(jobs, more...) // committed, even beside an error
 		if last.Before(pos) {
 			last = pos
@@ -140,11 +157,49 @@ func (s *Store) claimUnlimited(ctx context.Context, p JobClaimParams, limited []
 	return jobs, last, err
 }
 
+// claimCapped claims up to limit jobs of a route whose one limit is a
+// max_running, which its claim does not count (the slots hold it where
+// jobs start): the queue's claim, over the route's one group, from the
+// pool's position, with no lock.
+func (s *Store) claimCapped(ctx context.Context, p JobClaimParams, route string, limit int) ([]*Claimed, ClaimPosition, error) {
+	rows, err := s.pool.Query(ctx, claimCappedSQL, p.Queue, limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(),
+		route, GroupAll, p.After.ScheduledAt, p.After.ID)
+	if err != nil {
+		return nil, p.After, err
+	}
+	last := p.After
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Claimed, error) {
+		var at time.Time
+		j, err := scanClaimed(r, &at)
+		if pos := (ClaimPosition{ScheduledAt: at, ID: j.ID}); last.Before(pos) {
+			last = pos
+		}
+		return j, err
+	})
+	return jobs, last, err
+}
+
+var claimCappedSQL = `
+	WITH c AS (
+		SELECT id FROM jobs
+		WHERE route = $5 AND grp = $6 AND state IN ('queued', 'retrying') AND scheduled_at <= now() AND queue = $1
+		  AND (scheduled_at, id) > ($7::timestamptz, $8::bigint)
+		  AND NOT EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1)
+		ORDER BY scheduled_at, id
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED
+	)
+	UPDATE jobs j SET ` + claimSet("j", "least($3::bigint, $4::bigint)") + `
+	FROM c WHERE j.id = c.id
+	RETURNING ` + workerColumns + `, j.scheduled_at`
+
 // FlowLimit is a route's fleet-wide limits (SPEC §2 I9); the zero value
 // limits nothing. A limited route's jobs carry a group value (NewJob.Group)
 // and are claimed only by claimLimited.
 type FlowLimit struct {
-	// MaxRunning caps the route's running jobs; 0: no cap.
+	// MaxRunning caps the route's running jobs; 0: no cap. It is held
+	// where jobs start, by slots the processes lease (FlowSlotsLease),
+	// not by the claim, which it only bounds (JobClaimParams.Slots).
 	MaxRunning int
 	// GroupMaxRunning caps the running jobs of each group value; 0: the
 	// route is not grouped.
@@ -182,20 +237,21 @@ const (
 	LimitRate       = "rate"
 )
 
-// claimLimited claims up to limit jobs of one flow-limited route (SPEC
-// §2 I9); internal/flow/doc.go holds the argument of why no limit can be
-// exceeded. Each pass is one round trip and one implicit transaction of
-// two statements: the route's advisory lock, so that its claims run one
-// at a time across every process, and the claim (claimLimitedStatement),
-// whose snapshot is taken once the lock is granted and which also reads
-// the room its limits left. A route without groups takes its one group
-// from where the pool's claims left off (see ClaimPosition). A grouped
-// route first takes its next jobs in claim order (claimWindowSQL); if
-// that came back short, it walks its groups from the one after the last
-// this process walked to, each from its start (a group held at its cap
-// keeps old jobs behind any position), then from the first group again.
-// Passes stop once the route-wide limits have no room left. When a limit
-// held the claim back, it is named to p.Throttled.
+// claimLimited claims up to limit jobs of one route whose claim counts:
+// a group's max_running or a rate (SPEC §2 I9); internal/flow/doc.go
+// holds the argument of why no limit can be exceeded. Each pass is one
+// round trip and one implicit transaction of two statements: the route's
+// advisory lock, so that its counted claims run one at a time across
+// every process; then the claim (claimLimitedStatement), whose
+// snapshot is taken once the lock is granted and which also reads the
+// room the rate left. A route without groups takes its one group from
+// where the pool's claims left off (see ClaimPosition). A grouped route
+// first takes its next jobs in claim order (claimWindowSQL); if that came
+// back short, it walks its groups from the one after the last this
+// process walked to, each from its start (a group held at its cap keeps
+// old jobs behind any position), then from the first group again. Passes
+// stop once the rate has no room left. When a limit held the claim back,
+// it is named to p.Throttled.
 func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string, limit int) ([]*Claimed, ClaimPosition, error) {
 	l := p.Limits[route]
 	var jobs []*Claimed
@@ -204,7 +260,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 	grouped := l.GroupMaxRunning > 0
 	type pass struct {
 		sql   string
-		after string // $10
+		after string // $9
 		from  ClaimPosition
 	}
 	passes := []pass{{claimOneGroupSQL, GroupAll, p.After}}
@@ -218,10 +274,10 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 	}
 
 	var err error
-	var capRoom, rateRoom *int
+	var rateRoom *int
 	var left *bool
 	for _, ps := range passes {
-		if len(jobs) >= limit || (capRoom != nil && *capRoom <= 0) || (rateRoom != nil && *rateRoom <= 0) {
+		if len(jobs) >= limit || (rateRoom != nil && *rateRoom <= 0) {
 			break
 		}
 		walk := ps.sql == claimGroupedSQL
@@ -229,9 +285,9 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 			cursor = "" // from the first group: the next walk starts after this one's last
 		}
 		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1))`, s.schema+"/flow/"+route)
+		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1))`, s.flowLockKey(route))
 		b.Queue(ps.sql, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
-			l.MaxRunning, l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ps.after, ended,
+			l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ps.after, ended,
 			ps.from.ScheduledAt, ps.from.ID)
 		err = func() error {
 			br := s.pool.SendBatch(ctx, b)
@@ -246,10 +302,9 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 			var more []*Claimed
 			for rows.Next() {
 				if rows.RawValues()[0] == nil {
-					// The room row: no job, and what the limits left.
+					// The room row: no job, and what the rate left.
 					dst := make([]any, len(rows.FieldDescriptions()))
-					n := len(dst)
-					dst[n-3], dst[n-2], dst[n-1] = &capRoom, &rateRoom, &left
+					dst[len(dst)-2], dst[len(dst)-1] = &rateRoom, &left
 					if err := rows.Scan(dst...); err != nil {
 						return err
 					}
@@ -257,7 +312,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 				}
 				var at time.Time
 				var grp string
-				j, err := scanClaimed(rows, &at, &grp, nil, nil, nil)
+				j, err := scanClaimed(rows, &at, &grp, nil, nil)
 				if err != nil {
 					return err
 				}
@@ -289,8 +344,6 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 		switch {
 		case rateRoom != nil && *rateRoom <= 0:
 			p.Throttled(route, LimitRate)
-		case capRoom != nil && *capRoom <= 0:
-			p.Throttled(route, LimitMaxRunning)
 		case grouped:
 			p.Throttled(route, LimitGroup)
 		}
@@ -301,15 +354,15 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 // claimLimitedStatement is the claim of a limited route's jobs around
 // the choice of candidates c (claimWindowSQL, claimGroupedSQL,
 // claimOneGroupSQL) and its test of what is left. $1 queue, $2 at most
-// so many, $3/$4 lease and max_runtime (ms), $5 route, $6 its
-// max_running (0: none), $7 each group's max_running (0: none), $8/$9
-// the rate's interval (µs; 0: none) and burst, $10 the group to start
-// after (the empty string for the first: group values are never empty),
-// $11 the tokens of JobClaimParams.Ended, which no count counts, $12/$13
-// the ClaimPosition to take jobs after.
+// so many, $3/$4 lease and max_runtime (ms), $5 route, $6 each group's
+// max_running (0: none), $7/$8 the rate's interval (µs; 0: none) and
+// burst, $9 the group to start after (the empty string for the first:
+// group values are never empty), $10 the tokens of
+// JobClaimParams.Ended, which no count counts, $11/$12 the ClaimPosition
+// to take jobs after. The route's max_running is not counted here: it is
+// held where jobs start, by slots (FlowSlotsLease).
 //
-//   - limits and room are what the route-wide limits leave: max_running
-//     minus the route's running jobs, and the starts the rate allows now
+//   - limits and room are what the rate leaves: the starts it allows now
 //     (GCRA: start k is allowed while tat + k·interval − burst·interval
 //     ≤ now, counting from greatest(tat, now)); nothing while the queue
 //     is paused.
@@ -318,25 +371,23 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 //   - the rate's tat then moves on by one interval per job claimed.
 //
 // Its rows are the claimed jobs, then one row without a job (its id
-// NULL) that ends in what the claim left of each route-wide limit (NULL
-// for a limit not set) and, when the claim came back short, whether the
-// route still has runnable jobs that match left: if it has, a limit held
-// the claim back. Read in the claim's own statement, the room costs no
-// second count of the route's running jobs; the statement's snapshot
-// still shows the jobs it claimed as runnable, so the test of what is
-// left passes over them.
+// NULL) that ends in what the claim left of the rate (NULL without one)
+// and, when the claim came back short, whether the route still has
+// runnable jobs that match left: if it has, a limit held the claim back.
+// Read in the claim's own statement, the rate's room costs no second
+// statement under the lock; the statement's snapshot still shows the
+// jobs it claimed as runnable, so the test of what is left passes over
+// them.
 func claimLimitedStatement(candidates, left string) string {
 	return `
 	WITH RECURSIVE limits AS (
 		SELECT
-			CASE WHEN $6::int > 0 THEN greatest(0, $6::int - (SELECT count(*) FROM jobs
-				WHERE route = $5 AND state = 'running' AND grp IS NOT NULL AND token <> ALL($11::bigint[])))::int END AS cap,
-			CASE WHEN $8::bigint > 0 THEN coalesce((SELECT greatest(0, floor(
-				(extract(epoch FROM now() - greatest(tat, now())) * 1e6 + $9::int * $8::bigint) / $8::bigint) + 1)::int
-				FROM flow_rates WHERE route = $5), $9::int + 1) END AS rate
+			CASE WHEN $7::bigint > 0 THEN coalesce((SELECT greatest(0, floor(
+				(extract(epoch FROM now() - greatest(tat, now())) * 1e6 + $8::int * $7::bigint) / $7::bigint) + 1)::int
+				FROM flow_rates WHERE route = $5), $8::int + 1) END AS rate
 	), room AS (
 		SELECT CASE WHEN EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1) THEN 0
-			ELSE least($2::int, cap, rate) END AS n
+			ELSE least($2::int, rate) END AS n
 		FROM limits
 	), ` + candidates + `
 	), claimed AS (
@@ -345,16 +396,16 @@ func claimLimitedStatement(candidates, left string) string {
 		RETURNING ` + workerColumns + `, j.scheduled_at, j.grp
 	), rate AS (
 		INSERT INTO flow_rates AS f (route, tat)
-		SELECT $5, now() + (SELECT count(*) FROM claimed) * $8::bigint * interval '1 microsecond'
-		WHERE $8::bigint > 0
+		SELECT $5, now() + (SELECT count(*) FROM claimed) * $7::bigint * interval '1 microsecond'
+		WHERE $7::bigint > 0
 		ON CONFLICT (route) DO UPDATE
-		SET tat = greatest(f.tat, now()) + (SELECT count(*) FROM claimed) * $8::bigint * interval '1 microsecond'
+		SET tat = greatest(f.tat, now()) + (SELECT count(*) FROM claimed) * $7::bigint * interval '1 microsecond'
 	), got AS (
 		SELECT count(*)::int AS n FROM claimed
 	)
-	SELECT claimed.*, NULL::int, NULL::int, NULL::bool FROM claimed
+	SELECT claimed.*, NULL::int, NULL::bool FROM claimed
 	UNION ALL
-	SELECT claimed.*, l.cap - got.n, l.rate - got.n,
+	SELECT claimed.*, l.rate - got.n,
 		-- In claim order, so that the planner reads an index of the
 		-- route's runnable jobs rather than jobs from its start.
 		CASE WHEN got.n < $2::int THEN coalesce((SELECT true FROM jobs j
@@ -366,22 +417,22 @@ func claimLimitedStatement(candidates, left string) string {
 
 // claimWalkStatement is the choice of candidates that walks groups g
 // (claimGroupedSQL, claimOneGroupSQL): from each group, its oldest
-// runnable jobs past $12/$13, as many as the group's room, until room is
+// runnable jobs past $11/$12, as many as the group's room, until room is
 // used up.
 func claimWalkStatement(groups string) string {
 	return `g(grp) AS (` + groups + `
 	), c AS (
 		SELECT t.id FROM g
 		CROSS JOIN LATERAL (
-			SELECT CASE WHEN $7::int > 0 THEN $7::int - (SELECT count(*) FROM jobs r
+			SELECT CASE WHEN $6::int > 0 THEN $6::int - (SELECT count(*) FROM jobs r
 				WHERE r.route = $5 AND r.grp = g.grp AND r.state = 'running' AND r.grp IS NOT NULL
-				  AND r.token <> ALL($11::bigint[]))::int
+				  AND r.token <> ALL($10::bigint[]))::int
 				ELSE $2::int END AS n
 		) gr
 		CROSS JOIN LATERAL (
 			SELECT id FROM jobs j
 			WHERE j.route = $5 AND j.grp = g.grp AND j.state IN ('queued', 'retrying') AND j.grp IS NOT NULL
-			  AND j.scheduled_at <= now() AND j.queue = $1 AND (j.scheduled_at, j.id) > ($12::timestamptz, $13::bigint)
+			  AND j.scheduled_at <= now() AND j.queue = $1 AND (j.scheduled_at, j.id) > ($11::timestamptz, $12::bigint)
 			ORDER BY j.scheduled_at, j.id
 			LIMIT greatest(gr.n, 0)
 			FOR UPDATE SKIP LOCKED
@@ -397,7 +448,7 @@ const claimWindow = 4
 // The three claims of a limited route:
 //
 //   - claimWindowSQL, a grouped route's first: the route's next runnable
-//     jobs in claim order past $12/$13 (a window of claimWindow × $2,
+//     jobs in claim order past $11/$12 (a window of claimWindow × $2,
 //     one range of jobs_group_order_idx), of which each group's first
 //     ones up to its room. Where the groups are many and mixed, as a
 //     route's of 1,000 tenants, this fills a claim from one index range
@@ -407,20 +458,20 @@ const claimWindow = 4
 //     fills its window with jobs that group has no room for: the claim
 //     comes back short, and the walk follows.
 //   - claimGroupedSQL walks a grouped route's groups that have a
-//     runnable job, from the one after $10 (a loose index scan of
+//     runnable job, from the one after $9 (a loose index scan of
 //     jobs_group_runnable_idx: one descent per group, however many jobs
 //     a group holds), in value order, each from its start: a flood in
 //     one group is one step of the walk, and every group with room gets
 //     its turn.
 //   - claimOneGroupSQL claims a route without groups' one group,
-//     GroupAll, passed as $10, past $12/$13 — walking from the start of
+//     GroupAll, passed as $9, past $11/$12 — walking from the start of
 //     the index would step over the dead entries of every job claimed
 //     since the last vacuum, all in that one group.
 var (
 	claimWindowSQL = claimLimitedStatement(`w AS MATERIALIZED (
 		SELECT id, grp, scheduled_at FROM jobs
 		WHERE route = $5 AND state IN ('queued', 'retrying') AND grp IS NOT NULL AND scheduled_at <= now()
-		  AND queue = $1 AND (scheduled_at, id) > ($12::timestamptz, $13::bigint)
+		  AND queue = $1 AND (scheduled_at, id) > ($11::timestamptz, $12::bigint)
 		ORDER BY scheduled_at, id
 		LIMIT $2::int * `+strconv.Itoa(claimWindow)+`
 	), ranked AS (
@@ -435,18 +486,18 @@ var (
 			SELECT grp, id, scheduled_at FROM w
 			UNION ALL
 			SELECT r.grp, NULL, NULL FROM jobs r
-			WHERE r.route = $5 AND r.state = 'running' AND r.grp IS NOT NULL AND r.token <> ALL($11::bigint[])
+			WHERE r.route = $5 AND r.state = 'running' AND r.grp IS NOT NULL AND r.token <> ALL($10::bigint[])
 		) u
 	), c AS (
 		SELECT j.id FROM ranked r JOIN jobs j ON j.id = r.id
-		WHERE r.candidate AND r.nth <= $7::int AND j.state IN ('queued', 'retrying')
+		WHERE r.candidate AND r.nth <= $6::int AND j.state IN ('queued', 'retrying')
 		ORDER BY r.scheduled_at, r.id
 		LIMIT (SELECT n FROM room)
 		FOR UPDATE OF j SKIP LOCKED`,
-		`j.grp > $10 AND j.grp IS NOT NULL`) // every group: $10 is the empty string here
+		`j.grp > $9 AND j.grp IS NOT NULL`) // every group: $9 is the empty string here
 	claimGroupedSQL = claimLimitedStatement(claimWalkStatement(`
 		(SELECT grp FROM jobs
-		 WHERE route = $5 AND grp > $10 AND state IN ('queued', 'retrying') AND grp IS NOT NULL AND scheduled_at <= now()
+		 WHERE route = $5 AND grp > $9 AND state IN ('queued', 'retrying') AND grp IS NOT NULL AND scheduled_at <= now()
 		 ORDER BY route, grp LIMIT 1)
 		UNION ALL
 		SELECT (SELECT j.grp FROM jobs j
@@ -455,8 +506,8 @@ var (
 			ORDER BY j.route, j.grp LIMIT 1)
 		FROM g WHERE g.grp IS NOT NULL`),
 		`j.grp IS NOT NULL`)
-	claimOneGroupSQL = claimLimitedStatement(claimWalkStatement(`SELECT $10::text`),
-		`j.grp = $10 AND (j.scheduled_at, j.id) > ($12::timestamptz, $13::bigint)`)
+	claimOneGroupSQL = claimLimitedStatement(claimWalkStatement(`SELECT $9::text`),
+		`j.grp = $9 AND (j.scheduled_at, j.id) > ($11::timestamptz, $12::bigint)`)
 )
 
 // FlowGroupsAssign puts the unfinished jobs of limited routes that carry
