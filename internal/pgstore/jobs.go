@@ -159,11 +159,12 @@ func (s *Store) claimUnlimited(ctx context.Context, p JobClaimParams, limited []
 
 // claimCapped claims up to limit jobs of a route whose one limit is a
 // max_running, which its claim does not count (the slots hold it where
-// jobs start): the queue's claim, over the route's one group, from the
-// pool's position, with no lock.
+// jobs start): the queue's claim over the route's runnable jobs (of any
+// group value: a route that had groups once keeps their values on its
+// jobs), from the pool's position, with no lock.
 func (s *Store) claimCapped(ctx context.Context, p JobClaimParams, route string, limit int) ([]*Claimed, ClaimPosition, error) {
 	rows, err := s.pool.Query(ctx, claimCappedSQL, p.Queue, limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(),
-		route, GroupAll, p.After.ScheduledAt, p.After.ID)
+		route, p.After.ScheduledAt, p.After.ID)
 	if err != nil {
 		return nil, p.After, err
 	}
@@ -182,8 +183,8 @@ func (s *Store) claimCapped(ctx context.Context, p JobClaimParams, route string,
 var claimCappedSQL = `
 	WITH c AS (
 		SELECT id FROM jobs
-		WHERE route = $5 AND grp = $6 AND state IN ('queued', 'retrying') AND scheduled_at <= now() AND queue = $1
-		  AND (scheduled_at, id) > ($7::timestamptz, $8::bigint)
+		WHERE route = $5 AND grp IS NOT NULL AND state IN ('queued', 'retrying') AND scheduled_at <= now() AND queue = $1
+		  AND (scheduled_at, id) > ($6::timestamptz, $7::bigint)
 		  AND NOT EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1)
 		ORDER BY scheduled_at, id
 		LIMIT $2
