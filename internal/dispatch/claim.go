@@ -290,11 +290,12 @@ func (p *pool) slotBudget(limits map[string]pgstore.FlowLimit) map[string]int {
 
 // slotsClaimed tells the slots which capped routes' claims came back
 // full (more may wait: the route got its budget, or the claim as a whole
-// got all it asked for, which may have been less) or short (dry here for
-// now). A route that had no room in the claim is activated if it was not
-// (a claim is made when work may be waiting: the lease then asks for
-// slots to find it with), and named to throttled if it was: its share,
-// all in use, held the claim back.
+// got all it asked for, which may have been less) or short with none of
+// its jobs waiting in ready (dry here for now: the share may shrink to
+// what is in use). A route that had no room in the claim is activated
+// if it was not (a claim is made when work may be waiting: the lease
+// then asks for slots to find it with), and named to throttled if it
+// was: its share, all in use, held the claim back.
 func (p *pool) slotsClaimed(budget map[string]int, jobs []*pgstore.Claimed, filled bool, throttled func(route, limit string)) {
 	if len(budget) == 0 {
 		return
@@ -303,9 +304,15 @@ func (p *pool) slotsClaimed(budget map[string]int, jobs []*pgstore.Claimed, fill
 	for _, j := range jobs {
 		got[j.Route]++
 	}
+	waiting := map[string]bool{}
+	p.mu.Lock()
+	for _, r := range p.ready {
+		waiting[r.job.Route] = true
+	}
+	p.mu.Unlock()
 	for route, n := range budget {
 		if n > 0 {
-			p.env.slots.claimed(route, filled || got[route] >= n)
+			p.env.slots.claimed(route, filled || got[route] >= n || waiting[route])
 			continue
 		}
 		if _, _, active := p.env.slots.free(route); active {
