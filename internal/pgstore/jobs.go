@@ -286,7 +286,17 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 			cursor = "" // from the first group: the next walk starts after this one's last
 		}
 		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1))`, s.flowLockKey(route))
+		// The window claim is planned once per connection (a generic
+		// plan, which reads the window's jobs by primary key whatever the
+		// parameters): Postgres judged its custom plans cheaper and made
+		// one at every claim, 1.5 ms of planning under the route's lock,
+		// a third of the claim (bench grouped).
+		planning := "auto"
+		if ps.sql == claimWindowSQL {
+			planning = "force_generic_plan"
+		}
+		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1)), set_config('plan_cache_mode', $2, true)`,
+			s.flowLockKey(route), planning)
 		b.Queue(ps.sql, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
 			l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ps.after, ended,
 			ps.from.ScheduledAt, ps.from.ID)
@@ -490,9 +500,14 @@ var (
 			WHERE r.route = $5 AND r.state = 'running' AND r.grp IS NOT NULL AND r.token <> ALL($10::bigint[])
 		) u
 	), c AS (
-		SELECT j.id FROM ranked r JOIN jobs j ON j.id = r.id
-		WHERE r.candidate AND r.nth <= $6::int AND j.state IN ('queued', 'retrying')
-		ORDER BY r.scheduled_at, r.id
+		-- The chosen ids as an array, in claim order: read by primary key
+		-- in any plan (joined to ranked, the generic plan merge-joined a
+		-- scan of all of jobs' primary key, 9 ms).
+		SELECT j.id FROM unnest(ARRAY(SELECT id FROM ranked WHERE candidate AND nth <= $6::int
+			ORDER BY scheduled_at, id)) WITH ORDINALITY AS r(id, ord)
+		JOIN jobs j ON j.id = r.id
+		WHERE j.state IN ('queued', 'retrying')
+		ORDER BY r.ord
 		LIMIT (SELECT n FROM room)
 		FOR UPDATE OF j SKIP LOCKED`,
 		`j.grp > $9 AND j.grp IS NOT NULL`) // every group: $9 is the empty string here
