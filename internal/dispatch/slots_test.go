@@ -49,7 +49,7 @@ func TestMaxRunningSlotsHoldAcrossDispatchers(t *testing.T) {
 		return states(t, store)["succeeded"] == total
 	})
 	t.Logf("%d jobs of 5 ms in %s (%s at max_running %d)", total, time.Since(began).Round(time.Millisecond),
-		(total*5*time.Millisecond/maxRunning).Round(time.Millisecond), maxRunning)
+		(total * 5 * time.Millisecond / maxRunning).Round(time.Millisecond), maxRunning)
 	if p := h.peak.Load(); p != maxRunning {
 		t.Fatalf("peak handlers %d, want max_running %d (never more, and reached)", p, maxRunning)
 	}
