@@ -500,11 +500,13 @@ var (
 			WHERE r.route = $5 AND r.state = 'running' AND r.grp IS NOT NULL AND r.token <> ALL($10::bigint[])
 		) u
 	), c AS (
-		-- The chosen ids as an array, in claim order: read by primary key
-		-- in any plan (joined to ranked, the generic plan merge-joined a
-		-- scan of all of jobs' primary key, 9 ms).
+		-- The chosen ids as an array, in claim order, no more than room:
+		-- read by primary key in any plan (joined to ranked, the generic
+		-- plan merge-joined a scan of all of jobs' primary key, 9 ms), and
+		-- only those that can be taken (a row locked meanwhile is passed
+		-- over, not replaced: the claim comes back short by it).
 		SELECT j.id FROM unnest(ARRAY(SELECT id FROM ranked WHERE candidate AND nth <= $6::int
-			ORDER BY scheduled_at, id)) WITH ORDINALITY AS r(id, ord)
+			ORDER BY scheduled_at, id LIMIT (SELECT n FROM room))) WITH ORDINALITY AS r(id, ord)
 		JOIN jobs j ON j.id = r.id
 		WHERE j.state IN ('queued', 'retrying')
 		ORDER BY r.ord
