@@ -58,7 +58,7 @@
 //
 // # max_running: slots leased by each process
 //
-// A row of flow_slots (migration 0021) is one process's share of one
+// A row of flow_slots (migration 0023) is one process's share of one
 // route's max_running, with an expiry. A process starts a handler of the
 // route only on a free slot of its share (slots.take), and its return
 // gives the slot back (slots.put), in memory. The route's jobs are

@@ -18,7 +18,7 @@ type SlotAsk struct {
 }
 
 // FlowSlotsLease renews a process's (holder's) shares of its routes'
-// max_running (migration 0021, internal/flow/doc.go) for ttl, and returns
+// max_running (migration 0023, internal/flow/doc.go) for ttl, and returns
 // the number of slots of each route the holder may use, until ttl after
 // it asked: a row expires ttl after the transaction's start, which comes
 // after the asking, whatever the clocks say. One round trip, one implicit transaction: the routes'

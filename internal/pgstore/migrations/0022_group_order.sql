@@ -1,4 +1,4 @@
--- 0020: a limited route's runnable jobs in claim order (scheduled_at,
+-- 0022: a limited route's runnable jobs in claim order (scheduled_at,
 -- id): a grouped route's window claim (pgstore's claimWindowSQL) takes
 -- its next jobs from one range of it, each kept if its group has room,
 -- instead of one walk step per group; a route capped by max_running

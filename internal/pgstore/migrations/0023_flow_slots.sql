@@ -1,4 +1,4 @@
--- 0021: a route's max_running as slots that processes lease (SPEC §2 I9;
+-- 0023: a route's max_running as slots that processes lease (SPEC §2 I9;
 -- see internal/flow/doc.go). A row is one process's share of one route's
 -- slots: it starts that route's jobs only while fewer than its slots run,
 -- and its share counts against the route's max_running until it expires,
