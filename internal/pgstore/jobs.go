@@ -196,7 +196,8 @@ var claimCappedSQL = `
 
 // FlowLimit is a route's fleet-wide limits (SPEC §2 I9); the zero value
 // limits nothing. A limited route's jobs carry a group value (NewJob.Group)
-// and are claimed only by claimLimited.
+// and are claimed apart from the queue's: by claimCapped when a
+// max_running is its one limit, else by claimLimited.
 type FlowLimit struct {
 	// MaxRunning caps the route's running jobs; 0: no cap. It is held
 	// where jobs start, by slots the processes lease (FlowSlotsLease),
