@@ -149,7 +149,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 func (d *Dispatcher) poolEnv() poolEnv {
 	return poolEnv{store: d.store, events: d.log.Named(metrics.EventsLogger), metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
 		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused, limits: d.cfg.Limits,
-		slots: d.slots, resultMax: d.cfg.ResultMaxBytes, attemptKey: d.cfg.AttemptKey}
+		slots: d.slots, holder: d.process, resultMax: d.cfg.ResultMaxBytes, attemptKey: d.cfg.AttemptKey}
 }
 
 // wakeAll wakes every pool.

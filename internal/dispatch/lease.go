@@ -78,7 +78,7 @@ func (p *pool) heartbeat() {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.env.jobCtx), p.q.Lease/3)
 	defer cancel()
-	kept, err := p.env.store.JobHeartbeat(ctx, p.covered(leases), p.q.Lease, p.q.MaxRuntime)
+	kept, err := p.env.store.JobHeartbeat(ctx, p.covered(leases), p.q.Lease, p.q.MaxRuntime, p.env.holder)
 	if err != nil {
 		// Not knowing is not losing: the next beat may still be in time.
 		p.log.Warn("heartbeat failed", zap.Error(err))

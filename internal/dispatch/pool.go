@@ -33,8 +33,10 @@ type poolEnv struct {
 	// limits is Config.Limits.
 	limits map[string]map[string]pgstore.FlowLimit
 	// slots is this process's shares of its routes' max_running; nil
-	// when no route has one.
-	slots *slots
+	// when no route has one. holder names them (the dispatcher's
+	// process): heartbeats never extend a lease past them.
+	slots  *slots
+	holder string
 	// resultMax is Config.ResultMaxBytes.
 	resultMax map[string]int
 	// attemptKey signs each held attempt's AttemptSecret; nil: none.

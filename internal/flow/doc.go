@@ -91,7 +91,10 @@
 //     share (pool.covered: left out, the lease is lost and the handler
 //     cancelled). The share is timed on the process's clock from before
 //     the lease was asked for, so it ends before the row expires on the
-//     database's clock, whatever the clocks say.
+//     database's clock, whatever the clocks say; and the database caps
+//     every job lease a heartbeat or a restart sets at the holder's row's
+//     expiry (pgstore's slotLeaseCap), so a statement that reaches it late
+//     cannot extend one past the row either.
 //
 // So at any instant the handlers running on slots, fleet-wide, are at
 // most the live rows' sum, at most max_running. A handler that outlives

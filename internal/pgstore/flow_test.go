@@ -193,3 +193,41 @@ func TestLimitedClaimSpacesStartsAtTheRate(t *testing.T) {
 		t.Fatal("no claim was reported throttled by the rate")
 	}
 }
+
+// A heartbeat or a restart never sets a job lease past the holder's
+// share of its route's max_running, however long the lease asked for.
+func TestJobLeasesNeverOutlastTheShare(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	groupedJobs(ctx, t, s, 2, pgstore.GroupAll)
+	p := pgstore.JobClaimParams{Queue: "q", Limit: 2, Lease: time.Minute, MaxRuntime: time.Hour,
+		Limits: map[string]pgstore.FlowLimit{"r": {MaxRunning: 2}}, Slots: map[string]int{"r": 2}}
+	jobs, _, err := s.JobClaim(ctx, p)
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("claimed %d jobs (%v), want 2", len(jobs), err)
+	}
+	if _, err := s.FlowSlotsLease(ctx, "h", []pgstore.SlotAsk{{Route: "r", Cap: 2, Want: 2, InUse: 2}}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobs[0].ID, Token: jobs[0].Token}}, time.Hour, 2*time.Hour, "h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.JobRestart(ctx, jobs[1].ID, jobs[1].Token, time.Hour, 2*time.Hour, "h"); err != nil {
+		t.Fatal(err)
+	}
+	var over int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs j JOIN flow_slots f ON f.route = j.route AND f.holder = 'h'
+		WHERE j.id = ANY($1) AND j.lease_expires_at > f.expires_at`, []int64{jobs[0].ID, jobs[1].ID}).Scan(&over); err != nil || over != 0 {
+		t.Fatalf("%d leases outlast the share (%v)", over, err)
+	}
+	// Another holder's share caps nothing of h's, nor does its absence.
+	if _, err := s.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobs[0].ID, Token: jobs[0].Token}}, time.Hour, 2*time.Hour, "other"); err != nil {
+		t.Fatal(err)
+	}
+	var left time.Duration
+	if err := s.Pool().QueryRow(ctx, `SELECT extract(epoch FROM lease_expires_at - now())::bigint * 1000000000 FROM jobs WHERE id = $1`,
+		jobs[0].ID).Scan(&left); err != nil || left < 50*time.Minute {
+		t.Fatalf("an uncapped heartbeat left %s of a lease of an hour (%v)", left, err)
+	}
+}

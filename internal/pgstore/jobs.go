@@ -663,10 +663,23 @@ func (s *Store) JobCheckpoint(ctx context.Context, id, token int64, data []byte)
 // now and the lease runs from now (at most max_runtime), as at a claim.
 // A job handed off to a pool that had no free worker uses it when it
 // finally starts. ErrLeaseLost if the attempt is no longer held.
-func (s *Store) JobRestart(ctx context.Context, id, token int64, lease, maxRuntime time.Duration) error {
+// Like a heartbeat, the lease never outlasts holder's share of the route's
+// max_running (slotLeaseCap).
+func (s *Store) JobRestart(ctx context.Context, id, token int64, lease, maxRuntime time.Duration, holder string) error {
 	return s.updateHeld(ctx, `started_at = now(),
-		lease_expires_at = now() + least($3::bigint, $4::bigint) * interval '1 millisecond'`,
-		id, token, lease.Milliseconds(), maxRuntime.Milliseconds())
+		lease_expires_at = least(now() + least($3::bigint, $4::bigint) * interval '1 millisecond', `+slotLeaseCap("$5")+`)`,
+		id, token, lease.Milliseconds(), maxRuntime.Milliseconds(), holder)
+}
+
+// slotLeaseCap is the expiry of the share that holder (an SQL
+// expression) leases of the max_running of the route of the job row j
+// (FlowSlotsLease); NULL, which least() passes over, where it has none. A
+// lease that a heartbeat or a restart sets is never later: the share's
+// slot could otherwise be leased to another process while the job still
+// held it, had the statement reached the database after the process
+// checked its share (internal/flow/doc.go).
+func slotLeaseCap(holder string) string {
+	return `(SELECT f.expires_at FROM flow_slots f WHERE f.route = j.route AND f.holder = ` + holder + `)`
 }
 
 // updateHeld applies set (whose parameters start at $3) to job id if the
@@ -682,14 +695,15 @@ func (s *Store) updateHeld(ctx context.Context, set string, id, token int64, arg
 }
 
 // JobHeartbeat extends every given lease in one statement, never past
-// started_at + maxRuntime. It returns the tokens of the leases it extended;
+// started_at + maxRuntime nor past holder's share of the job's route's
+// max_running, if it has one. It returns the tokens of the leases it extended;
 // any other lease is lost (expired, rescued or re-claimed) and its handler
 // must stop.
 // An expired lease is not revived: the rescuer may already be acting on it.
-func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRuntime time.Duration) (map[int64]bool, error) {
+func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRuntime time.Duration, holder string) (map[int64]bool, error) {
 	kept := make(map[int64]bool, len(leases))
 	for ids, tokens := range leaseChunks(leases) {
-		rows, err := s.pool.Query(ctx, heartbeatSQL, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds())
+		rows, err := s.pool.Query(ctx, heartbeatSQL, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds(), holder)
 		if err != nil {
 			return nil, err
 		}
@@ -757,10 +771,11 @@ const heldSQL = `j.id = t.id AND j.token = t.token AND coalesce(j.state, '') = '
 
 // heartbeatSQL hides the lease test from the planner as heldSQL hides the
 // state's: statistics from before anything ran estimate it at one row,
-// and the plan then read all of jobs (even for 1,000 ids).
-const heartbeatSQL = `
+// and the plan then read all of jobs (even for 1,000 ids). $5 is the
+// holder whose shares of max_running cap the leases (slotLeaseCap).
+var heartbeatSQL = `
 		UPDATE jobs j SET lease_expires_at = least(now() + $3::bigint * interval '1 millisecond',
-			j.started_at + $4::bigint * interval '1 millisecond')
+			j.started_at + $4::bigint * interval '1 millisecond', ` + slotLeaseCap("$5::text") + `)
 		FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
 		WHERE ` + heldSQL + ` AND coalesce(j.lease_expires_at > now(), false)
 		RETURNING j.token`
