@@ -4,6 +4,7 @@ package dispatch
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
@@ -250,17 +251,76 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	t.Reset(d)
 }
 
-// endedLimited are the tokens of the pool's attempts of limited routes
+// endedLimited are the tokens of the pool's attempts of grouped routes
 // whose handlers have returned, their outcomes on the way to the
 // completer (pgstore.JobClaimParams.Ended). p.mu is held.
 func (p *pool) endedLimited() []int64 {
 	var out []int64
 	for token, r := range p.leases {
-		if r.returned && p.env.limited(r.job.Queue, r.job.Route) {
+		if r.returned && p.env.limits[r.job.Queue][r.job.Route].GroupMaxRunning > 0 {
 			out = append(out, token)
 		}
 	}
 	return out
+}
+
+// slotBudget is how many jobs of each of limits' routes with a
+// max_running a claim may take (pgstore.JobClaimParams.Slots): the free
+// slots of the process's share and, within the share, the pool's
+// prefetch, less the jobs of the route that already wait in ready. A
+// process holds no more of a capped route's jobs than its share can soon
+// start, so that the others' shares find the rest. p.mu is held.
+func (p *pool) slotBudget(limits map[string]pgstore.FlowLimit) map[string]int {
+	out := map[string]int{}
+	for route, l := range limits {
+		if l.MaxRunning == 0 {
+			continue
+		}
+		free, share, _ := p.env.slots.free(route)
+		waiting := 0
+		for _, r := range p.ready {
+			if r.job.Route == route {
+				waiting++
+			}
+		}
+		out[route] = max(0, free+min(p.q.Prefetch, share)-waiting)
+	}
+	return out
+}
+
+// slotsClaimed tells the slots which capped routes' claims came back
+// full (more may wait: the route got its budget, or the claim as a whole
+// got all it asked for, which may have been less) or short with none of
+// its jobs waiting in ready (dry here for now: the share may shrink to
+// what is in use). A route that had no room in the claim is activated
+// if it was not (a claim is made when work may be waiting: the lease
+// then asks for slots to find it with), and named to throttled if it
+// was: its share, all in use, held the claim back.
+func (p *pool) slotsClaimed(budget map[string]int, jobs []*pgstore.Claimed, filled bool, throttled func(route, limit string)) {
+	if len(budget) == 0 {
+		return
+	}
+	got := map[string]int{}
+	for _, j := range jobs {
+		got[j.Route]++
+	}
+	waiting := map[string]bool{}
+	p.mu.Lock()
+	for _, r := range p.ready {
+		waiting[r.job.Route] = true
+	}
+	p.mu.Unlock()
+	for route, n := range budget {
+		if n > 0 {
+			p.env.slots.claimed(route, filled || got[route] >= n || waiting[route])
+			continue
+		}
+		if _, _, active := p.env.slots.free(route); active {
+			throttled(route, pgstore.LimitMaxRunning)
+		} else {
+			p.env.slots.activate(route)
+		}
+	}
 }
 
 // claim claims up to n jobs for reserved slots and extra more to wait in
@@ -278,6 +338,10 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 	p.mu.Lock()
 	limitedOnly := len(limits) > 0 && time.Now().Before(p.unlimitedDryUntil)
 	ended := p.endedLimited()
+	budget := p.slotBudget(limits)
+	for _, from := range p.q.StealFrom {
+		maps.Copy(budget, p.slotBudget(p.env.limits[from]))
+	}
 	p.mu.Unlock()
 	// A limit that held the claim back says when to claim again.
 	throttled := func(route, limit string) {
@@ -295,7 +359,7 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 	}
 	jobs, last, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
 		Queue: p.q.Name, Limit: n, Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime, After: after,
-		Limits: limits, LimitedOnly: limitedOnly, Throttled: throttled, Ended: ended})
+		Limits: limits, Slots: budget, LimitedOnly: limitedOnly, Throttled: throttled, Ended: ended})
 	if err != nil {
 		return r, err
 	}
@@ -317,22 +381,24 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 		// workers hold them.
 		stolen, _, err := p.env.store.JobClaim(ctx, pgstore.JobClaimParams{
 			Queue: from, Limit: n - len(jobs), Lease: p.q.Lease, MaxRuntime: p.q.MaxRuntime,
-			Limits: p.env.limits[from], Throttled: throttled, Ended: ended})
+			Limits: p.env.limits[from], Slots: budget, Throttled: throttled, Ended: ended})
 		if err != nil {
 			p.log.Warn("claim from a queue to steal from failed", zap.String("from", from), zap.Error(err))
 			break
 		}
 		jobs = append(jobs, stolen...)
 	}
+	p.slotsClaimed(budget, jobs, len(jobs) == n, throttled)
 	now := time.Now()
 	p.mu.Lock()
 	for i, j := range jobs {
-		// Reserved slots: a claim's first jobs always start; the rest wait
-		// in ready, heartbeated like them, and are released by Stop if no
-		// worker takes them. Stop waits for the claims in flight before it
-		// closes the pool.
+		// Reserved slots: a claim's first jobs start, each with a slot of
+		// its route's max_running if it has one; the rest wait in ready,
+		// heartbeated like them, and are released by Stop if no worker
+		// takes them. Stop waits for the claims in flight before it closes
+		// the pool.
 		r := p.hold(workerJob(j), now)
-		if i < slots {
+		if i < slots && p.startable(r) {
 			p.start(r)
 			continue
 		}

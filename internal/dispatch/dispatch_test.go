@@ -262,7 +262,7 @@ func TestExpiredLeaseUnderLiveWorker(t *testing.T) {
 	if err != nil || done.Applied[jobA.Token] {
 		t.Fatalf("stale completion applied=%v err=%v", done.Applied[jobA.Token], err)
 	}
-	kept, err := store.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobA.ID, Token: jobA.Token}}, time.Minute, time.Hour)
+	kept, err := store.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobA.ID, Token: jobA.Token}}, time.Minute, time.Hour, "")
 	if err != nil || kept[jobA.Token] {
 		t.Fatalf("stale heartbeat kept=%v err=%v", kept[jobA.Token], err)
 	}

@@ -70,8 +70,9 @@ type Config struct {
 	// Nil: no queue is ever paused.
 	Paused func(queue string) bool
 	// Limits are the fleet-wide flow limits of routes, by queue: queue →
-	// route → limits. Their jobs are claimed under the route's lock
-	// (pgstore.JobClaimParams.Limits) and never handed off.
+	// route → limits. Their jobs are claimed apart
+	// (pgstore.JobClaimParams.Limits), a route's max_running is held by
+	// slots this process leases, and they are never handed off.
 	Limits map[string]map[string]pgstore.FlowLimit
 	// ResultMaxBytes is how much of a success's result is kept, by route
 	// (result_max_bytes); a route not listed keeps none.
@@ -101,8 +102,14 @@ type Dispatcher struct {
 	stopOnce  sync.Once
 	stopErr   error // what Stop could not finish
 	started   bool
-	// process names this dispatcher's rows in the reservations table.
+	// process names this dispatcher's rows in the reservations and
+	// flow_slots tables.
 	process string
+	// slots are this process's shares of its routes' max_running (nil:
+	// none has one), leased until slotsStop is closed.
+	slots     *slots
+	slotsStop chan struct{}
+	slotsDone chan struct{}
 }
 
 // New validates cfg and builds a dispatcher.
@@ -113,8 +120,9 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 	if cfg.Grace <= 0 {
 		return nil, fmt.Errorf("shutdown_grace: %v is not positive", cfg.Grace)
 	}
-	minLease := time.Duration(0)
+	minLease, maxLease := time.Duration(0), time.Duration(0)
 	for _, q := range cfg.Queues {
+		maxLease = max(maxLease, q.Lease)
 		if q.Concurrency < 1 || q.Lease <= 0 || q.MaxRuntime <= 0 || q.PollInterval <= 0 {
 			return nil, fmt.Errorf("queues.%s: concurrency, lease, max_runtime and poll_interval must be positive", q.Name)
 		}
@@ -129,6 +137,8 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 		pools: map[string]*pool{}, stopClaim: make(chan struct{}), process: rand.Text()}
 	d.jobCtx, d.hardStop = context.WithCancelCause(context.Background())
 	d.completer = newCompleter(store, d.log, m)
+	d.slots = newSlots(store, d.log, d.process, cfg.Limits, maxLease, minLease, d.wakeAll)
+	d.slotsStop, d.slotsDone = make(chan struct{}), make(chan struct{})
 	for _, q := range cfg.Queues {
 		d.pools[q.Name] = newPool(d.poolEnv(), d.log, q)
 	}
@@ -139,13 +149,28 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 func (d *Dispatcher) poolEnv() poolEnv {
 	return poolEnv{store: d.store, events: d.log.Named(metrics.EventsLogger), metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
 		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused, limits: d.cfg.Limits,
-		resultMax: d.cfg.ResultMaxBytes, attemptKey: d.cfg.AttemptKey}
+		slots: d.slots, holder: d.process, resultMax: d.cfg.ResultMaxBytes, attemptKey: d.cfg.AttemptKey}
+}
+
+// wakeAll wakes every pool.
+func (d *Dispatcher) wakeAll() {
+	for _, p := range d.pools {
+		p.wake()
+	}
 }
 
 // Start launches the pools, the completer, the rescuer and the wake-up
 // listener. It returns at once.
 func (d *Dispatcher) Start(context.Context) error {
 	d.completer.start()
+	// The slots are leased apart from the pools' wait group: handlers run
+	// on them until the last one has returned, after the pools stop.
+	go func() {
+		defer close(d.slotsDone)
+		if d.slots != nil {
+			d.slots.run(d.slotsStop)
+		}
+	}()
 	for _, p := range d.pools {
 		d.wg.Add(1)
 		go func() { defer d.wg.Done(); p.run() }()
@@ -201,9 +226,16 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 			d.stopErr = errors.New("dispatch: handlers still running after cancellation; their leases will expire and their jobs be retried")
 		}
 		d.wg.Wait()
+		close(d.slotsStop)
+		<-d.slotsDone
 		d.completer.stop()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
+		if d.slots != nil && d.stopErr == nil {
+			// Every handler has returned; with one still running, the
+			// shares stay until they expire.
+			d.slots.release(ctx)
+		}
 		if err := d.store.ReservationsDrop(ctx, d.process); err != nil {
 			// They stop counting by themselves once they are 15s old.
 			d.log.Warn("dropping this process's reservations failed", zap.Error(err))

@@ -59,6 +59,16 @@
 //     reach it. A job finished by its handler's own transaction
 //     (Applier.Apply) never reaches the completer: its lane's next job
 //     is queued by the trigger, as before.
+//   - Flow limits (internal/flow/doc.go holds the argument): a route's
+//     max_running is held by slots. The dispatcher leases this process's
+//     share of each such route's slots (slots.go, pgstore.FlowSlotsLease),
+//     renewed every third of the shortest lease; a handler of the route
+//     starts only on a free slot of the share and gives it back when it
+//     returns, a claim takes at most the free slots plus the prefetch that
+//     may wait for them, and a heartbeat never extends a handler's lease
+//     past its share. A group's max_running and a rate are held by the
+//     counted claim, which is told the tokens of the pool's returned
+//     attempts of grouped routes (pgstore.JobClaimParams.Ended).
 //   - Rescue: expired leases (a killed or stalled process) go back to
 //     retrying, or to dead once attempts are used up (I5). Any number of
 //     processes may run it: it is SKIP LOCKED and batched.
@@ -78,8 +88,9 @@
 // then cancels the rest with workers.ErrShutdown and releases their leases
 // (and those of handed-off jobs no worker took) back to queued (handing
 // the attempt back: a deploy is not the job's fault), flushes the
-// completer on a context that is not cancelled, and returns once every
-// goroutine it started has ended.
+// completer on a context that is not cancelled, gives back its shares of
+// max_running once no handler runs (else they expire), and returns once
+// every goroutine it started has ended.
 //
 // # Where things are
 //
@@ -89,7 +100,8 @@
 // when; lease.go keeps the book of the leases a pool holds, heartbeats
 // and releases them; execute.go runs handlers and turns their returns
 // into outcomes; handoff.go takes a lane's next job from the completer;
-// completer.go writes outcomes in batches.
+// completer.go writes outcomes in batches; slots.go leases and hands out
+// the process's shares of max_running.
 //
 // Dispatch never decodes records and never touches Kafka.
 package dispatch

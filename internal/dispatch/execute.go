@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -192,6 +193,10 @@ func (p *pool) returned(token int64) {
 	if r, ok := p.leases[token]; ok && !r.returned {
 		r.returned = true
 		p.busy--
+		if r.slot {
+			r.slot = false
+			p.env.slots.put(r.job.Route)
+		}
 	}
 	started := p.startReady()
 	p.mu.Unlock()
@@ -200,16 +205,29 @@ func (p *pool) returned(token int64) {
 	}
 }
 
-// startReady starts waiting handed-off jobs on the free workers and says
-// whether it started any. p.mu is held.
+// startReady starts waiting jobs (prefetched or handed off) on the free
+// workers, in order, passing over those whose route has no free slot of
+// its max_running, and says whether it started any. p.mu is held.
 func (p *pool) startReady() bool {
 	started := false
-	for len(p.ready) > 0 && !p.closed && p.busy+p.reserved < p.q.Concurrency && !p.env.paused(p.q.Name) {
-		p.start(p.ready[0])
-		p.ready = p.ready[1:]
+	for i := 0; i < len(p.ready) && !p.closed && p.busy+p.reserved < p.q.Concurrency && !p.env.paused(p.q.Name); {
+		if !p.startable(p.ready[i]) {
+			i++
+			continue
+		}
+		p.start(p.ready[i])
+		p.ready = slices.Delete(p.ready, i, i+1)
 		started = true
 	}
 	return started
+}
+
+// startable takes what a held job needs to start beside a worker: a slot
+// of its route's max_running, if it has one. p.mu is held.
+func (p *pool) startable(r *running) bool {
+	ok, took := p.env.slots.take(r.job.Route, p.q.Lease)
+	r.slot = took
+	return ok
 }
 
 func (p *pool) signalFreed() {

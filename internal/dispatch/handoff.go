@@ -76,7 +76,7 @@ func (p *pool) restamp(r *running) {
 	}
 	ctx, cancel := context.WithTimeout(r.ctx, p.q.Lease/3)
 	defer cancel()
-	err := p.env.store.JobRestart(ctx, r.job.ID, r.job.Token, p.q.Lease, p.q.MaxRuntime)
+	err := p.env.store.JobRestart(ctx, r.job.ID, r.job.Token, p.q.Lease, p.q.MaxRuntime, p.env.holder)
 	switch {
 	case errors.Is(err, pgstore.ErrLeaseLost):
 		r.cancel(workers.ErrLeaseLost)

@@ -78,7 +78,7 @@ func (p *pool) heartbeat() {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.env.jobCtx), p.q.Lease/3)
 	defer cancel()
-	kept, err := p.env.store.JobHeartbeat(ctx, leases, p.q.Lease, p.q.MaxRuntime)
+	kept, err := p.env.store.JobHeartbeat(ctx, p.covered(leases), p.q.Lease, p.q.MaxRuntime, p.env.holder)
 	if err != nil {
 		// Not knowing is not losing: the next beat may still be in time.
 		p.log.Warn("heartbeat failed", zap.Error(err))
@@ -109,6 +109,26 @@ func (p *pool) heartbeat() {
 			p.cancelAttempt(l.Token, workers.ErrLeaseLost)
 		}
 	}
+}
+
+// covered leaves out of leases the handlers running on a slot of a
+// max_running whose share would run out before their extended lease: the
+// share's slots could then be given to another process while they ran
+// (internal/flow/doc.go). Left out, they are lost, and cancelled.
+func (p *pool) covered(leases []pgstore.Lease) []pgstore.Lease {
+	if p.env.slots == nil {
+		return leases
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := leases[:0:0]
+	for _, l := range leases {
+		if r := p.leases[l.Token]; r != nil && r.slot && !p.env.slots.covers(r.job.Route, p.q.Lease) {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // cancelAttempt cancels a held attempt's handler with cause, unless the

@@ -32,6 +32,11 @@ type poolEnv struct {
 	paused func(queue string) bool
 	// limits is Config.Limits.
 	limits map[string]map[string]pgstore.FlowLimit
+	// slots is this process's shares of its routes' max_running; nil
+	// when no route has one. holder names them (the dispatcher's
+	// process): heartbeats never extend a lease past them.
+	slots  *slots
+	holder string
 	// resultMax is Config.ResultMaxBytes.
 	resultMax map[string]int
 	// attemptKey signs each held attempt's AttemptSecret; nil: none.
@@ -100,6 +105,9 @@ type running struct {
 	// on its way to the completer and a lost lease is the completer's
 	// business, not a reason to cancel anything.
 	returned bool
+	// slot is set while the handler runs on a slot of its route's
+	// max_running (slots.take), which its return gives back.
+	slot bool
 }
 
 func newPool(env poolEnv, log *zap.Logger, q Queue) *pool {

@@ -179,7 +179,7 @@ func BenchmarkJobHeartbeat(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for range b.N {
-		kept, err := s.JobHeartbeat(ctx, held, time.Minute, time.Hour)
+		kept, err := s.JobHeartbeat(ctx, held, time.Minute, time.Hour, "")
 		if err != nil {
 			b.Fatal(err)
 		}

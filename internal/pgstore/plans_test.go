@@ -46,7 +46,7 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 		name, sql, args string
 	}{
 		{"complete", pgstore.CompleteSQL, idArr + ", " + tokArr + ", '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::bytea[], '{}'::text[]"},
-		{"heartbeat", pgstore.HeartbeatSQL, idArr + ", " + tokArr + ", 60000, 3600000"},
+		{"heartbeat", pgstore.HeartbeatSQL, idArr + ", " + tokArr + ", 60000, 3600000, ''"},
 		{"release", pgstore.ReleaseSQL, idArr + ", " + tokArr},
 	} {
 		if p := preparedPlan(ctx, t, conn, fmt.Sprintf("p%d", i), c.sql, c.args); !strings.Contains(p, "jobs_pkey") {
@@ -234,7 +234,7 @@ func TestHeartbeatChunksJoinByPrimaryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range []int{pgstore.HeartbeatChunk, 20_000} {
-		p := preparedPlan(ctx, t, conn, fmt.Sprintf("hb%d", n), pgstore.HeartbeatSQL, arrays(n)+", 60000, 3600000")
+		p := preparedPlan(ctx, t, conn, fmt.Sprintf("hb%d", n), pgstore.HeartbeatSQL, arrays(n)+", 60000, 3600000, ''")
 		t.Logf("custom plan of a heartbeat of %d leases:\n%s", n, p)
 		if n == pgstore.HeartbeatChunk && !strings.Contains(p, "jobs_pkey") {
 			t.Errorf("a heartbeat chunk of %d does not join by primary key:\n%s", n, p)
@@ -244,7 +244,7 @@ func TestHeartbeatChunksJoinByPrimaryKey(t *testing.T) {
 	for i, j := range jobs {
 		leases[i] = pgstore.Lease{ID: j.ID, Token: j.Token}
 	}
-	kept, err := s.JobHeartbeat(ctx, leases, time.Minute, time.Hour)
+	kept, err := s.JobHeartbeat(ctx, leases, time.Minute, time.Hour, "")
 	if err != nil || len(kept) != len(jobs) {
 		t.Fatalf("heartbeat of %d leases kept %d: %v", len(jobs), len(kept), err)
 	}

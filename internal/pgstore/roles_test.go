@@ -66,7 +66,7 @@ func TestRuntimeRoleNeedsOnlyDML(t *testing.T) {
 	if err != nil || len(jobs) != 2 {
 		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
 	}
-	if _, err := rt.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobs[0].ID, Token: jobs[0].Token}}, time.Minute, time.Hour); err != nil {
+	if _, err := rt.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobs[0].ID, Token: jobs[0].Token}}, time.Minute, time.Hour, ""); err != nil {
 		t.Fatalf("heartbeat: %v", err)
 	}
 	var outs []pgstore.Outcome

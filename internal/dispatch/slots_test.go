@@ -1,0 +1,68 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// A route's max_running holds for two dispatchers together, with a
+// prefetch of a pool's worth that could hold more jobs than the cap (it
+// waits for slots instead); the cap is reached, every job runs once, and
+// a stopped dispatcher gives its slots back.
+func TestMaxRunningSlotsHoldAcrossDispatchers(t *testing.T) {
+	t.Parallel()
+	const total, maxRunning = 200, 3
+	store := testenv.MigratedStore(t)
+	var b pgstore.IngestBatch
+	for i := range total {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(i),
+			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Group: pgstore.GroupAll})
+	}
+	if _, err := store.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	h := &counter{took: 5 * time.Millisecond}
+	began := time.Now()
+	var ds []*Dispatcher
+	for range 2 {
+		d, err := New(Config{
+			Queues: []Queue{{Name: "q", Concurrency: 8, Lease: 2 * time.Second, MaxRuntime: time.Minute,
+				PollInterval: 50 * time.Millisecond, Prefetch: 8}},
+			Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
+			Grace:   time.Second,
+			Limits:  map[string]map[string]pgstore.FlowLimit{"q": {"r": {MaxRunning: maxRunning}}},
+		}, store, zaptest.NewLogger(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, run(t, d))
+	}
+	testenv.Eventually(t, 60*time.Second, "every job to succeed", func() bool {
+		return states(t, store)["succeeded"] == total
+	})
+	t.Logf("%d jobs of 5 ms in %s (%s at max_running %d)", total, time.Since(began).Round(time.Millisecond),
+		(total * 5 * time.Millisecond / maxRunning).Round(time.Millisecond), maxRunning)
+	if p := h.peak.Load(); p != maxRunning {
+		t.Fatalf("peak handlers %d, want max_running %d (never more, and reached)", p, maxRunning)
+	}
+	if c := h.calls.Load(); c != total {
+		t.Fatalf("%d handler calls for %d jobs", c, total)
+	}
+	for _, d := range ds {
+		if err := d.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var held int
+	if err := store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM flow_slots`).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("%d slot rows left after both stopped (%v)", held, err)
+	}
+}
