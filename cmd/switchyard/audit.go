@@ -76,23 +76,14 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer store.Close()
-	limit, page := f.Limit, f
+	page := f
 	page.Limit++
 	entries, err := store.AuditList(ctx, page)
 	if err != nil {
 		return err
 	}
-	more := len(entries) > limit
-	entries = entries[:min(len(entries), limit)]
-	if *asJSON {
-		err = printJSON(stdout, map[string]any{"items": nonNilSlice(entries)})
-	} else {
-		err = printAudit(stdout, time.Now(), entries)
-	}
-	if more && err == nil {
-		nextPageHint(stderr, "audit list", fs, entries[len(entries)-1].ID)
-	}
-	return err
+	return printList(listOut{stdout, stderr, *asJSON, fs, "audit list"}, entries, f.Limit,
+		func(e pgstore.AuditEntry) int64 { return e.ID }, printAudit)
 }
 
 // printAudit is the table of audit list.

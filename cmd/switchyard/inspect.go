@@ -203,23 +203,14 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer store.Close()
 		// One more than asked for says whether there is a next page. (A
 		// copy: f.Limit is the flag's, which the hint repeats.)
-		limit, page := f.Limit, f
+		page := f
 		page.Limit++
 		jobs, err := store.JobList(ctx, page)
 		if err != nil {
 			return err
 		}
-		more := len(jobs) > limit
-		jobs = jobs[:min(len(jobs), limit)]
-		if *asJSON {
-			err = printJSON(stdout, map[string]any{"items": nonNilSlice(jobs)})
-		} else {
-			err = printJobs(stdout, time.Now(), jobs)
-		}
-		if more && err == nil {
-			nextPageHint(stderr, "jobs list", fs, jobs[len(jobs)-1].ID)
-		}
-		return err
+		return printList(listOut{stdout, stderr, *asJSON, fs, "jobs list"}, jobs, f.Limit,
+			func(j pgstore.JobRow) int64 { return j.ID }, printJobs)
 	}
 	return unknownSub("jobs", sub)
 }
@@ -380,23 +371,14 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		defer store.Close()
-		limit, page := f.Limit, f
+		page := f
 		page.Limit++
 		es, err := store.DLQList(ctx, page)
 		if err != nil {
 			return err
 		}
-		more := len(es) > limit
-		es = es[:min(len(es), limit)]
-		if *asJSON {
-			err = printJSON(stdout, map[string]any{"items": nonNilSlice(es)})
-		} else {
-			err = printDLQ(stdout, time.Now(), es)
-		}
-		if more && err == nil {
-			nextPageHint(stderr, "dlq list", fs, es[len(es)-1].ID)
-		}
-		return err
+		return printList(listOut{stdout, stderr, *asJSON, fs, "dlq list"}, es, f.Limit,
+			func(e pgstore.DLQEntry) int64 { return e.ID }, printDLQ)
 	}
 	return unknownSub("dlq", sub)
 }

@@ -255,3 +255,30 @@ func isTerminal(w io.Writer) bool {
 	}
 	return true
 }
+
+// listOut is where a listing verb prints: its table or JSON, and on
+// stderr the hint to the next page, which repeats its command and flags.
+type listOut struct {
+	stdout, stderr io.Writer
+	json           bool
+	fs             *flag.FlagSet
+	command        string
+}
+
+// printList prints a page of rows read with one more than limit: the
+// extra row, left out, says there is a next page, and the hint names the
+// last row's id shown.
+func printList[T any](o listOut, rows []T, limit int, id func(T) int64, table func(io.Writer, time.Time, []T) error) error {
+	more := len(rows) > limit
+	rows = rows[:min(len(rows), limit)]
+	var err error
+	if o.json {
+		err = printJSON(o.stdout, map[string]any{"items": nonNilSlice(rows)})
+	} else {
+		err = table(o.stdout, time.Now(), rows)
+	}
+	if more && err == nil {
+		nextPageHint(o.stderr, o.command, o.fs, id(rows[len(rows)-1]))
+	}
+	return err
+}

@@ -140,16 +140,21 @@ func (s *Store) claimUnlimited(ctx context.Context, p JobClaimParams, limited []
 		)
 		UPDATE jobs j SET `+claimSet("j", "least($3::bigint, $4::bigint)")+`
 		FROM c WHERE j.id = c.id
-		RETURNING `+workerColumns+`, j.scheduled_at`,
+		RETURNING `+workerColumns,
 		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), p.After.ScheduledAt, p.After.ID, limited)
 	if err != nil {
 		return nil, p.After, err
 	}
-	last := p.After
+	return collectClaimed(rows, p.After)
+}
+
+// collectClaimed reads a claim's jobs and the claim position of the last
+// of them in the queue's order (after when there are none).
+func collectClaimed(rows pgx.Rows, after ClaimPosition) ([]*Claimed, ClaimPosition, error) {
+	last := after
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Claimed, error) {
-		var at time.Time
-		j, err := scanClaimed(r, &at)
-		if pos := (ClaimPosition{ScheduledAt: at, ID: j.ID}); last.Before(pos) {
+		j, err := scanClaimed(r)
+		if pos := (ClaimPosition{ScheduledAt: j.ScheduledAt, ID: j.ID}); last.Before(pos) {
 			last = pos
 		}
 		return j, err
@@ -168,16 +173,7 @@ func (s *Store) claimCapped(ctx context.Context, p JobClaimParams, route string,
 	if err != nil {
 		return nil, p.After, err
 	}
-	last := p.After
-	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Claimed, error) {
-		var at time.Time
-		j, err := scanClaimed(r, &at)
-		if pos := (ClaimPosition{ScheduledAt: at, ID: j.ID}); last.Before(pos) {
-			last = pos
-		}
-		return j, err
-	})
-	return jobs, last, err
+	return collectClaimed(rows, p.After)
 }
 
 var claimCappedSQL = `
@@ -192,7 +188,7 @@ var claimCappedSQL = `
 	)
 	UPDATE jobs j SET ` + claimSet("j", "least($3::bigint, $4::bigint)") + `
 	FROM c WHERE j.id = c.id
-	RETURNING ` + workerColumns + `, j.scheduled_at`
+	RETURNING ` + workerColumns
 
 // FlowLimit is a route's fleet-wide limits (SPEC §2 I9); the zero value
 // limits nothing. A limited route's jobs carry a group value (NewJob.Group)
