@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
 
@@ -59,5 +61,43 @@ schedules:
 	}
 	if !strings.Contains(p.log.String(), "schedules[0].kind") {
 		t.Fatalf("the error does not name the field:\n%s", tail(p.log.String(), 2000))
+	}
+}
+
+// A paused schedule makes no job in any of two processes, its slots
+// passing; resumed through one process's API, the next slot makes one
+// job, once. (Up to two minutes: the schedule fires on the minute.)
+func TestSchedulePauseHoldsEveryProcess(t *testing.T) {
+	t.Parallel()
+	schema, topic, group := testenv.Schema(t), testenv.Topic(t, 1), testenv.Name("g")
+	store := testenv.Store(t, schema)
+	tg := newTarget(t)
+	body := fmt.Sprintf(`queues:
+  q: {concurrency: 2, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: report.rebuild, queue: q, target: {http: {url: %q, timeout: 5s}}}
+schedules:
+  - {name: rebuild, cron: "* * * * *", kind: report.rebuild, queue: q, overlap: allow}
+`, topic, tg.URL())
+	// Paused before either process starts: each reads the pauses before
+	// its first tick.
+	if _, err := store.Pause(t.Context(), pgstore.PauseSchedule, "rebuild", "test"); err != nil {
+		t.Fatal(err)
+	}
+	a := startRun(t, "run-a", writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: body}))
+	startRun(t, "run-b", writeConfig(t, testConfig{Group: group, Schema: schema, Body: body}))
+	addr := adminAddr(t, a)
+	// A whole slot passes while paused: the next minute, and 3 s more.
+	time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute + 3*time.Second)))
+	if n := count(t, store, `SELECT count(*) FROM jobs WHERE route = 'schedule/rebuild'`); n != 0 {
+		t.Fatalf("%d jobs of a paused schedule", n)
+	}
+	if code, body := api(t, addr, "POST", "/v1/schedules/rebuild/resume"); code != http.StatusOK {
+		t.Fatalf("resume: %d %s", code, body)
+	}
+	testenv.Eventually(t, 90*time.Second, "the next slot's job delivered", func() bool { return len(tg.received()) >= 1 })
+	time.Sleep(2 * time.Second) // as in TestScheduleRunsOncePerSlot: a second job must never come
+	if n := count(t, store, `SELECT count(*) FROM jobs WHERE route = 'schedule/rebuild'`); n != 1 {
+		t.Fatalf("%d jobs after the resume, want the one of the next slot (the slots passed while paused are not caught up)", n)
 	}
 }
