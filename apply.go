@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/jobstate"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -52,8 +53,10 @@ func (e *Engine) Applier() *Applier { return &Applier{store: e.store} }
 func (a *Applier) Apply(ctx context.Context, job *workers.Job, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	err := a.store.JobApply(ctx, job.ID, job.Token, job.Version, fn)
 	switch {
-	case err == nil || errors.Is(err, ErrStale):
-		job.MarkFinished()
+	case err == nil:
+		job.MarkFinished(jobstate.Succeeded)
+	case errors.Is(err, ErrStale):
+		job.MarkFinished(jobstate.Skipped)
 	case errors.Is(err, pgstore.ErrLeaseLost):
 		return workers.ErrLeaseLost
 	}

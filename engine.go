@@ -452,6 +452,7 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 			StealFrom: q.StealFrom})
 	}
 	for _, r := range e.cfg.Routes {
+		e.metrics.DeclareKinds(r.Kind)
 		dc.Backoff[r.Name] = dispatch.Backoff{Initial: r.Backoff.Initial.D(), Max: r.Backoff.Max.D()}
 		dc.ResultMaxBytes[r.Name] = r.ResultLimit()
 		if l := flowLimit(r); l.Limited() {
@@ -465,6 +466,7 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 		}
 	}
 	for _, sc := range e.cfg.Schedules {
+		e.metrics.DeclareKinds(sc.Kind)
 		if r, ok := e.routeOfKind(sc.Kind); ok {
 			dc.Backoff[schedule.Route(sc.Name)] = dc.Backoff[r.Name]
 			dc.ResultMaxBytes[schedule.Route(sc.Name)] = r.ResultLimit()

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/switchyard-dev/switchyard/jobstate"
 	"time"
 )
 
@@ -45,7 +47,9 @@ type Job struct {
 	// (AttemptSecret below); the HTTP target sends it to its URL.
 	AttemptSecret string
 
-	finished atomic.Bool
+	// finished is the state the handler's own transaction ended the job
+	// in (MarkFinished), nil until then.
+	finished atomic.Pointer[jobstate.State]
 	// save stores a checkpoint under this attempt's lease; set by the
 	// dispatcher that handed the job out.
 	save func(ctx context.Context, data []byte) error
@@ -94,13 +98,20 @@ func (j *Job) SaveCheckpoint(ctx context.Context, data []byte) error {
 // means to save checkpoints. Handlers do not call it.
 func (j *Job) SetCheckpointStore(save func(ctx context.Context, data []byte) error) { j.save = save }
 
-// MarkFinished records that the job's outcome was already committed by the
-// handler itself (Applier.Apply completes the job in the handler's own
-// transaction); the dispatcher then writes nothing more for this attempt.
-func (j *Job) MarkFinished() { j.finished.Store(true) }
+// MarkFinished records that the job's outcome, state, was already
+// committed by the handler itself (Applier.Apply completes the job, or
+// skips a stale version, in the handler's own transaction); the
+// dispatcher then writes nothing more for this attempt.
+func (j *Job) MarkFinished(state jobstate.State) { j.finished.Store(&state) }
 
-// Finished reports whether MarkFinished was called.
-func (j *Job) Finished() bool { return j.finished.Load() }
+// Finished reports the state MarkFinished recorded, and whether it was
+// called.
+func (j *Job) Finished() (jobstate.State, bool) {
+	if s := j.finished.Load(); s != nil {
+		return *s, true
+	}
+	return "", false
+}
 
 // Header is one Kafka record header, kept in record order (keys may repeat).
 type Header struct {

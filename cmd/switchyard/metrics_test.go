@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
 
@@ -89,6 +91,72 @@ routes:
 	}
 	if wait := metricSum(t, addr, "switchyard_queue_wait_seconds_sum", `queue="q"`); wait >= sum {
 		t.Errorf("queue wait %.1f s is not below the end-to-end latency %.1f s: it counts from when a job could run", wait, sum)
+	}
+}
+
+// TestJobEndsMadeInSQLAreCounted scrapes a real process for the ends of
+// jobs that never ran, which SQL makes: stale versions skipped when a
+// lane's head ends (v3 and v4 behind v5) and when a stale record reaches
+// an idle lane (v1), both tallied by the promoting statement and taken by
+// a sampler; a job expired by the rescuer, its queue paused past its ttl;
+// and every outcome's series of every kind, zero included.
+func TestJobEndsMadeInSQLAreCounted(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
+	store := testenv.Store(t, schema)
+	tg := newTarget(t)
+	release := make(chan struct{})
+	tg.setBehaviour(func(r *http.Request, c call) int {
+		if strings.Contains(string(c.Body), `"v":5`) {
+			<-release
+		}
+		return 0
+	})
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 4, poll_interval: 100ms}
+  held: {concurrency: 1, poll_interval: 100ms}
+routes:
+  - {topic: %[1]q, name: versions, kind: kv, queue: q, key: {field: c}, ordered: true,
+     version: {field: v, policy: newer}, filter: {field: type, in: [v]}, target: {http: {url: %[2]q, timeout: 30s}}}
+  - {topic: %[1]q, name: late, kind: kl, queue: held, ttl: 1s,
+     filter: {field: type, in: [late]}, target: {http: {url: %[2]q, timeout: 5s}}}
+`, topic, tg.URL())})
+	p := startRun(t, "run-sql-ends", cfg)
+	addr := adminAddr(t, p)
+	if code, body := api(t, addr, "POST", "/v1/queues/held/pause"); code != http.StatusOK {
+		t.Fatalf("pause held: %d %s", code, body)
+	}
+	v := func(n int) *kgo.Record { return &kgo.Record{Value: fmt.Appendf(nil, `{"type":"v","c":"x","v":%d}`, n)} }
+	testenv.Produce(t, topic, v(5), &kgo.Record{Value: []byte(`{"type":"late"}`)})
+	testenv.Eventually(t, 30*time.Second, "v5 at the target", func() bool { return len(tg.received()) == 1 })
+	testenv.Produce(t, topic, v(3), v(4))
+	testenv.Eventually(t, 30*time.Second, "v3 and v4 waiting behind v5", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'waiting'`) == 2
+	})
+	close(release)
+	testenv.Eventually(t, 30*time.Second, "v5 succeeded, v3 and v4 skipped", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs WHERE kind = 'kv' AND state = 'skipped'`) == 2
+	})
+	testenv.Produce(t, topic, v(1))
+	testenv.Eventually(t, 30*time.Second, "v1 skipped at ingest, the late job expired, and both counted", func() bool {
+		body := scrape(t, addr)
+		return strings.Contains(body, `switchyard_job_attempts_total{kind="kv",outcome="skipped"} 3`) &&
+			strings.Contains(body, `switchyard_job_attempts_total{kind="kl",outcome="expired"} 1`)
+	})
+	if n := count(t, store, `SELECT count(*) FROM jobs WHERE state = 'skipped'`); n != 3 {
+		t.Errorf("%d jobs skipped, want 3", n)
+	}
+	if n := count(t, store, `SELECT count(*) FROM outcome_tally`); n != 0 {
+		t.Errorf("%d tally rows left after the sampler took them", n)
+	}
+	body := scrape(t, addr)
+	for _, outcome := range metrics.Outcomes {
+		if want := fmt.Sprintf(`switchyard_job_attempts_total{kind="kl",outcome=%q}`, outcome); !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	if calls := len(tg.received()); calls != 1 {
+		t.Errorf("the target got %d calls, want 1 (v5 only)", calls)
 	}
 }
 

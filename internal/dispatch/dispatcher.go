@@ -300,7 +300,7 @@ func (d *Dispatcher) rescue() {
 			d.prune()
 		}
 		ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
-		rescued, dead, expired, err := d.store.JobRescue(ctx, 1000)
+		r, err := d.store.JobRescue(ctx, 1000)
 		if err == nil {
 			_, err = d.store.LaneSweepGaps(ctx, 1000)
 		}
@@ -309,8 +309,15 @@ func (d *Dispatcher) rescue() {
 			d.log.Warn("rescue failed", zap.Error(err))
 			continue
 		}
-		if rescued+dead+expired > 0 {
-			d.log.Info("rescued expired leases", zap.Int64("retrying", rescued), zap.Int64("dead", dead), zap.Int64("expired", expired))
+		var expired int64
+		for kind, n := range r.Expired {
+			expired += n
+			if d.metrics != nil {
+				d.metrics.JobAttempts.WithLabelValues(kind, "expired").Add(float64(n))
+			}
+		}
+		if r.Retrying+r.Dead+expired > 0 {
+			d.log.Info("rescued expired leases", zap.Int64("retrying", r.Retrying), zap.Int64("dead", r.Dead), zap.Int64("expired", expired))
 			for _, p := range d.pools {
 				p.wake()
 			}

@@ -45,6 +45,13 @@ func (p *pool) execute(r *running) {
 	elapsed := time.Since(start)
 	cause := context.Cause(ctx)
 	p.returned(job.Token)
+	if state, ok := job.Finished(); ok {
+		// The handler committed the outcome in its own transaction
+		// (whatever it returned after: a stale version's ErrStale too).
+		p.finish(job.Token)
+		p.observe(job, string(state), elapsed)
+		return
+	}
 	switch {
 	case errors.Is(cause, workers.ErrLeaseLost), errors.Is(cause, workers.ErrCancelled):
 		// Cancelled, or someone else may own the job now; whatever we'd
@@ -58,11 +65,6 @@ func (p *pool) execute(r *running) {
 		return
 	case err != nil && errors.Is(cause, workers.ErrShutdown):
 		p.release(job)
-		return
-	case err == nil && job.Finished():
-		// The handler committed the outcome in its own transaction.
-		p.finish(job.Token)
-		p.observe(job, "succeeded", elapsed)
 		return
 	}
 	out := p.outcome(job, err)

@@ -33,6 +33,21 @@ type Metrics struct {
 	Flow *QueueFlow
 }
 
+// Outcomes are the outcome labels of switchyard_job_attempts_total
+// (SPEC §7): how an attempt ended, and how a job that never ran ended.
+var Outcomes = []string{"succeeded", "retry", "dead", "lease_lost", "cancelled", "skipped", "coalesced", "expired"}
+
+// DeclareKinds starts every outcome's series of each kind at zero, so that
+// a rate over one is defined before its first event, and a series does not
+// appear out of nothing.
+func (m *Metrics) DeclareKinds(kinds ...string) {
+	for _, kind := range kinds {
+		for _, outcome := range Outcomes {
+			m.JobAttempts.WithLabelValues(kind, outcome)
+		}
+	}
+}
+
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -66,7 +81,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"queue", "kind"}),
 		JobAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_job_attempts_total",
-			Help: "Finished attempts by outcome: succeeded, retry, dead, skipped, lease_lost, cancelled; coalesced counts jobs replaced by a newer one of their key before they ran.",
+			Help: "How attempts and jobs end, by outcome: succeeded, retry, dead, lease_lost, cancelled (attempts); skipped (a stale version), coalesced (replaced by a newer job of its key), expired (past its ttl before it started): jobs that never ran.",
 		}, []string{"kind", "outcome"}),
 		DLQEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_dlq_entries",

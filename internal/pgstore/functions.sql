@@ -26,7 +26,7 @@ BEGIN
         RETURN;
     END IF;
     LOOP
-        SELECT id, version INTO j FROM jobs
+        SELECT id, version, kind INTO j FROM jobs
         WHERE route = p_route AND key = p_key AND state = 'waiting'
         ORDER BY version NULLS FIRST, src_offset, id
         LIMIT 1 FOR UPDATE;
@@ -40,6 +40,7 @@ BEGIN
             UPDATE jobs SET state = 'skipped', finished_at = now(),
                 last_error = format('version %s is not newer than the last applied version %s', j.version, l.last_version)
             WHERE id = j.id;
+            INSERT INTO outcome_tally (kind, outcome, n) VALUES (j.kind, 'skipped', 1);
             CONTINUE;
         END IF;
         IF l.policy = 'strict' AND l.last_version IS NOT NULL AND j.version > l.last_version + 1 THEN
@@ -177,10 +178,15 @@ BEGIN
     FROM changed WHERE change IN ('end', 'leave');
 
     IF v_route IS NOT NULL THEN
-        UPDATE jobs w SET state = 'skipped', finished_at = now(),
-            last_error = format('version %s is not newer than the last applied version %s', w.version, f.last)
-        FROM unnest(v_route, v_key, v_last) AS f(route, key, last)
-        WHERE w.route = f.route AND w.key = f.key AND w.state = 'waiting' AND w.version <= f.last;
+        WITH skipped AS (
+            UPDATE jobs w SET state = 'skipped', finished_at = now(),
+                last_error = format('version %s is not newer than the last applied version %s', w.version, f.last)
+            FROM unnest(v_route, v_key, v_last) AS f(route, key, last)
+            WHERE w.route = f.route AND w.key = f.key AND w.state = 'waiting' AND w.version <= f.last
+            RETURNING w.kind
+        )
+        INSERT INTO outcome_tally (kind, outcome, n)
+        SELECT kind, 'skipped', count(*) FROM skipped GROUP BY kind;
     END IF;
 
     IF f_route IS NOT NULL THEN

@@ -932,12 +932,24 @@ func appliedTokens(rows pgx.Rows, err error, n int) (map[int64]bool, error) {
 	return applied, err
 }
 
+// Rescued is what one JobRescue did.
+type Rescued struct {
+	// Retrying and Dead count jobs whose lease expired, back to their
+	// queue or, out of attempts, parked.
+	Retrying, Dead int64
+	// Expired counts queued jobs past their deadline, by kind.
+	Expired map[string]int64
+}
+
 // JobRescue returns running jobs whose lease expired (their worker died or
 // stalled) to retrying, or to dead with a DLQ entry when they have used
 // all their attempts (I5), and expires queued jobs past their deadline.
 // Batched and SKIP LOCKED so every process can run it at once.
-func (s *Store) JobRescue(ctx context.Context, limit int) (rescued, dead, expired int64, err error) {
-	err = s.pool.QueryRow(ctx, `
+func (s *Store) JobRescue(ctx context.Context, limit int) (Rescued, error) {
+	var r Rescued
+	var kinds []string
+	var expired []int64
+	err := s.pool.QueryRow(ctx, `
 		WITH x AS (
 			SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at < now()
 			ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
@@ -962,12 +974,23 @@ func (s *Store) JobRescue(ctx context.Context, limit int) (rescued, dead, expire
 			UPDATE jobs j SET state = 'expired', finished_at = now(), last_error = 'deadline passed before start'
 			WHERE j.id IN (SELECT id FROM jobs WHERE deadline IS NOT NULL AND state IN ('queued', 'retrying')
 				AND deadline < now() LIMIT $1 FOR UPDATE SKIP LOCKED)
-			RETURNING 1
+			RETURNING j.kind
+		), ek AS (
+			SELECT kind, count(*) AS n FROM e GROUP BY kind
 		)
-		SELECT (SELECT count(*) FROM u WHERE state = 'retrying'),
-			(SELECT count(*) FROM u WHERE state = 'dead'), (SELECT count(*) FROM e)`, limit).
-		Scan(&rescued, &dead, &expired)
-	return
+		SELECT (SELECT count(*) FROM u WHERE state = 'retrying'), (SELECT count(*) FROM u WHERE state = 'dead'),
+			coalesce((SELECT array_agg(kind) FROM ek), '{}'), coalesce((SELECT array_agg(n) FROM ek), '{}')`, limit).
+		Scan(&r.Retrying, &r.Dead, &kinds, &expired)
+	if err != nil {
+		return Rescued{}, err
+	}
+	if len(kinds) > 0 {
+		r.Expired = make(map[string]int64, len(kinds))
+		for i, kind := range kinds {
+			r.Expired[kind] = expired[i]
+		}
+	}
+	return r, nil
 }
 
 // JobRelease gives unfinished jobs back to their queue at shutdown (I7).

@@ -47,8 +47,8 @@ func TestStaleLaneHeadOutcomeChangesNothing(t *testing.T) {
 	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, head); err != nil {
 		t.Fatal(err)
 	}
-	if rescued, _, _, err := s.JobRescue(ctx, 10); err != nil || rescued != 1 {
-		t.Fatalf("rescue: %d, %v", rescued, err)
+	if r, err := s.JobRescue(ctx, 10); err != nil || r.Retrying != 1 {
+		t.Fatalf("rescue: %d, %v", r.Retrying, err)
 	}
 	again, live := claimOne()
 	if again != head || live == stale {

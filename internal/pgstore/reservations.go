@@ -65,3 +65,21 @@ func (s *Store) QueueFlowPut(ctx context.Context, process string, arrived, finis
 	batch.Queue(`DELETE FROM queue_flow WHERE updated_at < now() - interval '1 day'`)
 	return s.pool.SendBatch(ctx, batch).Close()
 }
+
+// OutcomeTallyTake takes the ends that SQL tallied (migration 0025) since
+// any process last took them, summed by kind and outcome. Each row is
+// taken once, by whichever process's statement deletes it.
+func (s *Store) OutcomeTallyTake(ctx context.Context) (map[[2]string]int64, error) {
+	rows, err := s.pool.Query(ctx, `DELETE FROM outcome_tally RETURNING kind, outcome, n`)
+	if err != nil {
+		return nil, err
+	}
+	var kind, outcome string
+	var n int64
+	ends := map[[2]string]int64{}
+	_, err = pgx.ForEachRow(rows, []any{&kind, &outcome, &n}, func() error {
+		ends[[2]string{kind, outcome}] += n
+		return nil
+	})
+	return ends, err
+}

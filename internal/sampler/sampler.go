@@ -1,7 +1,8 @@
 // Package sampler refreshes the gauges whose values live in Postgres and
 // Kafka rather than in this process: queue depth by state and the oldest
 // runnable age, DLQ entries, blocked lanes, and the Kafka lag of the
-// partitions this process owns. It reads; it never changes a job.
+// partitions this process owns; and it takes the tally of job ends made in
+// SQL into the attempts counter. It never changes a job.
 package sampler
 
 import (
@@ -70,6 +71,9 @@ func (s *Sampler) run(ctx context.Context) {
 		if err := s.publishFlow(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("publishing queue flow counts failed", zap.Error(err))
 		}
+		if err := s.takeTally(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("taking the tally of jobs ended in SQL failed", zap.Error(err))
+		}
 		if err := s.sampleQueues(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("reading queue stats failed", zap.Error(err))
 		}
@@ -92,6 +96,18 @@ func (s *Sampler) publishFlow(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return s.store.QueueFlowPut(pctx, s.process, arrived, finished)
+}
+
+// takeTally counts the job ends that SQL tallied (stale versions skipped
+// by lane promotion) into switchyard_job_attempts_total.
+func (s *Sampler) takeTally(ctx context.Context) error {
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ends, err := s.store.OutcomeTallyTake(tctx)
+	for end, n := range ends {
+		s.metrics.JobAttempts.WithLabelValues(end[0], end[1]).Add(float64(n))
+	}
+	return err
 }
 
 // sampleQueues refreshes the queue, DLQ and lane gauges from Postgres.
