@@ -37,6 +37,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.PointJobs, "point-jobs", 50_000, "jobs burnt down by each point of a scale curve")
 	fs.DurationVar(&c.SlowJob, "slow-job", time.Second, "how long a job of the leases curve takes")
 	fs.IntVar(&c.Rounds, "rounds", 2, "how many times each scale curve runs (each figure is its best round)")
+	fs.IntVar(&c.Repeat, "repeat", 1, "run the selected figures N times over, in turn, and report each one's median (ratios of medians)")
 	maxConns := fs.Int("max-conns", 20, "the engine's Postgres pool size (postgres.max_conns)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
 	only := fs.String("only", "", "comma-separated `NAMES` of the figures or groups to run (default all): "+strings.Join(bench.Names(), ", ")+

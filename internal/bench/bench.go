@@ -79,6 +79,11 @@ type Config struct {
 	// Rounds is how many times each scale curve runs; each figure is its
 	// best round. Defaults to 2.
 	Rounds int
+	// Repeat runs the selected figures this many times over, in turn
+	// (work, grouped, work, grouped, …), so that a change in the machine's
+	// load meets every figure alike; each figure is then its median, and
+	// the ratios are of medians. Defaults to 1.
+	Repeat int
 	// Executable is the switchyard binary the processes curve starts;
 	// empty skips that curve.
 	Executable string
@@ -109,6 +114,7 @@ func (c *Config) setDefaults() {
 	def(&c.Samples, 2000)
 	def(&c.PointJobs, 50_000)
 	def(&c.Rounds, 2)
+	def(&c.Repeat, 1)
 	if c.MaxConns == 0 {
 		c.MaxConns = 20
 	}
@@ -137,7 +143,8 @@ func (c *Config) Validate() error {
 		v    int
 	}{{"records", c.Records}, {"jobs", c.Jobs}, {"http-jobs", c.HTTPJobs}, {"keys", c.Keys},
 		{"history", c.History}, {"future", c.Future}, {"concurrency", c.Concurrency}, {"raw-loops", c.RawLoops},
-		{"rate", c.Rate}, {"samples", c.Samples}, {"point-jobs", c.PointJobs}, {"rounds", c.Rounds}} {
+		{"rate", c.Rate}, {"samples", c.Samples}, {"point-jobs", c.PointJobs}, {"rounds", c.Rounds},
+		{"repeat", c.Repeat}} {
 		if f.v < 0 {
 			return fmt.Errorf("%s: must not be negative, got %d", f.name, f.v)
 		}
@@ -232,6 +239,14 @@ type env struct {
 	calls atomic.Int64
 	// shape of the records the figure at hand makes.
 	shape shape
+	// round is the round of the figures at hand (1…Config.Repeat); past
+	// the last, report keeps figures as results.
+	round int
+	// rounds holds each repeated figure's values, roundOrder their names
+	// in the order first reported, units their units.
+	rounds     map[string][]float64
+	roundOrder []string
+	units      map[string]string
 }
 
 // Run runs the selected figures and prints them to cfg.Out. The schema
@@ -265,23 +280,27 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return nil
 	}
 	selected, _ := selectGroups(cfg.Only)
-	for _, g := range selected {
-		if err := ctx.Err(); err != nil {
-			return err
+	for e.round = 1; e.round <= cfg.Repeat; e.round++ {
+		for _, g := range selected {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			start := time.Now()
+			if err := g.run(e, ctx); err != nil {
+				return fmt.Errorf("%s: %w", g.name, err)
+			}
+			e.note("%s took %s (load average %s)", g.name, time.Since(start).Round(100*time.Millisecond), loadAverage())
 		}
-		start := time.Now()
-		if err := g.run(e, ctx); err != nil {
-			return fmt.Errorf("%s: %w", g.name, err)
-		}
-		e.note("%s took %s (load average %s)", g.name, time.Since(start).Round(100*time.Millisecond), loadAverage())
 	}
+	e.reportMedians()
 	e.summary()
 	e.note("total %s", time.Since(began).Round(time.Second))
 	return nil
 }
 
 func setup(ctx context.Context, cfg Config) (*env, error) {
-	e := &env{cfg: cfg, schema: randomName("bench"), results: map[string]float64{}, shape: defaultShape(cfg)}
+	e := &env{cfg: cfg, schema: randomName("bench"), results: map[string]float64{}, shape: defaultShape(cfg),
+		rounds: map[string][]float64{}, units: map[string]string{}}
 	store, err := openStore(ctx, cfg, e.schema)
 	if err != nil {
 		return nil, err
@@ -364,8 +383,18 @@ func openStore(ctx context.Context, cfg Config, schema string) (*pgstore.Store, 
 		MaxConns: int32(cfg.RawLoops) + 4, StatementTimeoutMS: int((10 * time.Minute).Milliseconds())})
 }
 
-// report prints one figure and keeps it for the summary.
+// report prints one figure and keeps it for the summary. While figures
+// repeat (Config.Repeat), a round's figure is a note, kept for its median.
 func (e *env) report(name string, value float64, unit string) {
+	if e.cfg.Repeat > 1 && e.round <= e.cfg.Repeat {
+		if _, ok := e.rounds[name]; !ok {
+			e.roundOrder = append(e.roundOrder, name)
+		}
+		e.rounds[name] = append(e.rounds[name], value)
+		e.units[name] = unit
+		e.note("round %d of %d: %s %.2f %s", e.round, e.cfg.Repeat, name, value, unit)
+		return
+	}
 	e.results[name] = value
 	format := "%s %.0f %s\n"
 	switch unit {
@@ -375,6 +404,37 @@ func (e *env) report(name string, value float64, unit string) {
 		format = "%s %.1f %s\n"
 	}
 	fmt.Fprintf(e.cfg.Out, format, name, value, unit)
+}
+
+// reportMedians reports each repeated figure's median over its rounds.
+func (e *env) reportMedians() {
+	for _, name := range e.roundOrder {
+		e.report(name, median(e.rounds[name]), e.units[name])
+	}
+}
+
+// roundRatios is num/den of each round, when both figures repeated.
+func (e *env) roundRatios(num, den string) []float64 {
+	a, b := e.rounds[num], e.rounds[den]
+	if len(a) < 2 || len(a) != len(b) {
+		return nil
+	}
+	out := make([]float64, len(a))
+	for i := range a {
+		if b[i] == 0 {
+			return nil
+		}
+		out[i] = a[i] / b[i]
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	v = slices.Sorted(slices.Values(v))
+	if len(v)%2 == 0 {
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return v[len(v)/2]
 }
 
 // note prints a context line.
@@ -395,7 +455,14 @@ func (e *env) summary() {
 		if !okA || !okB || b == 0 {
 			return
 		}
-		e.note("%s ratio %.3f (target %s: %s)", label, a/b, target, verdict(ok(a/b)))
+		x, of := a/b, ""
+		if rounds := e.roundRatios(num, den); rounds != nil {
+			// Each round's two figures ran minutes apart at most, under
+			// much the same load: their ratio is steadier than the
+			// medians'.
+			x, of = median(rounds), fmt.Sprintf(", the median of the rounds' %.3f", rounds)
+		}
+		e.note("%s ratio %.3f (target %s: %s%s)", label, x, target, verdict(ok(x)), of)
 	}
 	ratio("ingest/copy", "ingest_records_per_s", "copy_rows_per_s", "≥ 0.5", func(x float64) bool { return x >= 0.5 })
 	ratio("work/raw", "work_jobs_per_s", "raw_claim_jobs_per_s", "≥ 0.6", func(x float64) bool { return x >= 0.6 })

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,5 +61,32 @@ func TestValidate(t *testing.T) {
 	c.setDefaults()
 	if err := c.Validate(); err == nil {
 		t.Error("a missing database was accepted")
+	}
+}
+
+func TestRepeatedFiguresReportTheirMedians(t *testing.T) {
+	var out strings.Builder
+	e := &env{cfg: Config{Repeat: 3, Out: &out}, results: map[string]float64{},
+		rounds: map[string][]float64{}, units: map[string]string{}}
+	for e.round = 1; e.round <= 3; e.round++ {
+		e.report("work_jobs_per_s", []float64{20, 10, 30}[e.round-1], "jobs/s")
+		e.report("grouped_jobs_per_s", []float64{9, 18, 12}[e.round-1], "jobs/s")
+	}
+	e.reportMedians()
+	if e.results["work_jobs_per_s"] != 20 || e.results["grouped_jobs_per_s"] != 12 {
+		t.Errorf("medians = %v, want work 20 and grouped 12", e.results)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if want := "# round 2 of 3: work_jobs_per_s 10.00 jobs/s"; lines[2] != want {
+		t.Errorf("line 3 = %q, want %q", lines[2], want)
+	}
+	if got := lines[len(lines)-2:]; got[0] != "work_jobs_per_s 20 jobs/s" || got[1] != "grouped_jobs_per_s 12 jobs/s" {
+		t.Errorf("the figures' lines = %q, want the medians in the order first reported", got)
+	}
+	// Per round 0.45, 1.8 and 0.4: their median, not the medians' 0.6.
+	out.Reset()
+	e.summary()
+	if want := "# grouped/work ratio 0.450 (target ≥ 0.8: MISSED, the median of the rounds' [0.450 1.800 0.400])"; !strings.Contains(out.String(), want) {
+		t.Errorf("summary:\n%s\nwant the line %q", out.String(), want)
 	}
 }
