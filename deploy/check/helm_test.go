@@ -420,6 +420,18 @@ func TestHelmChart(t *testing.T) {
 		if r.deployment.Spec.Replicas == nil || *r.deployment.Spec.Replicas < 2 {
 			t.Errorf("replicas %v", r.deployment.Spec.Replicas)
 		}
+		// The schema owner's URL goes to the migration only.
+		dbKey := func(c corev1.Container) string {
+			for _, e := range c.Env {
+				if e.Name == config.EnvDatabaseURL {
+					return e.ValueFrom.SecretKeyRef.Key
+				}
+			}
+			return ""
+		}
+		if pods, job := dbKey(r.deployment.Spec.Template.Spec.Containers[0]), dbKey(r.job.Spec.Template.Spec.Containers[0]); pods != "database-url" || job != "migrate-database-url" {
+			t.Errorf("%s from key %q in the pods, %q in the migration: want database-url, migrate-database-url", config.EnvDatabaseURL, pods, job)
+		}
 		if tg := *r.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; cfg.ShutdownGrace.D().Seconds() != 30 || tg != 60 {
 			t.Errorf("shutdown_grace %s, terminationGracePeriodSeconds %d: want 30s and 60", cfg.ShutdownGrace, tg)
 		}
