@@ -25,7 +25,7 @@ SWITCHYARD_FAULT_CYCLES ?= 20
 LOCAL         := deploy/local
 WITH_SERVICES := bash $(LOCAL)/with-services.sh
 
-.PHONY: help build release test test-faults vet lint screenshots dev bench bench-peers bench-scale \
+.PHONY: help build release test test-faults vet lint check-deploy screenshots dev bench bench-peers bench-scale \
 	services-up services-down services-status services-clean
 
 help: ## Show this help
@@ -53,7 +53,13 @@ vet: ## Run go vet (and vet and test bench/peers and bench/plot, modules of thei
 	cd bench/peers && $(GO) vet . && $(GO) test -count=1 .
 	cd bench/plot && $(GO) vet . && $(GO) test -count=1 .
 
-test: vet ## go vet + all tests (-race) against real Kafka, Postgres and headless Chromium
+check-deploy: ## The Helm chart (helm lint/template, every object decoded strictly) and alerts (promtool): deploy/check
+	@# A module of its own, so that the product's go.mod never gains
+	@# Kubernetes. helm and promtool come from the Go module proxy, built on
+	@# first use into bin/ (about 20 s each with a warm Go cache, minutes cold).
+	cd deploy/check && $(GO) vet . && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) .
+
+test: vet check-deploy ## go vet + all tests (-race) against real Kafka, Postgres and headless Chromium
 	bash $(LOCAL)/chromium.sh ensure
 	$(WITH_SERVICES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $(PKGS)
 
