@@ -132,7 +132,7 @@ type rendered struct {
 
 func helmEnv(t *testing.T) string {
 	t.Helper()
-	helm := tool(t, "helm", helmPkg, helmVersion)
+	helm := tool(t, "helm", helmPkg, helmVersion, "")
 	home := t.TempDir()
 	for _, v := range []string{"HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"} {
 		t.Setenv(v, filepath.Join(home, v))

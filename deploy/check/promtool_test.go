@@ -12,7 +12,7 @@ var alerts = filepath.Join(repoRoot, "deploy", "prometheus", "alerts.yaml")
 // PromQL and their templates render; promtool test rules: two of them fire
 // on the series that should fire them, and not before.
 func TestPrometheusRules(t *testing.T) {
-	promtool := tool(t, "promtool", promtoolPkg, promtoolVersion)
+	promtool := tool(t, "promtool", promtoolPkg, promtoolVersion, promtoolTags)
 	out := run(t, promtool, "check", "rules", alerts)
 	if !strings.Contains(out, "SUCCESS: 6 rules found") {
 		t.Errorf("promtool check rules %s:\n%s\nwant its 6 rules found", alerts, out)
