@@ -172,6 +172,26 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	return e, nil
 }
 
+// allLimited reports whether every route and schedule that feeds queue
+// has a flow limit (a schedule never has one).
+func (e *Engine) allLimited(queue string) bool {
+	for _, sc := range e.cfg.Schedules {
+		if sc.Queue == queue {
+			return false
+		}
+	}
+	feeds := false
+	for _, r := range e.cfg.Routes {
+		if r.Queue == queue {
+			if !flowLimit(r).Limited() {
+				return false
+			}
+			feeds = true
+		}
+	}
+	return feeds
+}
+
 // routeOfKind is the first route of a kind.
 func (e *Engine) routeOfKind(kind string) (config.Route, bool) {
 	for _, r := range e.cfg.Routes {
@@ -449,7 +469,7 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 		q := e.cfg.Queues[name]
 		dc.Queues = append(dc.Queues, dispatch.Queue{Name: name, Concurrency: q.Concurrency,
 			Lease: q.Lease.D(), MaxRuntime: q.MaxRuntime.D(), PollInterval: q.PollInterval.D(), Prefetch: q.Prefetch,
-			StealFrom: q.StealFrom})
+			StealFrom: q.StealFrom, AllLimited: e.allLimited(name)})
 	}
 	for _, r := range e.cfg.Routes {
 		e.metrics.DeclareKinds(r.Kind)

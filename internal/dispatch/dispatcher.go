@@ -35,6 +35,11 @@ type Queue struct {
 	// StealFrom lists queues whose runnable jobs this pool's idle workers
 	// run when its own queue has none, in order.
 	StealFrom []string
+	// AllLimited: every route and schedule that feeds the queue has a
+	// flow limit, so its claims take limited jobs only and look for the
+	// others (left by routes no longer configured) once every
+	// leftoverSweep.
+	AllLimited bool
 }
 
 // Backoff is a route's retry policy: exponential, full jitter.
