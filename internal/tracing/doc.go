@@ -39,6 +39,32 @@
 // OTEL_RESOURCE_ATTRIBUTES are read by the exporter and the SDK
 // themselves.
 //
+// # Spans and their parentage
+//
+// The README's "Tracing" lists the spans and their attributes; the
+// choices behind them:
+//
+//   - A job's attempt is the child of its record's traceparent: the
+//     producer's trace is the one a person follows, and an attempt is the
+//     work that record asked for. The ingest batch cannot be that parent (a
+//     batch has many records, each of another trace), so it is a trace of
+//     its own that links to each record's, capped at MaxLinks.
+//   - A retry links to the attempt before it, rather than being its child:
+//     both are children of the record, siblings in one trace, and the link
+//     says which came first. The previous attempt may have run in another
+//     process, so its span context is stored with the job (the column
+//     jobs.attempt_span, written by the same statement that records the
+//     outcome, and only while tracing is on: off, the statement passes a
+//     NULL array and writes nothing).
+//   - The HTTP target's call is a client span, a child of the attempt, and
+//     the target receives that span's traceparent (not the record's), so
+//     that the target's server span hangs under the call that made it.
+//   - An API enqueue's span is stored as the job's traceparent header:
+//     the attempts of a job asked for over HTTP are children of the request
+//     that asked, as a Kafka job's are of its producer.
+//   - An attempt's outcome uses switchyard_job_attempts_total's words, so
+//     that a trace and a dashboard say the same thing.
+//
 // # What it must never do
 //
 // Put a secret in a span: tokens, attempt secrets, payloads and header
