@@ -127,8 +127,10 @@ routes:
 	if code, body := apiAs(t, addr, "POST", "/v1/queues/q/pause", "Bearer "+token); code != http.StatusOK {
 		t.Fatalf("pause: %d %s", code, body)
 	}
+	// OTEL_BSP_SCHEDULE_DELAY is honoured: nothing is sent before the
+	// shutdown's flush.
 	if n := len(rcv.received()); n != 0 {
-		t.Logf("%d spans arrived before shutdown (the batch delay is ten minutes)", n)
+		t.Errorf("%d spans arrived before shutdown; the batch delay is ten minutes", n)
 	}
 	term(t, p, 30*time.Second)
 
@@ -213,4 +215,65 @@ routes:
 		spanAttr(pauses[0], "switchyard.action.target") != "queues/q" {
 		t.Errorf("admin.pause spans %v; want one, by oncall, on queues/q", pauses)
 	}
+}
+
+// TestTracingAPIEnqueueFromEnv: the endpoint from OTEL_EXPORTER_OTLP_ENDPOINT
+// alone (an http:// URL: plain gRPC), and a job asked for over the API: its
+// attempt is the child of the enqueue's span, itself the child of the
+// request's traceparent, and the target's call the attempt's child.
+func TestTracingAPIEnqueueFromEnv(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
+	store := testenv.Store(t, schema)
+	rcv := newReceiver(t)
+	tg := newTarget(t)
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 2, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, target: {http: {url: %q, timeout: 5s}}}
+`, topic, tg.URL())})
+	p := start(t, "run", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + rcv.addr, "OTEL_BSP_SCHEDULE_DELAY=100"},
+		"run", "--config", cfg)
+	addr := adminAddr(t, p)
+	const traceID, clientSpan = "5bf92f3577b34da6a3ce929d0e0e4736", "10f067aa0ba902b7"
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/queues/q/jobs?kind=k", strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "traced-1")
+	req.Header.Set("traceparent", "00-"+traceID+"-"+clientSpan+"-01")
+	res, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("enqueue: %d", res.StatusCode)
+	}
+	testenv.Eventually(t, 30*time.Second, "the job to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == 1
+	})
+	find := func(name string) *tracepb.Span {
+		for _, s := range rcv.received() {
+			if s.GetName() == name {
+				return s
+			}
+		}
+		return nil
+	}
+	// Sent by the batch processor every 100 ms, before any shutdown.
+	testenv.Eventually(t, 30*time.Second, "the spans to arrive", func() bool {
+		return find("admin.enqueue") != nil && find("job.attempt") != nil && find("POST") != nil
+	})
+	enq, attempt, call := find("admin.enqueue"), find("job.attempt"), find("POST")
+	if hexID(enq.GetTraceId()) != traceID || hexID(enq.GetParentSpanId()) != clientSpan || spanAttr(enq, "switchyard.actor") != "anonymous" {
+		t.Errorf("admin.enqueue: trace %s parent %s actor %q; want the request's trace and span, anonymous",
+			hexID(enq.GetTraceId()), hexID(enq.GetParentSpanId()), spanAttr(enq, "switchyard.actor"))
+	}
+	if hexID(attempt.GetTraceId()) != traceID || hexID(attempt.GetParentSpanId()) != hexID(enq.GetSpanId()) {
+		t.Errorf("job.attempt: trace %s parent %s; want the enqueue's span %s", hexID(attempt.GetTraceId()),
+			hexID(attempt.GetParentSpanId()), hexID(enq.GetSpanId()))
+	}
+	if hexID(call.GetParentSpanId()) != hexID(attempt.GetSpanId()) {
+		t.Errorf("POST: parent %s, want the attempt's span %s", hexID(call.GetParentSpanId()), hexID(attempt.GetSpanId()))
+	}
+	term(t, p, 30*time.Second)
 }
