@@ -73,13 +73,7 @@ func TestAttemptSpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, d)
-	deadline := time.Now().Add(15 * time.Second)
-	for len(rec.Ended()) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d attempt spans ended, want 3; jobs %v", len(rec.Ended()), states(t, store))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 15*time.Second, "three attempt spans to end", func() bool { return len(rec.Ended()) >= 3 })
 	byAttempt := map[int]sdktrace.ReadOnlySpan{}
 	var other sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
