@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/config"
@@ -43,6 +44,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/sampler"
 	"github.com/switchyard-dev/switchyard/internal/schedule"
+	"github.com/switchyard-dev/switchyard/internal/tracing"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -72,6 +74,10 @@ type Options struct {
 	ResetOffsets bool
 	// StatsInterval is how often queue gauges are refreshed. Defaults to 5s.
 	StatsInterval time.Duration
+	// TracerProvider, when set, receives the engine's spans instead of
+	// the provider the tracing block and the OTEL_* environment would
+	// build; the embedder owns it (the engine does not shut it down).
+	TracerProvider trace.TracerProvider
 }
 
 // Engine is one Switchyard process.
@@ -99,6 +105,11 @@ type Engine struct {
 	flow     *flow.Watcher
 	stopFlow context.CancelFunc
 	flowDone chan struct{}
+
+	// tracing is the provider the engine built (off when no endpoint is
+	// configured), shut down by Stop; tracer is nil when off.
+	tracing *tracing.Tracing
+	tracer  trace.Tracer
 
 	fatal   chan error
 	sampler *sampler.Sampler
@@ -149,27 +160,62 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("routes[%d]: %w", i, err)
 		}
 		e.compiled = append(e.compiled, cr)
+	}
+	if err := e.buildTargets(nil); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// buildTargets makes the HTTP targets of the routes, their calls traced
+// by tracer (nil: not traced). New makes them untraced, which checks
+// them; Start makes them again once tracing is on.
+func (e *Engine) buildTargets(tracer trace.Tracer) error {
+	e.targets = map[string]*workers.HTTPTarget{}
+	for i, r := range e.cfg.Routes {
 		if r.Target.HTTP == nil {
 			continue
 		}
 		t, err := workers.NewHTTPTarget(workers.HTTPTargetConfig{URL: r.Target.HTTP.URL,
 			Timeout: r.Target.HTTP.Timeout.D(), FollowRedirects: r.Target.HTTP.FollowRedirects,
-			ResultMaxBytes: r.ResultLimit()})
+			ResultMaxBytes: r.ResultLimit(), Tracer: tracer})
 		if err != nil {
-			return nil, fmt.Errorf("routes[%d].target: %w", i, err)
+			return fmt.Errorf("routes[%d].target: %w", i, err)
 		}
 		e.targets[r.Name] = t
 	}
 	// A schedule's jobs run like the jobs of the route of their kind, if
 	// there is one: its target, attempts and backoff.
-	for _, sc := range cfg.Schedules {
+	for _, sc := range e.cfg.Schedules {
 		if r, ok := e.routeOfKind(sc.Kind); ok {
 			if t := e.targets[r.Name]; t != nil {
 				e.targets[schedule.Route(sc.Name)] = t
 			}
 		}
 	}
-	return e, nil
+	return nil
+}
+
+// startTracing builds the tracer provider (off when no endpoint is
+// configured anywhere, and then nothing traces) or takes the embedder's.
+func (e *Engine) startTracing(ctx context.Context) error {
+	if e.opts.TracerProvider != nil {
+		e.tracer = e.opts.TracerProvider.Tracer(tracing.ScopeName)
+	} else {
+		t, err := tracing.New(ctx, tracing.Config{Endpoint: e.cfg.Tracing.OTLPEndpoint, SampleRatio: e.cfg.Tracing.Ratio()})
+		if err != nil {
+			return err
+		}
+		e.tracing, e.tracer = t, t.Tracer()
+		if t.Enabled() {
+			e.log.Info("tracing on: spans go to an OTLP receiver", zap.String("endpoint", t.Endpoint),
+				zap.Float64("sample_ratio", e.cfg.Tracing.Ratio()))
+		}
+	}
+	if e.tracer == nil {
+		return nil
+	}
+	return e.buildTargets(e.tracer)
 }
 
 // allLimited reports whether every route and schedule that feeds queue
@@ -254,6 +300,9 @@ func (e *Engine) Done() <-chan error { return e.fatal }
 // and the worker pools. It returns once they run.
 func (e *Engine) Start(ctx context.Context) error {
 	if err := e.checkHandlers(); err != nil {
+		return err
+	}
+	if err := e.startTracing(ctx); err != nil {
 		return err
 	}
 	store, err := pgstore.Open(ctx, pgstore.Config{URL: e.cfg.Postgres.URL, Schema: e.cfg.Postgres.Schema,
@@ -420,6 +469,7 @@ func (e *Engine) startHTTP() error {
 		Enqueue:      enqueuer,
 		Lag:          e.lag.Lag,
 		AttemptKey:   e.attemptKey,
+		Tracer:       e.tracer,
 	}, e.store, e.log)
 	ln, err := net.Listen("tcp", e.cfg.HTTP.Listen)
 	if err != nil {
@@ -457,7 +507,7 @@ func (e *Engine) kafkaReady(ctx context.Context) error {
 func (e *Engine) startDispatch(ctx context.Context) error {
 	dc := dispatch.Config{Resolve: e.resolve, Grace: e.cfg.ShutdownGrace.D(), Backoff: map[string]dispatch.Backoff{},
 		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused, Limits: map[string]map[string]pgstore.FlowLimit{},
-		ResultMaxBytes: map[string]int{}, AttemptKey: e.attemptKey}
+		ResultMaxBytes: map[string]int{}, AttemptKey: e.attemptKey, Tracer: e.tracer}
 	for state, keep := range e.cfg.Retention {
 		if state == config.RetentionAudit {
 			dc.AuditRetention = keep.D()
@@ -511,7 +561,7 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 
 func (e *Engine) startIngest(ctx context.Context) error {
 	ic := ingest.Config{Kafka: e.cfg.Kafka, OAuthToken: e.opts.OAuthToken, Routes: e.compiled,
-		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts, Holds: e.flow}
+		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts, Holds: e.flow, Tracer: e.tracer}
 	c, err := ingest.New(ic, e.store, e.log, e.metrics)
 	if err != nil {
 		return err
@@ -642,12 +692,32 @@ func (e *Engine) Stop(ctx context.Context) error {
 			errs = append(errs, e.server.Shutdown(ctx))
 		}
 		e.wg.Wait()
+		// Last of the components: every span has ended.
+		e.stopTracing(ctx)
 		if e.store != nil {
 			e.store.Close()
 		}
 		e.stopErr = errors.Join(errs...)
 	})
 	return e.stopErr
+}
+
+// tracingFlush bounds the flush of the spans still buffered at shutdown,
+// within Stop's own deadline: a receiver that is down must not hold a
+// stopping process for the exporter's retries.
+const tracingFlush = 5 * time.Second
+
+// stopTracing flushes and ends the provider the engine built. Lost spans
+// are logged, not a failed shutdown: the work itself is done.
+func (e *Engine) stopTracing(ctx context.Context) {
+	if !e.tracing.Enabled() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, tracingFlush)
+	defer cancel()
+	if err := e.tracing.Shutdown(ctx); err != nil {
+		e.log.Warn("tracing: flushing spans at shutdown failed", zap.Error(err))
+	}
 }
 
 // flowLimit is a config route's fleet-wide limits as the claim takes them.

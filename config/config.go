@@ -29,6 +29,33 @@ type Config struct {
 	// The key audit is how long the audit log keeps an action: defaults
 	// to 2160h (90 days).
 	Retention map[string]Duration `yaml:"retention"`
+	// Tracing configures OpenTelemetry tracing (v2). Off unless an
+	// endpoint is set here or in OTEL_EXPORTER_OTLP_ENDPOINT.
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// Tracing configures OpenTelemetry tracing: OTLP over gRPC. The standard
+// OTEL_* environment variables are honoured (internal/tracing).
+type Tracing struct {
+	// OTLPEndpoint is host:port of an OTLP gRPC receiver (a collector),
+	// e.g. 127.0.0.1:4317; it wins over OTEL_EXPORTER_OTLP_ENDPOINT.
+	// Defaults to "": the environment's endpoint, else tracing is off.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// SampleRatio is the share of new traces sampled, in [0, 1]; a
+	// record's sampled traceparent is followed whatever it is. Defaults
+	// to 1.0 (nil); 0 samples no new trace.
+	SampleRatio *float64 `yaml:"sample_ratio"`
+}
+
+// DefaultSampleRatio is tracing.sample_ratio when unset.
+const DefaultSampleRatio = 1.0
+
+// Ratio is the sample ratio, its default filled in.
+func (t Tracing) Ratio() float64 {
+	if t.SampleRatio == nil {
+		return DefaultSampleRatio
+	}
+	return *t.SampleRatio
 }
 
 // RetentionAudit is the retention key of the audit log.

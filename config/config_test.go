@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -24,6 +25,9 @@ postgres:
   schema: switchyard           # all tables live in this schema
 http:
   listen: 127.0.0.1:8080       # admin API, /metrics, /healthz, /readyz, dashboard
+tracing:                       # (v2) OpenTelemetry; off when no endpoint (OTEL_* env honoured)
+  otlp_endpoint: ""            # e.g. 127.0.0.1:4317
+  sample_ratio: 1.0
 queues:
   interactive: {concurrency: 16, lease: 30s, max_runtime: 5m, max_depth: 100000}
   bulk:        {concurrency: 4,  lease: 60s, max_runtime: 2h, steal_from: []}
@@ -77,6 +81,7 @@ func TestParseSpecExample(t *testing.T) {
 		{"postgres.max_conns", cfg.Postgres.MaxConns, int32(20)},
 		{"http.listen", cfg.HTTP.Listen, "127.0.0.1:8080"},
 		{"shutdown_grace", cfg.ShutdownGrace.D(), 30 * s},
+		{"tracing", cfg.Tracing.OTLPEndpoint + " " + fmt.Sprint(cfg.Tracing.Ratio()), " 1"},
 		{"queue names", cfg.QueueNames(), []string{"bulk", "interactive"}},
 		{"interactive", cfg.Queues["interactive"], Queue{Concurrency: 16, Lease: Duration(30 * s), MaxRuntime: Duration(5 * m), MaxDepth: 100000, PollInterval: Duration(s)}},
 		{"bulk", cfg.Queues["bulk"], Queue{Concurrency: 4, Lease: Duration(60 * s), MaxRuntime: Duration(120 * m), StealFrom: []string{}, PollInterval: Duration(s)}},
@@ -111,6 +116,33 @@ func TestParseSpecExample(t *testing.T) {
 	}
 	if _, ok := cfg.RouteNamed("nope"); ok {
 		t.Error("RouteNamed(nope) found a route")
+	}
+}
+
+// TestTracingSettings: the block is optional, off by default with a
+// ratio of 1, and what the file says is kept, 0 included (sample no new
+// trace: not "the default").
+func TestTracingSettings(t *testing.T) {
+	cfg, err := Parse([]byte(base+goRoute), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tracing.OTLPEndpoint != "" || cfg.Tracing.Ratio() != 1 {
+		t.Errorf("defaults: endpoint %q ratio %v; want \"\" and 1", cfg.Tracing.OTLPEndpoint, cfg.Tracing.Ratio())
+	}
+	cfg, err = Parse([]byte(base+goRoute+"tracing:\n  otlp_endpoint: 127.0.0.1:4317\n  sample_ratio: 0\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tracing.OTLPEndpoint != "127.0.0.1:4317" || cfg.Tracing.Ratio() != 0 {
+		t.Errorf("set: endpoint %q ratio %v; want 127.0.0.1:4317 and 0", cfg.Tracing.OTLPEndpoint, cfg.Tracing.Ratio())
+	}
+	cfg, err = Parse([]byte(base+goRoute+"tracing: {otlp_endpoint: \"[::1]:4317\", sample_ratio: 0.25}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tracing.Ratio() != 0.25 {
+		t.Errorf("ratio %v; want 0.25", cfg.Tracing.Ratio())
 	}
 }
 
@@ -167,7 +199,42 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "unknown top-level key",
 			yaml: base + goRoute + "quues: {}\n",
-			want: []string{`line 8: unknown key "quues" (known keys: kafka, postgres, http, admin, queues, routes, schedules, shutdown_grace, retention)`},
+			want: []string{`line 8: unknown key "quues" (known keys: kafka, postgres, http, admin, queues, routes, schedules, shutdown_grace, retention, tracing)`},
+		},
+		{
+			name: "tracing endpoint with a scheme",
+			yaml: base + goRoute + "tracing: {otlp_endpoint: \"http://collector:4317\"}\n",
+			want: []string{`tracing.otlp_endpoint: "http://collector:4317": want host:port, such as 127.0.0.1:4317 (no scheme or path)`},
+		},
+		{
+			name: "tracing endpoint without a port",
+			yaml: base + goRoute + "tracing: {otlp_endpoint: collector}\n",
+			want: []string{`tracing.otlp_endpoint: "collector": want host:port`},
+		},
+		{
+			name: "tracing endpoint bad port",
+			yaml: base + goRoute + "tracing: {otlp_endpoint: \"collector:0\"}\n",
+			want: []string{`tracing.otlp_endpoint: "collector:0": port must be a number 1..65535`},
+		},
+		{
+			name: "tracing ratio above 1",
+			yaml: base + goRoute + "tracing: {sample_ratio: 1.5}\n",
+			want: []string{"tracing.sample_ratio: 1.5 is out of range 0..1"},
+		},
+		{
+			name: "tracing ratio negative",
+			yaml: base + goRoute + "tracing: {sample_ratio: -0.1}\n",
+			want: []string{"tracing.sample_ratio: -0.1 is out of range 0..1"},
+		},
+		{
+			name: "tracing ratio not a number",
+			yaml: base + goRoute + "tracing: {sample_ratio: .nan}\n",
+			want: []string{"tracing.sample_ratio: NaN is out of range 0..1"},
+		},
+		{
+			name: "unknown tracing key",
+			yaml: base + goRoute + "tracing: {endpoint: \"c:4317\"}\n",
+			want: []string{`tracing: unknown key "endpoint" (known keys: otlp_endpoint, sample_ratio)`},
 		},
 		{
 			name: "unknown nested key",

@@ -69,6 +69,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateAdmin(&p)
+	c.validateTracing(&p)
 	c.validateQueues(&p)
 	c.validateRoutes(&p)
 	c.validateSchedules(&p)
@@ -184,6 +185,20 @@ func (c *Config) validateHTTP(p *problems) {
 	}
 	if c.HTTP.Token == "" && len(c.Admin.Tokens) == 0 && !loopback(c.HTTP.Listen) {
 		p.add("http.listen", "%s is not a loopback address; set %s (or admin.tokens) to listen on it", c.HTTP.Listen, EnvAdminToken)
+	}
+}
+
+// validateTracing checks the OTLP endpoint's shape (host:port: OTLP
+// gRPC takes no scheme or path) and the sample ratio's range.
+func (c *Config) validateTracing(p *problems) {
+	t := c.Tracing
+	if t.OTLPEndpoint != "" {
+		if msg := checkHostPort(t.OTLPEndpoint, false); msg != "" {
+			p.add("tracing.otlp_endpoint", "%q: %s, such as 127.0.0.1:4317 (no scheme or path)", t.OTLPEndpoint, msg)
+		}
+	}
+	if r := t.Ratio(); !(r >= 0 && r <= 1) {
+		p.add("tracing.sample_ratio", "%v is out of range 0..1", r)
 	}
 }
 

@@ -46,6 +46,11 @@ type Job struct {
 	// AttemptSecret proves this attempt to POST /v1/jobs/{id}/checkpoint
 	// (AttemptSecret below); the HTTP target sends it to its URL.
 	AttemptSecret string
+	// PreviousAttemptSpan is the W3C traceparent of the span of the
+	// job's last attempt that recorded an outcome while tracing was on:
+	// this attempt's span links to it. "" otherwise. (A handler reaches
+	// its own attempt's span through its context.)
+	PreviousAttemptSpan string
 
 	// finished is the state the handler's own transaction ended the job
 	// in (MarkFinished), nil until then.

@@ -13,6 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/switchyard-dev/switchyard/internal/tracing"
 )
 
 const (
@@ -67,6 +73,13 @@ type HTTPTargetConfig struct {
 	// and the absence of a cookie jar are the target's own. Defaults to a
 	// Transport tuned for many concurrent requests to one host.
 	Client *http.Client
+	// Tracer, when set, gives each call an OpenTelemetry client span, a
+	// child of the span in the context it is handed (the dispatcher's
+	// attempt span), and sends the target that span's traceparent in
+	// place of the record's, so that the target's own span is its
+	// child. Nil (the default) starts no span and passes the record's
+	// traceparent through as it is.
+	Tracer trace.Tracer
 }
 
 func (c *HTTPTargetConfig) validate() error {
@@ -107,7 +120,8 @@ func (c *HTTPTargetConfig) validate() error {
 //	Switchyard-Token     the attempt's fencing token (an extension to SPEC §5)
 //	Switchyard-Attempt-Secret  proves the attempt to POST /v1/jobs/{id}/checkpoint
 //	Switchyard-Checkpoint      base64 of the last checkpoint an earlier attempt saved
-//	traceparent          when the record carried one
+//	traceparent          when the record carried one; with a Tracer, the
+//	                     call's client span's instead
 //	Switchyard-Header-<name>  each other record header, repeated keys as repeated values
 //
 // Switchyard-Token increases with every lease of a job, so a target that
@@ -136,6 +150,8 @@ type HTTPTarget struct {
 	result   int // ResultMaxBytes
 	client   *http.Client
 	now      func() time.Time // for Retry-After HTTP-dates
+	tracer   trace.Tracer     // nil: no spans
+	host     string           // server.address of the spans
 }
 
 // NewHTTPTarget validates cfg and returns a target with its own client.
@@ -167,8 +183,18 @@ func NewHTTPTarget(cfg HTTPTargetConfig) (*HTTPTarget, error) {
 			Transport:     transport,
 			CheckRedirect: checkRedirect(cfg.FollowRedirects),
 		},
-		now: time.Now,
+		now:    time.Now,
+		tracer: cfg.Tracer,
+		host:   targetHost(cfg.URL),
 	}, nil
+}
+
+// targetHost is the URL's host name, for spans.
+func targetHost(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Hostname()
+	}
+	return ""
 }
 
 // checkRedirect returns the redirect policy. Both policies end in
@@ -211,6 +237,30 @@ func RedactURL(raw string) string {
 
 // Handle runs one attempt; see HTTPTarget for the protocol and outcomes.
 func (t *HTTPTarget) Handle(ctx context.Context, job *Job) error {
+	if t.tracer == nil {
+		return t.call(ctx, job, nil)
+	}
+	ctx, span := t.tracer.Start(ctx, tracing.SpanTargetCall, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(tracing.AttrHTTPMethod.String(http.MethodPost), tracing.AttrURL.String(t.shownURL),
+			tracing.AttrServerAddress.String(t.host)))
+	defer span.End()
+	err := t.call(ctx, job, span)
+	if err != nil {
+		msg := err.Error()
+		if len(msg) > maxSpanError {
+			msg = strings.ToValidUTF8(msg[:maxSpanError], "")
+		}
+		span.SetStatus(codes.Error, msg)
+	}
+	return err
+}
+
+// maxSpanError bounds the error text a client span carries.
+const maxSpanError = 1024
+
+// call is one attempt; span, when tracing is on, is the attempt's client
+// span, whose traceparent replaces the record's.
+func (t *HTTPTarget) call(ctx context.Context, job *Job, span trace.Span) error {
 	attemptCtx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 
@@ -221,6 +271,9 @@ func (t *HTTPTarget) Handle(ctx context.Context, job *Job) error {
 		return Permanent(fmt.Errorf("http target: build request: %w", err))
 	}
 	setRequestHeaders(req.Header, job)
+	if span != nil {
+		tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
 
 	resp, err := t.client.Do(req)
 	if err != nil {
@@ -242,6 +295,9 @@ func (t *HTTPTarget) Handle(ctx context.Context, job *Job) error {
 		return fmt.Errorf("http target: %w", err)
 	}
 	code := resp.StatusCode
+	if span != nil {
+		span.SetAttributes(tracing.AttrHTTPStatus.Int(code))
+	}
 	if code >= 200 && code <= 299 {
 		// Beyond the result, reading on would only let the connection be
 		// reused: cut it off (cancelling the attempt aborts the read) if

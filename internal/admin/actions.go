@@ -10,9 +10,12 @@ import (
 	"regexp"
 	"strconv"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/tracing"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -46,7 +49,10 @@ func (s *Server) jobEnqueue(w http.ResponseWriter, r *http.Request) error {
 		Queue: queue, Kind: r.URL.Query().Get("kind"), IdempotencyKey: r.Header.Get("Idempotency-Key"),
 		ContentType: r.Header.Get("Content-Type"), Payload: body,
 		Key: r.Header.Get("Switchyard-Key"), Version: r.Header.Get("Switchyard-Version"),
-		RunAt: r.Header.Get("Switchyard-Run-At"), Delay: r.Header.Get("Switchyard-Delay"), Actor: caller(r).Name})
+		RunAt: r.Header.Get("Switchyard-Run-At"), Delay: r.Header.Get("Switchyard-Delay"), Actor: caller(r).Name,
+		// The enqueue's span (trace.go) parents the job's attempts; ""
+		// when tracing is off.
+		Traceparent: tracing.Format(trace.SpanContextFromContext(r.Context()))})
 	var in *ingest.InputError
 	switch {
 	case errors.Is(err, ingest.ErrUnknownQueue):

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/switchyard-dev/switchyard/config"
@@ -19,6 +20,13 @@ import (
 // queues: "q" (an unordered route of kind "k" and an ordered one of kind
 // "ordered") and "small" (max_depth 2).
 func enqueueEnv(t *testing.T) *env {
+	t.Helper()
+	return enqueueEnvTraced(t, nil)
+}
+
+// enqueueEnvTraced is enqueueEnv with its actions traced by tracer (nil:
+// tracing off).
+func enqueueEnvTraced(t *testing.T, tracer trace.Tracer) *env {
 	t.Helper()
 	c := config.Config{Routes: []config.Route{
 		{Topic: "t1", Kind: "k", Queue: "q", MaxRecordBytes: 64},
@@ -39,7 +47,7 @@ func enqueueEnv(t *testing.T) *env {
 	}
 	st := newStore(t, true)
 	enq := ingest.NewEnqueuer(st, routes, map[string]int{"q": 0, "small": 2})
-	return serve(t, Config{Enqueue: enq}, st, zaptest.NewLogger(t))
+	return serve(t, Config{Enqueue: enq, Tracer: tracer}, st, zaptest.NewLogger(t))
 }
 
 func (e *env) enqueue(t *testing.T, path, key, contentType, body string, headers ...string) reply {

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/config"
@@ -83,6 +84,9 @@ type Config struct {
 	// whose own name was pointed at this server sends its name. Defaults
 	// to none.
 	AllowedHosts []string
+	// Tracer, when set, gives every operator action a span (trace.go);
+	// nil, tracing is off.
+	Tracer trace.Tracer
 }
 
 // Server is the admin HTTP API. It is stateless apart from its
@@ -175,6 +179,9 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range routes {
 		h := s.api(checkParams(rt.params, rt.h))
+		if action, ok := actionOf[rt.method+" "+rt.path]; ok && s.cfg.Tracer != nil {
+			h = s.traced(action, rt.method+" "+rt.path, h)
+		}
 		if strings.Contains(rt.path, "{id}") {
 			h = s.notAnID(mux, h)
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/config"
@@ -85,6 +86,9 @@ type Config struct {
 	// AttemptKey signs every attempt's workers.Job.AttemptSecret
 	// (pgstore.Store.AttemptKey); nil: attempts carry none.
 	AttemptKey []byte
+	// Tracer, when set, gives every attempt a span (internal/tracing);
+	// nil, tracing is off and attempts cost nothing more.
+	Tracer trace.Tracer
 }
 
 // DefaultBackoff applies to routes without their own.
@@ -154,7 +158,8 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 func (d *Dispatcher) poolEnv() poolEnv {
 	return poolEnv{store: d.store, events: d.log.Named(metrics.EventsLogger), metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
 		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused, limits: d.cfg.Limits,
-		slots: d.slots, holder: d.process, resultMax: d.cfg.ResultMaxBytes, attemptKey: d.cfg.AttemptKey}
+		slots: d.slots, holder: d.process, resultMax: d.cfg.ResultMaxBytes, attemptKey: d.cfg.AttemptKey,
+		tracer: d.cfg.Tracer}
 }
 
 // wakeAll wakes every pool.

@@ -9,11 +9,16 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/tracing"
 	"github.com/switchyard-dev/switchyard/jobstate"
 	"github.com/switchyard-dev/switchyard/workers"
 )
@@ -36,6 +41,11 @@ func (p *pool) execute(r *running) {
 	if m := p.env.metrics; m != nil && !job.RunnableAt.IsZero() {
 		m.QueueWait.WithLabelValues(job.Queue, job.Kind).Observe(max(0, start.Sub(job.RunnableAt).Seconds()))
 	}
+	// Off, the tracer is nil and nothing here costs anything.
+	var span trace.Span
+	if p.env.tracer != nil {
+		ctx, span = p.startAttempt(ctx, job)
+	}
 	// A handed-off job can lose its lease while it waits for a worker.
 	p.restamp(r)
 	err := context.Cause(ctx)
@@ -50,6 +60,7 @@ func (p *pool) execute(r *running) {
 		// (whatever it returned after: a stale version's ErrStale too).
 		p.finish(job.Token)
 		p.observe(job, string(state), elapsed)
+		endAttempt(span, string(state), "")
 		return
 	}
 	switch {
@@ -62,13 +73,18 @@ func (p *pool) execute(r *running) {
 			outcome = "cancelled"
 		}
 		p.observe(job, outcome, elapsed)
+		endAttempt(span, outcome, cause.Error())
 		return
 	case err != nil && errors.Is(cause, workers.ErrShutdown):
 		p.release(job)
+		endAttempt(span, "released", err.Error())
 		return
 	}
 	out := p.outcome(job, err)
 	out.Handoff = p.handoff(r, out)
+	if span != nil {
+		out.Span = tracing.Format(span.SpanContext())
+	}
 	p.env.completer.submit(out, func(applied bool, next *workers.Job) {
 		// Counted once the write is settled: a rejected (stale) outcome is
 		// a lost lease, not a success.
@@ -82,11 +98,58 @@ func (p *pool) execute(r *running) {
 				zap.String("error", out.Error))
 		}
 		p.observe(job, outcome, elapsed)
+		endAttempt(span, outcome, out.Error)
 		p.finish(job.Token)
 		if next != nil {
 			p.adopt(next, r.chain)
 		}
 	})
+}
+
+// startAttempt starts the span of an attempt: a child of the trace
+// context of the job's record (its traceparent header) when it had one, a
+// new trace otherwise, linked to the previous attempt's span.
+func (p *pool) startAttempt(ctx context.Context, job *workers.Job) (context.Context, trace.Span) {
+	for _, h := range job.Headers {
+		if strings.EqualFold(h.Key, tracing.HeaderName) {
+			if sc := tracing.Parse(string(h.Value)); sc.IsValid() {
+				ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+			}
+			break
+		}
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		tracing.AttrJobID.Int64(job.ID), tracing.AttrJobKind.String(job.Kind), tracing.AttrJobQueue.String(job.Queue),
+		tracing.AttrJobRoute.String(job.Route), tracing.AttrJobAttempt.Int(job.Attempt))}
+	if prev := tracing.Parse(job.PreviousAttemptSpan); prev.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: prev,
+			Attributes: []attribute.KeyValue{tracing.AttrLinkKind.String("previous_attempt")}}))
+	}
+	return p.env.tracer.Start(ctx, tracing.SpanJobAttempt, opts...)
+}
+
+// endAttempt ends an attempt's span (nil: tracing is off) with its
+// outcome; an attempt that did not succeed carries its error.
+func endAttempt(span trace.Span, outcome, errText string) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(tracing.AttrJobOutcome.String(outcome))
+	if outcome != string(jobstate.Succeeded) && errText != "" {
+		span.SetStatus(codes.Error, truncateText(errText, maxSpanError))
+	}
+	span.End()
+}
+
+// maxSpanError bounds the error an attempt's span carries, as the job's
+// error history bounds each entry.
+const maxSpanError = 1024
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
 }
 
 // invoke runs the handler with the attempt's deadline, turning a panic
@@ -247,7 +310,8 @@ func workerJob(c *pgstore.Claimed) *workers.Job {
 	j := &workers.Job{ID: c.ID, Kind: c.Kind, Queue: c.Queue, Route: c.Route, Key: c.Key, Version: c.Version,
 		Attempt: c.Attempt, MaxAttempts: c.MaxAttempts, Token: c.Token, Payload: c.Payload,
 		Source:    workers.Source{Topic: c.Source.Topic, Partition: c.Source.Partition, Offset: c.Source.Offset},
-		CreatedAt: c.CreatedAt, RunnableAt: c.ScheduledAt, ArrivedAt: c.ArrivedAt, Ordered: c.Lane, Checkpoint: c.Checkpoint}
+		CreatedAt: c.CreatedAt, RunnableAt: c.ScheduledAt, ArrivedAt: c.ArrivedAt, Ordered: c.Lane, Checkpoint: c.Checkpoint,
+		PreviousAttemptSpan: c.AttemptSpan}
 	for _, h := range c.Headers {
 		j.Headers = append(j.Headers, workers.Header{Key: h.Key, Value: h.Value})
 	}

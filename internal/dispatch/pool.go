@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/internal/metrics"
@@ -41,6 +42,8 @@ type poolEnv struct {
 	resultMax map[string]int
 	// attemptKey signs each held attempt's AttemptSecret; nil: none.
 	attemptKey []byte
+	// tracer starts each attempt's span; nil: tracing is off.
+	tracer trace.Tracer
 }
 
 // limited reports whether a route of a queue has fleet-wide flow limits.

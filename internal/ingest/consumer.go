@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,11 +14,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/tracing"
 )
 
 // Config configures a Consumer.
@@ -46,6 +50,10 @@ type Config struct {
 	// ApplyHolds): a topic is fetched while none of its routes is held.
 	// Nil: none is ever held.
 	Holds Holds
+	// Tracer, when set, gives each stored batch a span linked to its
+	// records' traces (internal/tracing); nil, tracing is off and no
+	// record header is read for it.
+	Tracer trace.Tracer
 }
 
 // Holds is what the consumer asks of flow control.
@@ -385,12 +393,23 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 	}
 	c.setPending(time.Now())
 	defer c.setPending(time.Time{})
+	var span trace.Span
+	if c.cfg.Tracer != nil {
+		ctx, span = startBatch(ctx, c.cfg.Tracer, fetches, batch, counts)
+		defer span.End()
+	}
 	for attempt := 1; ; attempt++ {
 		// The transaction runs on a context that Stop does not cancel:
 		// a batch in hand finishes (or fails) on its own, bounded.
 		txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 		res, err := c.store.IngestCommit(txCtx, batch)
 		cancel()
+		if span != nil {
+			span.SetAttributes(tracing.AttrIngestTries.Int(attempt))
+			if err != nil {
+				span.RecordError(err)
+			}
+		}
 		if err == nil {
 			if c.crashAfterStore != nil && c.crashAfterStore() {
 				return errSimulatedCrash
@@ -421,6 +440,41 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 		case <-time.After(backoff):
 		}
 	}
+}
+
+// startBatch starts the span of a batch stored in one transaction: a new
+// trace (a batch has as many parents as records), linked to the trace of
+// each record that carries a traceparent, at most tracing.MaxLinks of
+// them.
+func startBatch(ctx context.Context, tracer trace.Tracer, fetches kgo.Fetches, batch pgstore.IngestBatch,
+	counts map[string]*Decoded) (context.Context, trace.Span) {
+	var links []trace.Link
+	records, dropped := 0, 0
+	linkAttrs := []attribute.KeyValue{tracing.AttrLinkKind.String("record")}
+	fetches.EachRecord(func(r *kgo.Record) {
+		records++
+		for _, h := range r.Headers {
+			if !strings.EqualFold(h.Key, tracing.HeaderName) {
+				continue
+			}
+			if sc := tracing.Parse(string(h.Value)); sc.IsValid() {
+				if len(links) < tracing.MaxLinks {
+					links = append(links, trace.Link{SpanContext: sc, Attributes: linkAttrs})
+				} else {
+					dropped++
+				}
+			}
+			break
+		}
+	})
+	jobs := 0
+	for _, n := range counts {
+		jobs += n.Jobs
+	}
+	return tracer.Start(ctx, tracing.SpanIngestBatch, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithLinks(links...), trace.WithAttributes(tracing.AttrMessagingSystem.String("kafka"),
+			tracing.AttrMessagingBatchCount.Int(records), tracing.AttrIngestJobs.Int(jobs),
+			tracing.AttrIngestPartitions.Int(len(batch.Offsets)), tracing.AttrIngestLinksDropped.Int(dropped)))
 }
 
 func (c *Consumer) setPending(t time.Time) {

@@ -60,6 +60,10 @@ type EnqueueRequest struct {
 	// audit log; empty for an application's enqueue (the Go client),
 	// which is not an operator action.
 	Actor string
+	// Traceparent, when set, is stored as the job's traceparent header:
+	// the trace context (the enqueue's span) its attempts' spans are
+	// children of. The admin API sets it only while tracing is on.
+	Traceparent string
 }
 
 // EnqueueResult is what Enqueue did.
@@ -189,6 +193,9 @@ func (r *Route) decodeRequest(req EnqueueRequest, now time.Time) (*pgstore.NewJo
 	j.Origin, j.RecordKey = pgstore.OriginAPI, nil
 	if req.ContentType != "" {
 		j.HeaderKeys, j.HeaderVals = []string{"content-type"}, [][]byte{[]byte(req.ContentType)}
+	}
+	if req.Traceparent != "" {
+		j.HeaderKeys, j.HeaderVals = append(j.HeaderKeys, "traceparent"), append(j.HeaderVals, []byte(req.Traceparent))
 	}
 	return j, nil
 }

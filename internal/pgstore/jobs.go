@@ -593,6 +593,9 @@ type Claimed struct {
 	// ArrivedAt is its record's timestamp, else CreatedAt (its end-to-end
 	// latency starts).
 	ScheduledAt, ArrivedAt time.Time
+	// AttemptSpan is the traceparent of the last attempt's span that an
+	// outcome recorded (Outcome.Span); "" when none did.
+	AttemptSpan string
 }
 
 // workerColumns are what a worker is handed of a job row aliased j, in
@@ -600,7 +603,7 @@ type Claimed struct {
 const workerColumns = `j.id, j.kind, j.queue, j.route, j.key, j.version, j.attempts, j.max_attempts,
 	j.token, j.payload, j.header_keys, j.header_values,
 	coalesce(j.src_topic, ''), coalesce(j.src_partition, 0), coalesce(j.src_offset, 0), j.created_at, j.lane,
-	j.checkpoint, j.scheduled_at, coalesce(j.record_at, j.created_at)`
+	j.checkpoint, j.scheduled_at, coalesce(j.record_at, j.created_at), coalesce(j.attempt_span, '')`
 
 // scanClaimed scans workerColumns, then extra.
 func scanClaimed(r pgx.Row, extra ...any) (*Claimed, error) {
@@ -609,7 +612,7 @@ func scanClaimed(r pgx.Row, extra ...any) (*Claimed, error) {
 	var hv [][]byte
 	err := r.Scan(append([]any{&j.ID, &j.Kind, &j.Queue, &j.Route, &j.Key, &j.Version, &j.Attempt, &j.MaxAttempts,
 		&j.Token, &j.Payload, &hk, &hv, &j.Source.Topic, &j.Source.Partition, &j.Source.Offset, &j.CreatedAt, &j.Lane,
-		&j.Checkpoint, &j.ScheduledAt, &j.ArrivedAt}, extra...)...)
+		&j.Checkpoint, &j.ScheduledAt, &j.ArrivedAt, &j.AttemptSpan}, extra...)...)
 	for i := range hk {
 		if i < len(hv) {
 			j.Headers = append(j.Headers, HeaderRow{Key: hk[i], Value: hv[i]})
@@ -796,6 +799,9 @@ type Outcome struct {
 	// Result and ResultType are kept with a success (nil: none).
 	Result     []byte
 	ResultType string
+	// Span is the traceparent of the attempt's span, kept for the next
+	// attempt's span to link to; "" (tracing off) keeps the last one.
+	Span string
 }
 
 // Handoff is what a pool asks of a lane's next job: its queue, and the
@@ -829,6 +835,9 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	states, reasons, errs := make([]string, n), make([]string, n), make([]*string, n)
 	delays := make([]int64, n)
 	results, resultTypes := make([][]byte, n), make([]*string, n)
+	// spans stays nil while no outcome has one (tracing off): NULL, which
+	// unnest pads with NULLs, costs nothing.
+	var spans []*string
 	var laneEnds, handoffs, leases []int64
 	var queues []string
 	for i, o := range outs {
@@ -840,6 +849,12 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 		if o.Result != nil && o.State == jobstate.Succeeded {
 			results[i], resultTypes[i] = o.Result, &outs[i].ResultType
 		}
+		if o.Span != "" {
+			if spans == nil {
+				spans = make([]*string, n)
+			}
+			spans[i] = &outs[i].Span
+		}
 		if o.Lane && o.State != jobstate.Retrying {
 			laneEnds = append(laneEnds, o.ID)
 			if o.Handoff != nil {
@@ -848,7 +863,7 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 			}
 		}
 	}
-	args := []any{ids, tokens, states, reasons, errs, delays, results, resultTypes}
+	args := []any{ids, tokens, states, reasons, errs, delays, results, resultTypes, spans}
 	if len(laneEnds) == 0 {
 		rows, err := s.pool.Query(ctx, completeSQL, args...)
 		applied, err := appliedTokens(rows, err, n)
@@ -890,15 +905,15 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 const completeSQL = `
 		WITH o AS (
 			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[],
-				$7::bytea[], $8::text[])
-				AS t(id, token, state, reason, err, delay_ms, result, result_type)
+				$7::bytea[], $8::text[], $9::text[])
+				AS t(id, token, state, reason, err, delay_ms, result, result_type, span)
 		), u AS (
 			UPDATE jobs j SET state = t.state,
 				result = t.result, result_type = t.result_type,
 				finished_at = CASE WHEN t.state = 'retrying' THEN NULL ELSE now() END,
 				scheduled_at = CASE WHEN t.state = 'retrying'
 					THEN now() + t.delay_ms * interval '1 millisecond' ELSE j.scheduled_at END,
-				lease_expires_at = NULL,
+				lease_expires_at = NULL, attempt_span = coalesce(t.span, j.attempt_span),
 				last_error = coalesce(t.err, j.last_error),
 				errors = CASE WHEN t.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(
 					jsonb_build_object('attempt', j.attempts, 'error', left(t.err, 1024), 'at', now())) END

@@ -48,7 +48,7 @@ func complete(t *testing.T, s *pgstore.Store, head *pgstore.Claimed, state jobst
 func completeRowByRow(t *testing.T, s *pgstore.Store, head *pgstore.Claimed, state jobstate.State, reason string) {
 	t.Helper()
 	tag, err := s.Pool().Exec(context.Background(), pgstore.CompleteSQL, []int64{head.ID}, []int64{head.Token},
-		[]string{string(state)}, []string{reason}, []string{"boom"}, []int64{0}, [][]byte{nil}, []*string{nil})
+		[]string{string(state)}, []string{reason}, []string{"boom"}, []int64{0}, [][]byte{nil}, []*string{nil}, []*string{nil})
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("complete %s row by row: %v %v", state, tag, err)
 	}
