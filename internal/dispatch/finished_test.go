@@ -1,0 +1,55 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/switchyard-dev/switchyard/internal/metrics"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/jobstate"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// A handler that ended its job in its own transaction (Applier.Apply: a
+// stale version skipped) and then returned an error, as a handler that
+// passes ErrStale on does, is counted by the state it committed, and the
+// dispatcher writes nothing over it: no retry, no lost lease.
+func TestJobEndedByItsHandlerCountsItsState(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 3)
+	h := workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
+		if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET state = 'skipped', finished_at = now(), lease_expires_at = NULL
+			WHERE id = $1 AND token = $2`, j.ID, j.Token); err != nil {
+			return err
+		}
+		j.MarkFinished(jobstate.Skipped)
+		return errors.New("stale version: not newer than the last applied version")
+	})
+	m := metrics.New(prometheus.NewRegistry())
+	d, err := New(Config{
+		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 20 * time.Millisecond}},
+		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
+		Grace:   200 * time.Millisecond,
+	}, store, zaptest.NewLogger(t), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	testenv.Eventually(t, 15*time.Second, "the attempt to be counted", func() bool {
+		return testutil.ToFloat64(m.JobAttempts.WithLabelValues("k", "skipped")) == 1
+	})
+	time.Sleep(100 * time.Millisecond) // room for a wrong second write to land
+	if got := testutil.CollectAndCount(m.JobAttempts); got != 1 {
+		t.Errorf("%d outcome series, want skipped alone", got)
+	}
+	if st := states(t, store); st["skipped"] != 1 || len(st) != 1 {
+		t.Errorf("job states %v, want the one job skipped", st)
+	}
+}
