@@ -881,3 +881,12 @@ func FuzzParse(f *testing.F) {
 func mapEnv(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:4317": true, "[::1]:4317": true, "LOCALHOST:1": true,
+		"127.9.9.9:80": true, "collector:4317": false, ":8080": false, "0.0.0.0:8080": false, "10.0.0.1:80": false, "nonsense": false} {
+		if got := Loopback(addr); got != want {
+			t.Errorf("Loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

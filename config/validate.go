@@ -183,7 +183,7 @@ func (c *Config) validateHTTP(p *problems) {
 		p.add("http.listen", "%q: %s, or \"off\"", c.HTTP.Listen, msg)
 		return
 	}
-	if c.HTTP.Token == "" && len(c.Admin.Tokens) == 0 && !loopback(c.HTTP.Listen) {
+	if c.HTTP.Token == "" && len(c.Admin.Tokens) == 0 && !Loopback(c.HTTP.Listen) {
 		p.add("http.listen", "%s is not a loopback address; set %s (or admin.tokens) to listen on it", c.HTTP.Listen, EnvAdminToken)
 	}
 }
@@ -252,12 +252,13 @@ func (c *Config) AdminTokenErrors() error {
 	return errors.Join(p...)
 }
 
-// loopback reports whether a listen address is reachable from this host
-// only. Without a token the admin API must be: it shows payloads and
-// changes state. Loopback is 127.0.0.0/8, ::1 and "localhost"; an empty
-// host (":8080") binds every interface and so is not loopback. Other
-// host names are refused too, since what they resolve to can change.
-func loopback(addr string) bool {
+// Loopback reports whether a host:port address is this host's only: the
+// admin API must listen on one without a token (it shows payloads and
+// changes state), and tracing speaks plain gRPC to one. Loopback is
+// 127.0.0.0/8, ::1 and "localhost"; an empty host (":8080") binds every
+// interface and so is not loopback. Other host names are not either,
+// since what they resolve to can change.
+func Loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false

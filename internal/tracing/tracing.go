@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -18,6 +17,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/switchyard-dev/switchyard/config"
 )
 
 // ScopeName is the instrumentation scope of every Switchyard span.
@@ -144,7 +145,7 @@ func New(ctx context.Context, cfg Config) (*Tracing, error) {
 				return nil, fmt.Errorf("tracing.otlp_endpoint: %q: want host:port", cfg.Endpoint)
 			}
 			opts = append(opts, otlptracegrpc.WithEndpoint(cfg.Endpoint))
-			if Loopback(cfg.Endpoint) {
+			if config.Loopback(cfg.Endpoint) {
 				opts = append(opts, otlptracegrpc.WithInsecure())
 			}
 			shown = cfg.Endpoint
@@ -219,20 +220,6 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("tracing: spans not exported by the shutdown deadline were dropped: %w", err)
 	}
 	return err
-}
-
-// Loopback reports whether host:port names this machine: a loopback IP
-// address or localhost.
-func Loopback(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // HeaderName is the W3C trace context header.

@@ -123,7 +123,4 @@ func TestParseFormat(t *testing.T) {
 	if Format(trace.SpanContext{}) != "" {
 		t.Error("an invalid span context formats")
 	}
-	if !Loopback("127.0.0.1:4317") || !Loopback("[::1]:4317") || !Loopback("LOCALHOST:1") || Loopback("collector:4317") {
-		t.Error("Loopback")
-	}
 }
