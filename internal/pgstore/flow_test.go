@@ -3,6 +3,8 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,6 +76,110 @@ func TestGroupedClaimTakesEachGroupsRoom(t *testing.T) {
 	if err != nil || len(jobs) != 2 {
 		t.Fatalf("claimed %d jobs after two of group a ended (%v), want 2", len(jobs), err)
 	}
+}
+
+// Grouped claims from two stores (two processes' pools), eight claimers
+// at once from all over the claim order, never hold more of a group than
+// its max_running: each claim counts under the route's lock, so no two
+// count the same state. Without the lock a group held up to 16 jobs. The
+// test counts a job from its claim until its completion is sent, which
+// is when a handler would have returned.
+func TestConcurrentGroupedClaimsKeepEachGroupsCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testenv.Schema(t)
+	stores := []*pgstore.Store{testenv.Store(t, schema), testenv.Store(t, schema)}
+	const groups, perGroup, maxRunning = 4, 100, 2
+	var names []string
+	for g := range groups {
+		names = append(names, fmt.Sprintf("g%02d", g))
+	}
+	groupedJobs(ctx, t, stores[0], perGroup, names...)
+	groupOf := map[int64]string{}
+	var ids []int64
+	var at time.Time
+	rows, err := stores[0].Pool().Query(ctx, `SELECT id, grp, scheduled_at FROM jobs ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int64
+		var g string
+		if err := rows.Scan(&id, &g, &at); err != nil {
+			t.Fatal(err)
+		}
+		groupOf[id] = g
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	held := map[string]int{}
+	most, done, claims := 0, 0, 0
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		s := stores[i%2]
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				finished := done == groups*perGroup
+				mu.Unlock()
+				if finished {
+					return
+				}
+				// From all over the claim order, as pools' positions are:
+				// claims that start apart choose different jobs of a group.
+				after := pgstore.ClaimPosition{ScheduledAt: at, ID: ids[rand.IntN(len(ids))]}
+				if rand.IntN(4) == 0 {
+					after = pgstore.ClaimPosition{}
+				}
+				jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 8, Lease: time.Minute,
+					MaxRuntime: time.Hour, After: after,
+					Limits: map[string]pgstore.FlowLimit{"r": {GroupMaxRunning: maxRunning}}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				claims++
+				for _, j := range jobs {
+					held[groupOf[j.ID]]++
+					most = max(most, held[groupOf[j.ID]])
+				}
+				mu.Unlock()
+				time.Sleep(time.Millisecond) // the handlers run
+				outs := make([]pgstore.Outcome, len(jobs))
+				mu.Lock()
+				for k, j := range jobs {
+					held[groupOf[j.ID]]--
+					outs[k] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded"}
+				}
+				done += len(jobs)
+				mu.Unlock()
+				if len(outs) > 0 {
+					if _, err := s.JobComplete(ctx, outs); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if most > maxRunning {
+		t.Fatalf("a group held %d jobs at once, over its max_running %d", most, maxRunning)
+	}
+	if most < maxRunning {
+		t.Fatalf("no group ever held its max_running %d (at most %d): the claims never contended", maxRunning, most)
+	}
+	t.Logf("%d jobs in %d claims, at most %d of a group at once", done, claims, most)
 }
 
 // A route's max_running bounds its claim by the slots the claimer
