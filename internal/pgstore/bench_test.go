@@ -118,6 +118,32 @@ func BenchmarkIngestCommit(b *testing.B) {
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rows/s")
 }
 
+// BenchmarkIngestCommitSmall: one poll of 5 new records per transaction,
+// as ingest commits them under a light load (the e2e figure's 1,000
+// records/s), by the direct path and by the careful one that a batch
+// with a dedupe conflict takes.
+func BenchmarkIngestCommitSmall(b *testing.B) {
+	for _, careful := range []bool{false, true} {
+		b.Run(map[bool]string{false: "direct", true: "careful"}[careful], func(b *testing.B) {
+			const batch = 5
+			s := testenv.MigratedStore(b)
+			ctx := context.Background()
+			for i := 0; b.Loop(); i++ {
+				exp := int64(i * batch)
+				if i == 0 {
+					exp = -1
+				}
+				s.SetIngestCareful(careful)
+				_, err := s.IngestCommit(ctx, pgstore.IngestBatch{Group: "g", Jobs: benchJobs(i*batch, batch),
+					Offsets: []pgstore.OffsetAdvance{{Topic: "t", Expected: exp, Next: int64((i + 1) * batch)}}})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkJobClaimComplete: claim and complete unordered jobs.
 func BenchmarkJobClaimComplete(b *testing.B) { claimComplete(b, false) }
 

@@ -24,3 +24,10 @@ func (s *Store) MigrateTo(ctx context.Context, last int) ([]string, error) {
 func OpenBatched(ctx context.Context, cfg Config) (*Store, error) {
 	return open(ctx, cfg, map[string]string{"switchyard.lanes_batched": "on"})
 }
+
+// IngestCareful reports whether the next IngestCommit takes the careful
+// path first.
+func (s *Store) IngestCareful() bool { return s.ingestCareful.Load() }
+
+// SetIngestCareful sets which path the next IngestCommit takes first.
+func (s *Store) SetIngestCareful(careful bool) { s.ingestCareful.Store(careful) }

@@ -2,10 +2,13 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
@@ -173,4 +176,135 @@ func TestMigrationMovesJobsToTheirOrigin(t *testing.T) {
 		AND (k.route, k.origin, k.dedupe_key, k.key) = (j.route, j.origin, j.dedupe_key, j.key)`).Scan(&keyed); err != nil || keyed != 4 {
 		t.Fatalf("after 0009: %d jobs with their job_keys row, %v; want 4", keyed, err)
 	}
+}
+
+// A batch is written directly until one meets a dedupe conflict; that one
+// is written again carefully, with its duplicates skipped, and so are the
+// next ones until one finds none. A small batch skips its duplicates
+// itself. Either way the offsets fence the batch and the wake-up comes
+// at commit, never for a batch that rolled back.
+func TestIngestGoesDirectUntilAConflict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	listener, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(ctx, `LISTEN "`+s.Channel()+`"`); err != nil {
+		t.Fatal(err)
+	}
+	woken := func() bool {
+		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		n, err := listener.Conn().WaitForNotification(wctx)
+		return err == nil && n.Payload == "q"
+	}
+	next := int64(-1)
+	batch := func(from, to int) pgstore.IngestBatch {
+		b := pgstore.IngestBatch{Group: "g", Offsets: []pgstore.OffsetAdvance{{Topic: "t", Expected: next, Next: int64(to)}}}
+		for i := from; i < to; i++ {
+			b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(i),
+				Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i)})
+		}
+		return b
+	}
+	for _, step := range []struct {
+		from, to        int
+		inserted, dupes int64
+		careful         bool
+	}{
+		{0, 100, 100, 0, false},
+		{50, 150, 50, 50, true},   // a redelivery: the careful path
+		{150, 250, 100, 0, false}, // none: direct again
+		{245, 255, 5, 5, false},   // small: skipped directly
+	} {
+		res, err := s.IngestCommit(ctx, batch(step.from, step.to))
+		if err != nil {
+			t.Fatalf("records %d-%d: %v", step.from, step.to, err)
+		}
+		if res.Inserted != step.inserted || res.Duplicates != step.dupes || s.IngestCareful() != step.careful {
+			t.Fatalf("records %d-%d: inserted %d, duplicates %d, careful %v; want %d, %d, %v", step.from, step.to,
+				res.Inserted, res.Duplicates, s.IngestCareful(), step.inserted, step.dupes, step.careful)
+		}
+		if !woken() {
+			t.Fatalf("records %d-%d: no wake-up for queue q", step.from, step.to)
+		}
+		next = int64(step.to)
+	}
+	next = 3 // another member's position
+	if _, err := s.IngestCommit(ctx, batch(300, 310)); !errors.Is(err, pgstore.ErrOffsetFenced) {
+		t.Fatalf("a fenced batch returned %v, want ErrOffsetFenced", err)
+	}
+	if woken() {
+		t.Fatal("a fenced batch woke the pools")
+	}
+	var n int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&n); err != nil || n != 255 {
+		t.Fatalf("%d jobs (%v), want 255: the fenced batch wrote nothing", n, err)
+	}
+}
+
+// A small batch, inserted from arrays, stores the very rows a large one
+// stores by COPY: every column, headers of every count (a job's are a
+// slice of the batch's), NULLs where a field is unset.
+func TestSmallAndLargeBatchesStoreTheSameRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	v := int64(7)
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	job := func(route string, i int) pgstore.NewJob {
+		j := pgstore.NewJob{Route: route, Kind: "k", Queue: "q", Key: fmt.Sprint("key", i%3), DedupeKey: fmt.Sprint(i),
+			Payload: []byte(fmt.Sprintf(`{"n":%d}`, i)), MaxAttempts: 3 + i%2, Topic: "t", Partition: int32(i % 2),
+			Offset: int64(i)}
+		for h := range i % 4 { // 0 to 3 headers, one without a value
+			j.HeaderKeys = append(j.HeaderKeys, fmt.Sprint("h", h))
+			j.HeaderVals = append(j.HeaderVals, map[bool][]byte{true: nil, false: []byte(fmt.Sprint("v", i, h))}[h == 1])
+		}
+		switch i % 5 {
+		case 1:
+			j.Version, j.Deadline, j.RecordAt = &v, &at, &at
+		case 2:
+			j.Lane = lane
+		case 3:
+			j.Group, j.RunAt = "tenant", &at
+		}
+		return j
+	}
+	const n = 12
+	var small, large pgstore.IngestBatch
+	for i := range n {
+		small.Jobs = append(small.Jobs, job("small", i))
+	}
+	for i := range 100 {
+		large.Jobs = append(large.Jobs, job("large", i))
+	}
+	for _, b := range []pgstore.IngestBatch{small, large} {
+		if res, err := s.IngestCommit(ctx, b); err != nil || res.Inserted != int64(len(b.Jobs)) {
+			t.Fatalf("inserted %d of %d (%v)", res.Inserted, len(b.Jobs), err)
+		}
+	}
+	rows := func(route string) []string {
+		r, err := s.Pool().Query(ctx, `
+			SELECT (origin, kind, queue, state, key, version, dedupe_key, payload, header_keys, header_values,
+				max_attempts, deadline, src_topic, src_partition, src_offset, lane, grp,
+				CASE WHEN scheduled_at = $3 THEN 'later' ELSE 'now' END, record_at)::text
+			FROM jobs WHERE route = $1 AND src_offset < $2 ORDER BY src_offset`, route, n, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(r, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	got, want := rows("small"), rows("large")
+	if len(got) != n || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("small batch rows\n%s\nlarge batch rows\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	t.Logf("e.g. %s", got[3])
 }

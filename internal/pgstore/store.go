@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,6 +47,8 @@ type Store struct {
 
 	cursorMu     sync.Mutex
 	groupCursors map[string]string // see groupCursor
+
+	ingestCareful atomic.Bool // the last batch needed IngestCommit's careful path
 }
 
 // Config opens a Store.
