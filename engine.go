@@ -562,6 +562,9 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 func (e *Engine) startIngest(ctx context.Context) error {
 	ic := ingest.Config{Kafka: e.cfg.Kafka, OAuthToken: e.opts.OAuthToken, Routes: e.compiled,
 		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts, Holds: e.flow, Tracer: e.tracer}
+	if e.dispatcher != nil { // started first: its pools claim what this process stores at once
+		ic.Wake = e.dispatcher.Wake
+	}
 	c, err := ingest.New(ic, e.store, e.log, e.metrics)
 	if err != nil {
 		return err

@@ -54,6 +54,11 @@ type Config struct {
 	// records' traces (internal/tracing); nil, tracing is off and no
 	// record header is read for it.
 	Tracer trace.Tracer
+	// Wake, when set, is told each queue that a stored batch gave
+	// runnable jobs, as soon as it commits: a dispatcher in the same
+	// process then claims them without waiting for the NOTIFY, which
+	// still wakes the others.
+	Wake func(queue string)
 }
 
 // Holds is what the consumer asks of flow control.
@@ -560,6 +565,11 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 			c.log.Warn("kafka commit failed (Postgres holds the position)", zap.Error(err))
 		}
 	})
+	if c.cfg.Wake != nil {
+		for _, q := range res.Queues {
+			c.cfg.Wake(q)
+		}
+	}
 	if c.cfg.Holds != nil {
 		for route, n := range res.InsertedByRoute {
 			if r := c.routes[route]; r != nil {

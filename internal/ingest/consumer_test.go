@@ -314,3 +314,37 @@ func TestLagWhileIngestIsStuck(t *testing.T) {
 		return l.Records == 0 && l.Seconds == 0
 	})
 }
+
+// A stored batch wakes the queues it gave runnable jobs at once, in the
+// process (Config.Wake), and a batch of duplicates wakes none.
+func TestStoredBatchWakesItsQueues(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 1)
+	testenv.Produce(t, topic, records(0, 0, 5)...)
+	woken := make(chan string, 100)
+	r := route(t, topic, "event")
+	startWith(t, store, Config{Kafka: testenv.KafkaBlock(testenv.Brokers(t), testenv.Name("g"), 50), Routes: []*Route{r},
+		Wake: func(q string) { woken <- q }}, nil, nil)
+	select {
+	case q := <-woken:
+		if q != r.Queue {
+			t.Fatalf("woke queue %q, want %q", q, r.Queue)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("no wake-up for a stored batch")
+	}
+	testenv.Eventually(t, 60*time.Second, "the events consumed", func() bool {
+		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 5
+	})
+	for len(woken) > 0 {
+		<-woken // the events' other batches, if they came in several
+	}
+	testenv.Produce(t, topic, records(0, 0, 5)...) // the same events again: nothing new to run
+	testenv.Eventually(t, 60*time.Second, "the duplicates consumed", func() bool {
+		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 10
+	})
+	if len(woken) != 0 {
+		t.Fatalf("%d wake-ups for batches of duplicates", len(woken))
+	}
+}
