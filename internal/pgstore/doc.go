@@ -39,8 +39,9 @@
 // job_keys, one row per job, written in the same statement or
 // transaction as the job and deleted with it by retention (JobPrune);
 // TestJobKeysFollowJobs holds every path to that. The ids come first
-// (drawJobIDs, or the staging table's default) so that both rows carry
-// the job's id.
+// (drawJobIDs, the staging table's default, or a small batch's
+// materialized nextval: see IngestCommit) so that both rows carry the
+// job's id.
 //
 // Reading lanes_advance therefore never needs the history of the
 // migrations that once defined it: they keep their numbers and their
