@@ -258,9 +258,6 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 		}
 		if first.Len() > 0 {
 			if err := tx.SendBatch(ctx, first).Close(); err != nil {
-				if _, refused := refusedData(err); refused && small {
-					return errNeedsCare
-				}
 				return err
 			}
 		}
@@ -269,9 +266,6 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 			stored := b.Jobs
 			if direct && !small {
 				if err := copyJobs(ctx, tx, b.Jobs, ids, now); err != nil {
-					if _, refused := refusedData(err); refused || isUniqueViolation(err) {
-						return errNeedsCare
-					}
 					return err
 				}
 			}
@@ -317,6 +311,11 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 		}
 		return nil
 	})
+	if _, refused := refusedData(err); direct && (refused || isUniqueViolation(err)) {
+		// Whichever statement met it, the job's own or its lane's: the
+		// careful path bisects the batch down to the jobs at fault.
+		return res, errNeedsCare
+	}
 	return res, err
 }
 
