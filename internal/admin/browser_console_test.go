@@ -501,10 +501,16 @@ func TestBrowserConsoleFiltersAndPayloads(t *testing.T) {
 	p.waitText("#data tbody", "order.sync")
 	p.setValue(`form[data-filters="jobs"] input[name="queue"]`, "bulk")
 	p.click(`form[data-filters="jobs"] button[type="submit"]`)
-	p.waitText("#data .pager", "next page")
-	if got := eval[string](p, `[...new Set([...document.querySelectorAll("#data tbody tr td:nth-child(3)")].map(td => td.textContent))].join(",")`); got != "bulk" {
-		t.Errorf("filtered by queue bulk, the list shows queues %q", got)
+	// The unfiltered list has a next page too: wait for the filtered one
+	// rather than for the pager.
+	var queues string
+	if !testenv.Until(20*time.Second, func() bool {
+		queues = eval[string](p, `[...new Set([...document.querySelectorAll("#data tbody tr td:nth-child(3)")].map(td => td.textContent))].join(",")`)
+		return queues == "bulk"
+	}) {
+		t.Errorf("filtered by queue bulk, the list shows queues %q", queues)
 	}
+	p.waitText("#data .pager", "next page")
 	p.click("#data .pager a:last-child")
 	p.waitText("#data .pager", "first page")
 	if n := p.count("#data tbody tr"); n != 7 {
