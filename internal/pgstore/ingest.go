@@ -246,15 +246,16 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 		var now time.Time
 		small := direct && len(b.Jobs) <= smallBatch
 		if direct && len(b.Jobs) > 0 {
+			all := insertedAll(b.Jobs)
 			if small {
 				queueInsertArrays(first, b.Jobs, &res)
 			} else {
 				queueJobIDs(first, len(b.Jobs), &ids, &now)
-				res.add(insertedAll(b.Jobs))
+				res.add(all)
 			}
 			// Every job's queue, known before the insert: at most a
 			// spurious wake-up for a queue whose jobs were duplicates.
-			first.Queue(notifySQL, s.Channel(), insertedAll(b.Jobs).Queues)
+			first.Queue(notifySQL, s.Channel(), all.Queues)
 		}
 		if first.Len() > 0 {
 			if err := tx.SendBatch(ctx, first).Close(); err != nil {
