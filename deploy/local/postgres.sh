@@ -2,12 +2,14 @@
 # Local PostgreSQL server for Switchyard development and tests, on a private
 # port and data dir (does not touch any system cluster).
 #
-# Usage: deploy/local/postgres.sh start|stop [--clean]|clean|status|env|logs
+# Usage: deploy/local/postgres.sh start|stop [--clean|--crash]|clean|status|env|logs
 #
 #   start    initdb once, start the server and wait until it accepts
 #            connections, then create role and database "switchyard"
 #            (idempotent)
-#   stop     pg_ctl stop -m fast (idempotent); --clean also removes the data dir
+#   stop     pg_ctl stop -m fast (idempotent); --clean also removes the data dir;
+#            --crash stops it as a crash would (-m immediate: nothing is
+#            flushed, and the next start recovers from the WAL), for tests
 #   clean    stop --clean
 #   status   exit 0 if the server is running
 #   env      print SWITCHYARD_DATABASE_URL=...
@@ -282,17 +284,18 @@ do_start() {
 # ------------------------------------------------------------------- stop --
 
 do_stop() {
-  local clean=${1:-}
+  local opt=${1:-} mode=fast
+  [[ "$opt" == "--crash" ]] && mode=immediate
   if is_running; then
-    log "stopping postgres"
+    log "stopping postgres (-m $mode)"
     BINDIR="$(find_bindir)"
-    as_pg "$BINDIR/pg_ctl" -D "$PGDATA_DIR" stop -m fast -w -t 60 >/dev/null \
+    as_pg "$BINDIR/pg_ctl" -D "$PGDATA_DIR" stop -m "$mode" -w -t 60 >/dev/null \
       || die "pg_ctl stop failed"
     log "postgres stopped"
   else
     log "postgres is not running"
   fi
-  if [[ "$clean" == "--clean" ]]; then
+  if [[ "$opt" == "--clean" ]]; then
     log "removing $PG_ROOT"
     rm -rf "$PG_ROOT"
   fi
@@ -317,7 +320,7 @@ cmd="${1:-}"
 case "$cmd" in
   start) lock; do_start ;;
   stop)
-    [[ $# -eq 0 || "$1" == "--clean" ]] || die "unknown stop option: $1"
+    [[ $# -eq 0 || "$1" == "--clean" || "$1" == "--crash" ]] || die "unknown stop option: $1"
     lock; do_stop "${1:-}" ;;
   clean) lock; do_stop --clean ;;
   status) do_status ;;

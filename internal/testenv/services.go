@@ -73,6 +73,15 @@ func (pg *Postgres) Stop() {
 	}
 }
 
+// Crash is `pg_ctl stop -m immediate`: every process quits at once,
+// flushing nothing, as in a crash; the next Start recovers from the WAL.
+func (pg *Postgres) Crash() {
+	pg.t.Helper()
+	if _, err := runScript(pg.env, pg.script, "stop", "--crash"); err != nil {
+		pg.t.Fatalf("crash the private postgres: %v", err)
+	}
+}
+
 // Kafka is a single-node KRaft broker of one test on its own ports and
 // data dir, run by deploy/local/kafka.sh.
 type Kafka struct {
