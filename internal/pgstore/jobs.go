@@ -104,7 +104,7 @@ func (s *Store) JobClaim(ctx context.Context, p JobClaimParams) ([]*Claimed, Cla
 			continue
 		}
 		claim := s.claimLimited
-		if l := p.Limits[route]; l.GroupMaxRunning == 0 && l.RateInterval == 0 {
+		if !p.Limits[route].Counted() {
 			claim = s.claimCapped
 		}
 		more, pos, err := claim(ctx, p, route, n)
@@ -226,6 +226,13 @@ func (l FlowLimit) Names() []string {
 // Limited reports whether any limit is set.
 func (l FlowLimit) Limited() bool {
 	return l.MaxRunning > 0 || l.GroupMaxRunning > 0 || l.RateInterval > 0
+}
+
+// Counted reports whether the route's claims count (a group's
+// max_running or a rate): those are claimLimited's, one at a time per
+// route across the fleet.
+func (l FlowLimit) Counted() bool {
+	return l.GroupMaxRunning > 0 || l.RateInterval > 0
 }
 
 // Throttle limits, as switchyard_flow_throttled_total names them.
