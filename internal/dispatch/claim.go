@@ -155,10 +155,12 @@ func (p *pool) claimLoop() {
 	var cursor pgstore.ClaimPosition // where the last full claim ended
 	var fromStart time.Time          // when the last claim from the beginning started
 	var retry time.Duration          // the last short claim's result.retry
-	// held: the last claim was short for a flow limit. A second claim in
-	// flight would only wait for the route's lock, then find less room
-	// than its count of ended attempts, stale by then, promised.
+	// held: the last claim was short for a flow limit (a route's slots,
+	// or a counted claim's room). A second claim in flight would find no
+	// more room than it did.
 	held := false
+	// serial: the queue has a counted route; one claim in flight at all
+	// times (countedClaims).
 	serial := p.countedClaims()
 	for {
 		select {
