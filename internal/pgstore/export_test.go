@@ -12,6 +12,13 @@ var (
 	JobListSQL     = jobListSQL
 )
 
+// The claim statements whose plans TestClaimPlanWalksTheClaimIndex checks.
+var (
+	ClaimPlanSQL      = claimPlanSQL
+	ClaimUnlimitedSQL = claimUnlimitedSQL
+	ClaimCappedSQL    = claimCappedSQL
+)
+
 // MigrateTo applies the migrations up to last, for tests of a migration
 // on the rows of the ones before it.
 func (s *Store) MigrateTo(ctx context.Context, last int) ([]string, error) {

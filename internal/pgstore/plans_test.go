@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -78,7 +79,7 @@ func queuedJobs(ctx context.Context, t *testing.T, s *pgstore.Store, n int) *pgx
 // preparedPlan prepares sql as name on conn and returns the plan of its
 // execution with args (with plan_cache_mode = force_generic_plan set on
 // conn, the generic plan a pool's repeated statement gets).
-func preparedPlan(ctx context.Context, t *testing.T, conn *pgxpool.Conn, name, sql, args string) string {
+func preparedPlan(ctx context.Context, t *testing.T, conn querier, name, sql, args string) string {
 	t.Helper()
 	if _, err := conn.Exec(ctx, "PREPARE "+name+" AS "+sql); err != nil {
 		t.Fatalf("%s: prepare: %v", name, err)
@@ -92,6 +93,69 @@ func preparedPlan(ctx context.Context, t *testing.T, conn *pgxpool.Conn, name, s
 		t.Fatalf("%s: explain: %v", name, err)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// querier is a connection or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// A claim runs after pgstore's claimPlanSQL, which makes its plan once per
+// connection (generic) and leaves only the ordered walk of a claim index
+// to choose. Without it, the generic plan follows the statistics: on
+// those of an empty table, or of a route filter that they say removes
+// every row, it is a sequential (or bitmap) scan of every runnable job
+// and a sort, on every claim until the next ANALYZE.
+func TestClaimPlanWalksTheClaimIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		jobs  int // queued jobs of route r when the statistics are taken
+		sql   string
+		args  string
+		index string
+	}{
+		{"unlimited, empty table", 0, pgstore.ClaimUnlimitedSQL, "'q', 50, 60000, 60000, '-infinity', 0, '{}'", "jobs_runnable_idx"},
+		{"unlimited, routes filtered", 2000, pgstore.ClaimUnlimitedSQL, "'q', 50, 60000, 60000, '-infinity', 0, '{x}'", "jobs_runnable_idx"},
+		{"capped, empty table", 0, pgstore.ClaimCappedSQL, "'q', 50, 60000, 60000, 'r', '-infinity', 0", "jobs_group_order_idx"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := testenv.MigratedStore(t)
+			var conn *pgxpool.Conn
+			if c.jobs > 0 {
+				conn = queuedJobs(ctx, t, s, c.jobs)
+			} else {
+				var err error
+				if conn, err = s.Pool().Acquire(ctx); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(conn.Release)
+			}
+			if _, err := conn.Exec(ctx, `ANALYZE jobs`); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck
+			if _, err := tx.Exec(ctx, pgstore.ClaimPlanSQL); err != nil {
+				t.Fatal(err)
+			}
+			p := preparedPlan(ctx, t, tx, "claim", c.sql, c.args)
+			if !strings.Contains(p, "Index Scan using "+c.index) || !strings.Contains(p, "Index Scan using jobs_pkey") {
+				t.Errorf("the claim does not walk %s and update by primary key:\n%s", c.index, p)
+			}
+			for _, bad := range []string{"Seq Scan", "Bitmap", "Sort"} {
+				if strings.Contains(p, bad) {
+					t.Errorf("the claim's plan has a %s:\n%s", bad, p)
+				}
+			}
+		})
+	}
 }
 
 // lanes_advance's statements join the ended heads to jobs and lanes by
