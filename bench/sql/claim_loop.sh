@@ -6,12 +6,25 @@
 # figure is CPU and WAL, not fsync). No client work is in it: it is the
 # ceiling the schema sets, which `switchyard bench` figures sit under.
 #
-# Usage: bench/sql/claim_loop.sh [rounds]
+# Usage: bench/sql/claim_loop.sh [rounds] [variant...]
 #   with SWITCHYARD_DATABASE_URL set (source deploy/local/env.sh). Prints,
-#   for each round, jobs/s with the index set of the jobs table before
-#   migration 0009 ("before") and after it ("after").
+#   for each round, jobs/s of each variant (default: before after):
+#     before  the index set of the jobs table before migration 0009
+#     after   the index set since 0009 (today's, less the group indexes,
+#             which hold no row of an ungrouped route)
+#     move    after, but a completion moves the row to a history table
+#             (DELETE ... RETURNING into an INSERT) with a primary key and
+#             (state, finished_at), instead of updating it
+#     hot     move, and no index of jobs names a column the claim changes
+#             (state, lease, token, ...), so that a claim is a HOT update:
+#             the claim index holds every unfinished row and the claim
+#             filters the state on the heap; fillfactor 50 leaves room
+#   and, for each, how many of the table's updates were HOT.
 set -euo pipefail
 ROUNDS="${1:-3}"
+shift || true
+VARIANTS=("${@:-before after}")
+read -r -a VARIANTS <<<"${VARIANTS[*]}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 : "${SWITCHYARD_DATABASE_URL:?set it (source deploy/local/env.sh)}"
 psql() { command psql -X -q -v ON_ERROR_STOP=1 "$SWITCHYARD_DATABASE_URL" "$@"; }
@@ -34,15 +47,30 @@ DEDUPE="CREATE UNIQUE INDEX ON jobs (route, origin, dedupe_key);"
 ACTIVE="CREATE INDEX ON jobs (state, id) WHERE state IN ('waiting', 'queued', 'running', 'retrying');"
 AFTER="$RUNNABLE $RUNNING $LANE $FINISHED $DEADLINE $ACTIVE"
 BEFORE="$RUNNABLE $RUNNING $LANE $FINISHED $DEADLINE $STATE $KEY $DEDUPE"
+MOVE="$RUNNABLE $RUNNING $LANE $DEADLINE $ACTIVE"
+HOT="CREATE INDEX ON jobs (queue, scheduled_at, id);
+CREATE INDEX ON jobs (route, key, version NULLS FIRST, src_offset, id) WHERE lane;
+CREATE INDEX ON jobs (deadline) WHERE deadline IS NOT NULL;"
+UPDATE_DONE="UPDATE jobs SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
+    WHERE id = ANY(ids) AND state = 'running';"
+# The finished row as the completion writes it, column by column.
+FINISHED_ROW="$(psql -At -c "SELECT string_agg(CASE column_name WHEN 'state' THEN quote_literal('succeeded')
+  WHEN 'finished_at' THEN 'now()' WHEN 'lease_expires_at' THEN 'NULL' ELSE column_name END, ', ' ORDER BY ordinal_position)
+  FROM information_schema.columns WHERE table_schema = '$BASE' AND table_name = 'jobs'")"
+MOVE_DONE="WITH d AS (DELETE FROM jobs WHERE id = ANY(ids) AND state = 'running' RETURNING *)
+    INSERT INTO history SELECT $FINISHED_ROW FROM d;"
 
-run() { # name, index DDL
+run() { # name, index DDL, fillfactor, completion
   local s="claimloop_$1_$$"
   psql >/dev/null <<SQL
 CREATE SCHEMA $s;
 SET search_path = $s;
 CREATE SEQUENCE job_token_seq;
-CREATE TABLE jobs (LIKE $BASE.jobs INCLUDING DEFAULTS INCLUDING IDENTITY) WITH (autovacuum_enabled = false);
+CREATE TABLE jobs (LIKE $BASE.jobs INCLUDING DEFAULTS INCLUDING IDENTITY) WITH (autovacuum_enabled = false, fillfactor = $3);
 ALTER TABLE jobs ADD PRIMARY KEY (id);
+CREATE TABLE history (LIKE $BASE.jobs INCLUDING DEFAULTS) WITH (autovacuum_enabled = false);
+ALTER TABLE history ADD PRIMARY KEY (id);
+CREATE INDEX ON history (state, finished_at);
 $2
 INSERT INTO jobs (route, kind, queue, state, key, dedupe_key, payload, max_attempts, src_topic, src_partition, src_offset)
 SELECT 'r', 'k', 'q', 'queued', 'k' || (i % 10000), i::text, convert_to(repeat('x', 100), 'UTF8'), 8, 't', 0, i
@@ -65,18 +93,26 @@ BEGIN
           FROM c WHERE j.id = c.id RETURNING j.id, j.scheduled_at)
     SELECT array_agg(id), max(scheduled_at), max(id) INTO ids, last_at, last_id FROM u;
     EXIT WHEN ids IS NULL;
-    UPDATE jobs SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
-    WHERE id = ANY(ids) AND state = 'running';
+    $4
     n := n + array_length(ids, 1);
     COMMIT;
   END LOOP;
   RAISE NOTICE '$1 % jobs/s', round(n / extract(epoch FROM clock_timestamp() - t0));
 END \$\$;
 SQL
+  psql -At -c "SELECT '$1: ' || n_tup_hot_upd || ' of ' || n_tup_upd || ' updates HOT'
+    FROM pg_stat_user_tables WHERE schemaname = '$s' AND relname = 'jobs'"
   psql -c "DROP SCHEMA $s CASCADE" >/dev/null 2>&1
 }
 
 for ((r = 1; r <= ROUNDS; r++)); do
-  run before "$BEFORE"
-  run after "$AFTER"
+  for v in "${VARIANTS[@]}"; do
+    case "$v" in
+      before) run before "$BEFORE" 100 "$UPDATE_DONE" ;;
+      after) run after "$AFTER" 100 "$UPDATE_DONE" ;;
+      move) run move "$MOVE" 100 "$MOVE_DONE" ;;
+      hot) run hot "$HOT" 50 "$MOVE_DONE" ;;
+      *) echo "claim_loop.sh: unknown variant $v (before, after, move, hot)" >&2; exit 2 ;;
+    esac
+  done
 done
