@@ -131,13 +131,18 @@ func (s *Store) claimUnlimited(ctx context.Context, p JobClaimParams, limited []
 		p.Queue, p.Limit, p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), p.After.ScheduledAt, p.After.ID, limited)
 }
 
-var claimUnlimitedSQL = `
+var claimUnlimitedSQL = claimStatement(
+	`(scheduled_at, id) > ($5::timestamptz, $6::bigint) AND route <> ALL($7::text[])`)
+
+// claimStatement is a claim of at most $2 runnable jobs of queue $1 that
+// meet where, in claim order, leased for least($3, $4) ms: claimUnlimited
+// and claimCapped.
+func claimStatement(where string) string {
+	return `
 	WITH c AS (
 		SELECT id FROM jobs
-		WHERE queue = $1 AND state IN ('queued', 'retrying') AND scheduled_at <= now()
-		  AND (scheduled_at, id) > ($5::timestamptz, $6::bigint)
+		WHERE queue = $1 AND state IN ('queued', 'retrying') AND scheduled_at <= now() AND ` + where + `
 		  AND NOT EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1)
-		  AND route <> ALL($7::text[])
 		ORDER BY scheduled_at, id
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED
@@ -145,6 +150,7 @@ var claimUnlimitedSQL = `
 	UPDATE jobs j SET ` + claimSet("j", "least($3::bigint, $4::bigint)") + `
 	WHERE j.id = ANY(ARRAY(SELECT id FROM c))
 	RETURNING ` + workerColumns
+}
 
 // claimPlanSQL goes before a claim in its batch (one implicit
 // transaction, to which the settings are local) so that the claim runs a
@@ -207,19 +213,8 @@ func (s *Store) claimCapped(ctx context.Context, p JobClaimParams, route string,
 		route, p.After.ScheduledAt, p.After.ID)
 }
 
-var claimCappedSQL = `
-	WITH c AS (
-		SELECT id FROM jobs
-		WHERE route = $5 AND grp IS NOT NULL AND state IN ('queued', 'retrying') AND scheduled_at <= now() AND queue = $1
-		  AND (scheduled_at, id) > ($6::timestamptz, $7::bigint)
-		  AND NOT EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1)
-		ORDER BY scheduled_at, id
-		LIMIT $2
-		FOR UPDATE SKIP LOCKED
-	)
-	UPDATE jobs j SET ` + claimSet("j", "least($3::bigint, $4::bigint)") + `
-	WHERE j.id = ANY(ARRAY(SELECT id FROM c))
-	RETURNING ` + workerColumns
+var claimCappedSQL = claimStatement(
+	`route = $5 AND grp IS NOT NULL AND (scheduled_at, id) > ($6::timestamptz, $7::bigint)`)
 
 // FlowLimit is a route's fleet-wide limits (SPEC §2 I9); the zero value
 // limits nothing. A limited route's jobs carry a group value (NewJob.Group)
