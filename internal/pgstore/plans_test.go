@@ -158,6 +158,40 @@ func TestClaimPlanWalksTheClaimIndex(t *testing.T) {
 	}
 }
 
+// The settings claimPlanSQL makes are local to the claim's implicit
+// transaction: every connection a claim ran on plans the statements
+// after it with sequential scans, bitmap scans and sorts allowed, and
+// chooses between custom and generic plans itself.
+func TestClaimSettingsEndWithTheClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	queuedJobs(ctx, t, s, 200).Release() // back to the pool, for the claims
+	for range 20 {
+		if _, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Holding each acquired connection makes the next Acquire another one.
+	n := s.Pool().Stat().TotalConns()
+	for i := range n {
+		conn, err := s.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		var mode, seq, bitmap, sort string
+		if err := conn.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'),
+			current_setting('enable_bitmapscan'), current_setting('enable_sort')`).Scan(&mode, &seq, &bitmap, &sort); err != nil {
+			t.Fatal(err)
+		}
+		if mode != "auto" || seq != "on" || bitmap != "on" || sort != "on" {
+			t.Errorf("connection %d of %d after claims: plan_cache_mode %s, enable_seqscan %s, enable_bitmapscan %s, enable_sort %s",
+				i+1, n, mode, seq, bitmap, sort)
+		}
+	}
+}
+
 // lanes_advance's statements join the ended heads to jobs and lanes by
 // key, with generic plans and statistics taken while nothing had run:
 // no sequential scan of either table, and no index but the primary keys
