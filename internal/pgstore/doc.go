@@ -55,10 +55,14 @@
 // and makes the generic plan from the statistics of the moment — which,
 // for a queue, are often those of an empty table or of a moment when
 // nothing ran. So each hot statement is written to have one good plan
-// whatever the statistics: batch statements join by primary key (heldSQL,
-// TestBatchStatementsJoinByPrimaryKey); lanes_advance joins by key
-// (TestLanesAdvanceJoinsByKey); and a claim runs after claimPlanSQL in
-// its batch, which makes its plan generic and leaves the ordered walk of
-// its claim index as the only plan (TestClaimPlanWalksTheClaimIndex):
-// planning had been a fifth of every claim.
+// whatever the statistics: batch statements join by primary key (heldSQL);
+// lanes_advance joins by key (TestLanesAdvanceJoinsByKey); and every
+// statement of a lease — claim, completion, heartbeat, release, the
+// held-job updates — runs after planSQL in its batch, which makes its
+// plan generic and leaves the index walks as the only plans
+// (TestClaimPlanWalksTheClaimIndex, TestBatchStatementsJoinByPrimaryKey):
+// planning had been a fifth of every claim, and with a near-empty table's
+// statistics every completion read all of jobs. lanes_advance, after a
+// completion in its transaction, runs with the connection's settings
+// again (planEndSQL).
 package pgstore

@@ -10,11 +10,15 @@ var (
 	ReleaseSQL     = releaseSQL
 	HeartbeatChunk = heartbeatChunk
 	JobListSQL     = jobListSQL
+	CancelledSQL   = cancelledSQL
+	UpdateHeldSQL  = updateHeldSQL
 )
 
-// The claim statements whose plans TestClaimPlanWalksTheClaimIndex checks.
+// The settings the hot statements run after, and the claim statements
+// whose plans TestClaimPlanWalksTheClaimIndex checks.
 var (
-	ClaimPlanSQL      = claimPlanSQL
+	PlanSQL           = planSQL
+	PlanEndSQL        = planEndSQL
 	ClaimUnlimitedSQL = claimUnlimitedSQL
 	ClaimCappedSQL    = claimCappedSQL
 )

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/switchyard-dev/switchyard/jobstate"
 )
@@ -152,10 +153,12 @@ func claimStatement(where string) string {
 	RETURNING ` + workerColumns
 }
 
-// claimPlanSQL goes before a claim in its batch (one implicit
-// transaction, to which the settings are local) so that the claim runs a
-// plan made once per connection, and always the same one: walk the claim
-// index from the position, lock, update by primary key.
+// planSQL goes before each hot statement of a lease (claim, completion,
+// heartbeat, release, the held-job updates) in its batch: one implicit
+// transaction, to which the settings are local. The statement then runs a
+// plan made once per connection, and always the same one: a claim walks
+// its claim index from the position, locks and updates by primary key; a
+// batch joins its ids to jobs by primary key, in id order.
 //
 // Why: a claim's custom plan took 0.35 ms of planning per call, a fifth
 // of its 1.75 ms (pg_stat_statements, track_planning, bench --only work),
@@ -163,27 +166,63 @@ func claimStatement(where string) string {
 // the candidates (LIMIT $2 is unknown to it). Forced alone, the generic
 // plan follows the statistics: those of an empty table, or of a route
 // filter that the statistics say removes every row, give a sequential
-// scan and a sort (work went from 25k to 2k jobs/s). Without sequential
-// or bitmap scans and sorts, the ordered walk is the only plan left
-// (TestClaimPlanWalksTheClaimIndex); work went from 24.7k to 27.4k jobs/s
-// (medians of five rounds in turn).
-const claimPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+// scan and a sort (work went from 25k to 2k jobs/s). Those of a
+// near-empty table, a new deployment's until autovacuum's first ANALYZE,
+// gave every completion batch a sequential scan of jobs, which locks in
+// physical order and grows with the table (1.4 ms for five jobs at
+// 10,000, bench --only e2e). Without sequential or bitmap scans and
+// sorts, the index walks are the only plans left
+// (TestClaimPlanWalksTheClaimIndex, TestBatchStatementsJoinByPrimaryKey);
+// work went from 24.7k to 27.4k jobs/s (medians of five rounds in turn).
+//
+// It first keeps the values it replaces in switchyard.planner, for
+// planEndSQL (target entries are evaluated in order).
+const planSQL = `SELECT set_config('switchyard.planner', concat_ws(' ', current_setting('plan_cache_mode'),
+		current_setting('enable_seqscan'), current_setting('enable_bitmapscan'), current_setting('enable_sort')), true),
+	set_config('plan_cache_mode', 'force_generic_plan', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
 	set_config('enable_sort', 'off', true)`
 
-// claimPlanned runs the claim statement sql after claimPlanSQL, in one
-// round trip, and collects its jobs. On an error nothing was claimed:
-// the batch is one transaction.
-func (s *Store) claimPlanned(ctx context.Context, after ClaimPosition, sql string, args ...any) ([]*Claimed, ClaimPosition, error) {
+// planEndSQL gives the statements after it in the transaction the
+// planner settings planSQL replaced (the connection's: postgresql.conf,
+// ALTER ROLE or DATABASE): lanes_advance's statements, planned under
+// planSQL's, took ordered from 15-17k to 745 jobs/s. Not from
+// pg_settings's reset_val: reading that view costs 0.8 ms.
+const planEndSQL = `SELECT set_config('plan_cache_mode', split_part(s, ' ', 1), true),
+	set_config('enable_seqscan', split_part(s, ' ', 2), true), set_config('enable_bitmapscan', split_part(s, ' ', 3), true),
+	set_config('enable_sort', split_part(s, ' ', 4), true)
+	FROM current_setting('switchyard.planner') s`
+
+// planned runs sql after planSQL, in one round trip, and hands its rows
+// to read. On an error nothing was written: the batch is one transaction.
+func (s *Store) planned(ctx context.Context, read func(pgx.Rows) error, sql string, args ...any) error {
 	b := &pgx.Batch{}
-	b.Queue(claimPlanSQL)
+	b.Queue(planSQL)
+	b.Queue(sql, args...).Query(read)
+	return s.pool.SendBatch(ctx, b).Close()
+}
+
+// plannedExec is planned for a statement that returns no rows, and
+// returns how many it changed.
+func (s *Store) plannedExec(ctx context.Context, sql string, args ...any) (int64, error) {
+	b := &pgx.Batch{}
+	b.Queue(planSQL)
+	var n int64
+	b.Queue(sql, args...).Exec(func(tag pgconn.CommandTag) error { n = tag.RowsAffected(); return nil })
+	err := s.pool.SendBatch(ctx, b).Close()
+	return n, err
+}
+
+// claimPlanned runs a claim statement through planned and collects its
+// jobs. On an error nothing was claimed.
+func (s *Store) claimPlanned(ctx context.Context, after ClaimPosition, sql string, args ...any) ([]*Claimed, ClaimPosition, error) {
 	jobs, last := []*Claimed(nil), after
-	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+	err := s.planned(ctx, func(rows pgx.Rows) error {
 		var err error
 		jobs, last, err = collectClaimed(rows, after)
 		return err
-	})
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	}, sql, args...)
+	if err != nil {
 		return nil, after, err
 	}
 	return jobs, last, nil
@@ -717,13 +756,18 @@ func slotLeaseCap(holder string) string {
 // updateHeld applies set (whose parameters start at $3) to job id if the
 // attempt of the given token still holds it, or returns ErrLeaseLost.
 func (s *Store) updateHeld(ctx context.Context, set string, id, token int64, args ...any) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs j SET `+set+`
-		FROM (VALUES ($1::bigint, $2::bigint)) AS t(id, token)
-		WHERE `+heldSQL+` AND j.lease_expires_at > now()`, append([]any{id, token}, args...)...)
-	if err == nil && tag.RowsAffected() == 0 {
+	n, err := s.plannedExec(ctx, updateHeldSQL(set), append([]any{id, token}, args...)...)
+	if err == nil && n == 0 {
 		return ErrLeaseLost
 	}
 	return err
+}
+
+// updateHeldSQL is updateHeld's statement.
+func updateHeldSQL(set string) string {
+	return `UPDATE jobs j SET ` + set + `
+		FROM (VALUES ($1::bigint, $2::bigint)) AS t(id, token)
+		WHERE ` + heldSQL + ` AND j.lease_expires_at > now()`
 }
 
 // JobHeartbeat extends every given lease in one statement, never past
@@ -735,12 +779,12 @@ func (s *Store) updateHeld(ctx context.Context, set string, id, token int64, arg
 func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRuntime time.Duration, holder string) (map[int64]bool, error) {
 	kept := make(map[int64]bool, len(leases))
 	for ids, tokens := range leaseChunks(leases) {
-		rows, err := s.pool.Query(ctx, heartbeatSQL, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds(), holder)
+		err := s.planned(ctx, func(rows pgx.Rows) error {
+			var token int64
+			_, err := pgx.ForEachRow(rows, []any{&token}, func() error { kept[token] = true; return nil })
+			return err
+		}, heartbeatSQL, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds(), holder)
 		if err != nil {
-			return nil, err
-		}
-		var token int64
-		if _, err := pgx.ForEachRow(rows, []any{&token}, func() error { kept[token] = true; return nil }); err != nil {
 			return nil, err
 		}
 	}
@@ -779,17 +823,18 @@ func leaseChunks(leases []Lease) iter.Seq2[[]int64, []int64] {
 // an operator's cancel rather than to an expiry.
 func (s *Store) JobCancelled(ctx context.Context, leases []Lease) (map[int64]bool, error) {
 	ids, tokens := splitLeases(leases)
-	rows, err := s.pool.Query(ctx, `SELECT j.token FROM jobs j
-		JOIN unnest($1::bigint[], $2::bigint[]) AS t(id, token) ON j.id = t.id AND j.token = t.token
-		WHERE coalesce(j.state, '') = 'cancelled'`, ids, tokens)
-	if err != nil {
-		return nil, err
-	}
 	out := map[int64]bool{}
-	var token int64
-	_, err = pgx.ForEachRow(rows, []any{&token}, func() error { out[token] = true; return nil })
+	err := s.planned(ctx, func(rows pgx.Rows) error {
+		var token int64
+		_, err := pgx.ForEachRow(rows, []any{&token}, func() error { out[token] = true; return nil })
+		return err
+	}, cancelledSQL, ids, tokens)
 	return out, err
 }
+
+const cancelledSQL = `SELECT j.token FROM jobs j
+		JOIN unnest($1::bigint[], $2::bigint[]) AS t(id, token) ON j.id = t.id AND j.token = t.token
+		WHERE coalesce(j.state, '') = 'cancelled'`
 
 // heldSQL is the test that a row j is still held under token t: written
 // so that only the primary key can serve a batch's join on id. Spelled
@@ -897,10 +942,15 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 		}
 	}
 	args := []any{ids, tokens, states, reasons, errs, delays, results, resultTypes, spans}
+	var c Completed
+	readApplied := func(rows pgx.Rows) error {
+		var err error
+		c.Applied, err = appliedTokens(rows, n)
+		return err
+	}
 	if len(laneEnds) == 0 {
-		rows, err := s.pool.Query(ctx, completeSQL, args...)
-		applied, err := appliedTokens(rows, err, n)
-		return Completed{Applied: applied}, err
+		err := s.planned(ctx, readApplied, completeSQL, args...)
+		return c, err
 	}
 	// Heads end: their lanes advance set-based in the same transaction,
 	// with the per-row trigger switched off for it (see 0002_lanes.sql).
@@ -908,13 +958,10 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	// lanes_advance ignores the jobs whose outcome turns out stale.
 	// The handed-off jobs count only once the batch has committed.
 	b := &pgx.Batch{}
+	b.Queue(planSQL)
 	b.Queue(`SELECT set_config('switchyard.lanes_batched', 'on', true)`)
-	var c Completed
-	b.Queue(completeSQL, args...).Query(func(rows pgx.Rows) error {
-		var err error
-		c.Applied, err = appliedTokens(rows, nil, n)
-		return err
-	})
+	b.Queue(completeSQL, args...).Query(readApplied)
+	b.Queue(planEndSQL)
 	b.Queue(`SELECT `+workerColumns+`, a.prev_id FROM lanes_advance($1, $2, $3, $4) a, LATERAL (SELECT (a.job).*) j`,
 		laneEnds, handoffs, queues, leases).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
@@ -970,13 +1017,10 @@ const completeSQL = `
 		SELECT token FROM u`
 
 // appliedTokens collects the tokens a completion returned.
-func appliedTokens(rows pgx.Rows, err error, n int) (map[int64]bool, error) {
-	if err != nil {
-		return nil, err
-	}
+func appliedTokens(rows pgx.Rows, n int) (map[int64]bool, error) {
 	applied := make(map[int64]bool, n)
 	var token int64
-	_, err = pgx.ForEachRow(rows, []any{&token}, func() error { applied[token] = true; return nil })
+	_, err := pgx.ForEachRow(rows, []any{&token}, func() error { applied[token] = true; return nil })
 	return applied, err
 }
 
@@ -1046,11 +1090,11 @@ func (s *Store) JobRescue(ctx context.Context, limit int) (Rescued, error) {
 func (s *Store) JobRelease(ctx context.Context, leases []Lease) (int64, error) {
 	var n int64
 	for ids, tokens := range leaseChunks(leases) {
-		tag, err := s.pool.Exec(ctx, releaseSQL, ids, tokens)
+		released, err := s.plannedExec(ctx, releaseSQL, ids, tokens)
 		if err != nil {
 			return n, err
 		}
-		n += tag.RowsAffected()
+		n += released
 	}
 	return n, nil
 }
