@@ -456,3 +456,17 @@ BEGIN
     END IF;
     RETURN QUERY SELECT e.job_id, e.job_state, e.created;
 END $$;
+
+-- offsets_check fails an ingest when fewer of its partitions' stored
+-- offsets moved than it advanced (I1's fence: another member stored the
+-- range). Raised in the database, so that it rolls the transaction back
+-- even where the transaction is one pipelined batch, committed by the
+-- server at its end; pgstore maps SY001 to ErrOffsetFenced.
+CREATE OR REPLACE FUNCTION offsets_check(p_moved bigint, p_want integer) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_moved <> p_want THEN
+        RAISE EXCEPTION 'stored offset moved: % of % partitions were at the expected offset', p_moved, p_want
+            USING ERRCODE = 'SY001';
+    END IF;
+END $$;

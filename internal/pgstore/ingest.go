@@ -206,7 +206,8 @@ const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS ingest_stage (
 // its dedupe conflicts skipped with ON CONFLICT DO NOTHING), a larger one
 // by COPY straight into job_keys and jobs, its ids drawn in that round
 // trip. A record that arrives while a transaction commits waits for it:
-// a small batch commits in 3 round trips, a large one in 5. Only when a
+// a small batch commits in 1 round trip (3 if it has lane, coalescing or
+// poison records), a large one in 5. Only when a
 // large batch meets a dedupe conflict, or any batch a job that Postgres
 // refuses for its data, is it written again carefully, in a transaction
 // of its own: under a savepoint, conflicts skipped through a staging
@@ -237,87 +238,114 @@ var errNeedsCare = errors.New("ingest: the batch needs the careful path")
 // ingest is one transaction of IngestCommit, direct or careful.
 func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestResult, error) {
 	var res IngestResult
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		res = IngestResult{}
-		// Offsets first: a fenced zombie fails before writing anything.
-		first := &pgx.Batch{}
-		queueOffsets(first, b.Group, b.Offsets)
-		var ids []int64
-		var now time.Time
-		small := direct && len(b.Jobs) <= smallBatch
-		if direct && len(b.Jobs) > 0 {
-			all := insertedAll(b.Jobs)
-			if small {
-				queueInsertArrays(first, b.Jobs, &res)
-			} else {
-				queueJobIDs(first, len(b.Jobs), &ids, &now)
-				res.add(all)
-			}
-			// Every job's queue, known before the insert: at most a
-			// spurious wake-up for a queue whose jobs were duplicates.
-			first.Queue(notifySQL, s.Channel(), all.Queues)
+	// Offsets first: a fenced zombie fails before writing anything.
+	first := &pgx.Batch{}
+	queueOffsets(first, b.Group, b.Offsets)
+	var ids []int64
+	var now time.Time
+	small := direct && len(b.Jobs) <= smallBatch
+	if direct && len(b.Jobs) > 0 {
+		all := insertedAll(b.Jobs)
+		if small {
+			queueInsertArrays(first, b.Jobs, &res)
+		} else {
+			queueJobIDs(first, len(b.Jobs), &ids, &now)
+			res.add(all)
 		}
-		if first.Len() > 0 {
-			if err := tx.SendBatch(ctx, first).Close(); err != nil {
-				return err
-			}
-		}
-		poison := b.Poison
-		if len(b.Jobs) > 0 {
-			stored := b.Jobs
-			if direct && !small {
-				if err := copyJobs(ctx, tx, b.Jobs, ids, now); err != nil {
+		// Every job's queue, known before the insert: at most a
+		// spurious wake-up for a queue whose jobs were duplicates.
+		first.Queue(notifySQL, s.Channel(), all.Queues)
+	}
+	var err error
+	switch {
+	case first.Len() == 0 && len(b.Jobs) == 0 && len(b.Poison) == 0:
+		return res, nil
+	case small && len(b.Poison) == 0 && !slices.ContainsFunc(b.Jobs, needsMore):
+		// The first batch is the whole transaction: sent alone it is one
+		// implicit transaction (every statement, the offsets' fence
+		// included, fails in the database, which rolls all back), in one
+		// round trip instead of three.
+		err = s.pool.SendBatch(ctx, first).Close()
+	default:
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if first.Len() > 0 {
+				if err := tx.SendBatch(ctx, first).Close(); err != nil {
 					return err
 				}
 			}
-			if direct {
-				if err := upsertLanes(ctx, tx, b.Jobs); err != nil {
-					return err
-				}
-			} else {
-				refused, err := insertJobs(ctx, tx, b.Jobs, &res)
-				if err != nil {
-					return err
-				}
-				if len(refused) > 0 {
-					res.RefusedByRoute = map[string]int64{}
-					out := map[recordRoute]bool{}
-					for _, r := range refused {
-						res.RefusedByRoute[r.job.Route]++
-						poison = append(poison, r.job.refusedPoison(r.err))
-						out[r.job.recordRoute()] = true
-					}
-					stored = slices.DeleteFunc(slices.Clone(b.Jobs), func(j NewJob) bool { return out[j.recordRoute()] })
-				}
-			}
-			if err := promoteLanes(ctx, tx, stored); err != nil {
-				return err
-			}
-			var err error
-			if res.CoalescedByKind, err = coalesceJobs(ctx, tx, stored); err != nil {
-				return err
-			}
-		}
-		if len(poison) > 0 {
-			n, err := insertPoison(ctx, tx, poison)
-			if err != nil {
-				return err
-			}
-			res.Parked = n
-		}
-		if !direct && len(res.Queues) > 0 {
-			if _, err := tx.Exec(ctx, notifySQL, s.Channel(), res.Queues); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+			// ids and now are the first batch's, read only now.
+			return s.ingestRest(ctx, tx, b, direct, ids, now, &res)
+		})
+	}
+	if isOffsetsMoved(err) {
+		return IngestResult{}, ErrOffsetFenced
+	}
 	if _, refused := refusedData(err); direct && (refused || isUniqueViolation(err)) {
 		// Whichever statement met it, the job's own or its lane's: the
 		// careful path bisects the batch down to the jobs at fault.
 		return res, errNeedsCare
 	}
 	return res, err
+}
+
+// needsMore reports whether a job needs statements beyond the first
+// batch of a direct ingest: its lane's, or its coalescing's.
+func needsMore(j NewJob) bool { return j.Lane != nil || (j.Coalesce && j.Key != "") }
+
+// ingestRest is the rest of an ingest's transaction after its first
+// batch, which drew ids and now for a large direct batch.
+func (s *Store) ingestRest(ctx context.Context, tx pgx.Tx, b IngestBatch, direct bool,
+	ids []int64, now time.Time, res *IngestResult) error {
+	small := direct && len(b.Jobs) <= smallBatch
+	poison := b.Poison
+	if len(b.Jobs) > 0 {
+		stored := b.Jobs
+		if direct && !small {
+			if err := copyJobs(ctx, tx, b.Jobs, ids, now); err != nil {
+				return err
+			}
+		}
+		if direct {
+			if err := upsertLanes(ctx, tx, b.Jobs); err != nil {
+				return err
+			}
+		} else {
+			refused, err := insertJobs(ctx, tx, b.Jobs, res)
+			if err != nil {
+				return err
+			}
+			if len(refused) > 0 {
+				res.RefusedByRoute = map[string]int64{}
+				out := map[recordRoute]bool{}
+				for _, r := range refused {
+					res.RefusedByRoute[r.job.Route]++
+					poison = append(poison, r.job.refusedPoison(r.err))
+					out[r.job.recordRoute()] = true
+				}
+				stored = slices.DeleteFunc(slices.Clone(b.Jobs), func(j NewJob) bool { return out[j.recordRoute()] })
+			}
+		}
+		if err := promoteLanes(ctx, tx, stored); err != nil {
+			return err
+		}
+		var err error
+		if res.CoalescedByKind, err = coalesceJobs(ctx, tx, stored); err != nil {
+			return err
+		}
+	}
+	if len(poison) > 0 {
+		n, err := insertPoison(ctx, tx, poison)
+		if err != nil {
+			return err
+		}
+		res.Parked = n
+	}
+	if !direct && len(res.Queues) > 0 {
+		if _, err := tx.Exec(ctx, notifySQL, s.Channel(), res.Queues); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // notifySQL wakes the pools of queues $2 on channel $1.
@@ -811,7 +839,8 @@ func nullableInt(n int) *int {
 
 // queueOffsets queues the fence of I1 in batch b: each partition's
 // stored position moves from exactly the value this consumer expects, or
-// the batch fails with ErrOffsetFenced and nothing commits.
+// the statement fails (offsets_check, isOffsetsMoved), and with it the
+// transaction: IngestCommit returns ErrOffsetFenced and nothing commits.
 func queueOffsets(b *pgx.Batch, group string, advs []OffsetAdvance) {
 	var uTopic, iTopic []string
 	var uPart, iPart []int32
@@ -824,29 +853,35 @@ func queueOffsets(b *pgx.Batch, group string, advs []OffsetAdvance) {
 		uTopic, uPart = append(uTopic, a.Topic), append(uPart, a.Partition)
 		uExp, uNext = append(uExp, a.Expected), append(uNext, a.Next)
 	}
-	all := func(n int) func(pgconn.CommandTag) error {
-		return func(tag pgconn.CommandTag) error {
-			if tag.RowsAffected() != int64(n) {
-				return ErrOffsetFenced
-			}
-			return nil
-		}
-	}
 	if len(uTopic) > 0 {
 		b.Queue(`
-			UPDATE kafka_offsets o SET next_offset = u.next, updated_at = now()
-			FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[]) AS u(topic, part, expected, next)
-			WHERE o.group_id = $1 AND o.topic = u.topic AND o.partition = u.part
-			  AND o.next_offset = u.expected`,
-			group, uTopic, uPart, uExp, uNext).Exec(all(len(uTopic)))
+			WITH u AS (
+				UPDATE kafka_offsets o SET next_offset = u.next, updated_at = now()
+				FROM unnest($2::text[], $3::int[], $4::bigint[], $5::bigint[]) AS u(topic, part, expected, next)
+				WHERE o.group_id = $1 AND o.topic = u.topic AND o.partition = u.part
+				  AND o.next_offset = u.expected
+				RETURNING 1
+			)
+			SELECT offsets_check(count(*), $6) FROM u`,
+			group, uTopic, uPart, uExp, uNext, len(uTopic))
 	}
 	if len(iTopic) > 0 {
 		b.Queue(`
-			INSERT INTO kafka_offsets (group_id, topic, partition, next_offset)
-			SELECT $1, t, p, n FROM unnest($2::text[], $3::int[], $4::bigint[]) AS u(t, p, n)
-			ON CONFLICT DO NOTHING`,
-			group, iTopic, iPart, iNext).Exec(all(len(iTopic)))
+			WITH i AS (
+				INSERT INTO kafka_offsets (group_id, topic, partition, next_offset)
+				SELECT $1, t, p, n FROM unnest($2::text[], $3::int[], $4::bigint[]) AS u(t, p, n)
+				ON CONFLICT DO NOTHING
+				RETURNING 1
+			)
+			SELECT offsets_check(count(*), $5) FROM i`,
+			group, iTopic, iPart, iNext, len(iTopic))
 	}
+}
+
+// isOffsetsMoved reports whether err is offsets_check's.
+func isOffsetsMoved(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "SY001"
 }
 
 // OffsetLoad returns the stored next offsets of a group, by topic and
