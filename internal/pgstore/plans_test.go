@@ -76,15 +76,26 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 // after planSQL, in a transaction of conn that it rolls back.
 func plannedPlan(ctx context.Context, t *testing.T, conn *pgxpool.Conn, name, sql, args string) string {
 	t.Helper()
+	tx := plannedTx(ctx, t, conn)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	return preparedPlan(ctx, t, tx, name, sql, args)
+}
+
+// plannedTx begins a transaction on conn and runs planSQL in it, as the
+// hot statements' batches do. The caller rolls it back.
+func plannedTx(ctx context.Context, t *testing.T, conn interface {
+	Begin(context.Context) (pgx.Tx, error)
+}) pgx.Tx {
+	t.Helper()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck
 	if _, err := tx.Exec(ctx, pgstore.PlanSQL); err != nil {
+		tx.Rollback(ctx) //nolint:errcheck
 		t.Fatal(err)
 	}
-	return preparedPlan(ctx, t, tx, name, sql, args)
+	return tx
 }
 
 // queuedJobs ingests n queued jobs of queue q (keys and dedupe keys
@@ -168,15 +179,7 @@ func TestClaimPlanWalksTheClaimIndex(t *testing.T) {
 			if _, err := conn.Exec(ctx, `ANALYZE jobs`); err != nil {
 				t.Fatal(err)
 			}
-			tx, err := conn.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(ctx) //nolint:errcheck
-			if _, err := tx.Exec(ctx, pgstore.PlanSQL); err != nil {
-				t.Fatal(err)
-			}
-			p := preparedPlan(ctx, t, tx, "claim", c.sql, c.args)
+			p := plannedPlan(ctx, t, conn, "claim", c.sql, c.args)
 			if !strings.Contains(p, "Index Scan using "+c.index) || !strings.Contains(p, "Index Scan using jobs_pkey") {
 				t.Errorf("the claim does not walk %s and update by primary key:\n%s", c.index, p)
 			}
@@ -254,14 +257,8 @@ func TestPlanEndGivesTheSessionSettingsBack(t *testing.T) {
 		return out
 	}
 	session := settings(conn)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := plannedTx(ctx, t, conn)
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, pgstore.PlanSQL); err != nil {
-		t.Fatal(err)
-	}
 	if got := settings(tx); got != "force_generic_plan off off off" {
 		t.Fatalf("under planSQL: %s", got)
 	}
