@@ -271,8 +271,9 @@ func TestPlanEndGivesTheSessionSettingsBack(t *testing.T) {
 }
 
 // lanes_advance's statements join the ended heads to jobs and lanes by
-// key, with generic plans and statistics taken while nothing had run:
-// no sequential scan of either table, and no index but the primary keys
+// key, with custom plans (which see a batch's length: they had scanned
+// all lanes for 100 ends) and generic ones, and statistics taken while
+// nothing had run: no sequential scan of either table, and no index but the primary keys
 // and the waiting-jobs index (a plan through the partial index of
 // finished or running rows compared every such row with every id). Its
 // statements are inside a function, so this reads what they scanned
@@ -305,55 +306,61 @@ func TestLanesAdvanceJoinsByKey(t *testing.T) {
 	if err != nil || len(jobs) != 500 {
 		t.Fatalf("claim: %d, %v", len(jobs), err)
 	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan;
-		SELECT set_config('switchyard.lanes_batched', 'on', true)`); err != nil {
-		t.Fatal(err)
-	}
-	allowed := map[string]bool{"jobs_pkey": true, "lanes_pkey": true, "jobs_lane_waiting_idx": true}
-	scans := func() map[string]int64 {
-		rows, err := tx.Query(ctx, `SELECT c.relname, pg_stat_get_xact_numscans(c.oid) FROM pg_class c
-			WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'i')`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]int64{}
-		var name string
-		var n int64
-		if _, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	// Five batches of heads ending, as the completer sends them.
-	var before, after map[string]int64
-	for b := range 5 {
-		var ids, tokens []int64
-		var states []string
-		for _, j := range jobs[b*100 : (b+1)*100] {
-			ids, tokens, states = append(ids, j.ID), append(tokens, j.Token), append(states, "succeeded")
-		}
-		if _, err := tx.Exec(ctx, pgstore.CompleteSQL, ids, tokens, states, make([]string, len(ids)),
-			make([]*string, len(ids)), make([]int64, len(ids)), make([][]byte, len(ids)), make([]*string, len(ids)), []*string(nil)); err != nil {
-			t.Fatal(err)
-		}
-		before = scans()
-		if _, err := tx.Exec(ctx, `SELECT lanes_advance($1)`, ids); err != nil {
-			t.Fatal(err)
-		}
-		after = scans()
-		for name, n := range after {
-			if d := n - before[name]; d > 0 && !allowed[name] {
-				t.Errorf("batch %d: lanes_advance scanned %s %d times", b, name, d)
+	// Custom plans, which see each batch's length, and generic ones:
+	// plpgsql chooses between them per statement, as prepared statements do.
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		func() {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	if after["jobs_pkey"] == before["jobs_pkey"] {
-		t.Error("lanes_advance did not read jobs by primary key: is the test still measuring it?")
+			defer tx.Rollback(ctx) //nolint:errcheck
+			if _, err := tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true),
+				set_config('switchyard.lanes_batched', 'on', true)`, mode); err != nil {
+				t.Fatal(err)
+			}
+			allowed := map[string]bool{"jobs_pkey": true, "lanes_pkey": true, "jobs_lane_waiting_idx": true}
+			scans := func() map[string]int64 {
+				rows, err := tx.Query(ctx, `SELECT c.relname, pg_stat_get_xact_numscans(c.oid) FROM pg_class c
+					WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'i')`)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := map[string]int64{}
+				var name string
+				var n int64
+				if _, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error { out[name] = n; return nil }); err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			// Five batches of heads ending, as the completer sends them.
+			var before, after map[string]int64
+			for b := range 5 {
+				var ids, tokens []int64
+				var states []string
+				for _, j := range jobs[b*100 : (b+1)*100] {
+					ids, tokens, states = append(ids, j.ID), append(tokens, j.Token), append(states, "succeeded")
+				}
+				if _, err := tx.Exec(ctx, pgstore.CompleteSQL, ids, tokens, states, make([]string, len(ids)),
+					make([]*string, len(ids)), make([]int64, len(ids)), make([][]byte, len(ids)), make([]*string, len(ids)), []*string(nil)); err != nil {
+					t.Fatal(err)
+				}
+				before = scans()
+				if _, err := tx.Exec(ctx, `SELECT lanes_advance($1)`, ids); err != nil {
+					t.Fatal(err)
+				}
+				after = scans()
+				for name, n := range after {
+					if d := n - before[name]; d > 0 && !allowed[name] {
+						t.Errorf("%s, batch %d: lanes_advance scanned %s %d times", mode, b, name, d)
+					}
+				}
+			}
+			if after["jobs_pkey"] == before["jobs_pkey"] {
+				t.Error("lanes_advance did not read jobs by primary key: is the test still measuring it?")
+			}
+		}()
 	}
 }
 
