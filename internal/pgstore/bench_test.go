@@ -121,10 +121,15 @@ func BenchmarkIngestCommit(b *testing.B) {
 // BenchmarkIngestCommitSmall: one poll of 5 new records per transaction,
 // as ingest commits them under a light load (the e2e figure's 1,000
 // records/s), by the direct path and by the careful one that a batch
-// with a dedupe conflict takes.
+// with a dedupe conflict takes, and the direct path for an ordered
+// route's records (their lanes made and promoted in the same round trip).
 func BenchmarkIngestCommitSmall(b *testing.B) {
-	for _, careful := range []bool{false, true} {
-		b.Run(map[bool]string{false: "direct", true: "careful"}[careful], func(b *testing.B) {
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	for _, c := range []struct {
+		name          string
+		careful, lane bool
+	}{{"direct", false, false}, {"careful", true, false}, {"direct_lanes", false, true}} {
+		b.Run(c.name, func(b *testing.B) {
 			const batch = 5
 			s := testenv.MigratedStore(b)
 			ctx := context.Background()
@@ -133,8 +138,14 @@ func BenchmarkIngestCommitSmall(b *testing.B) {
 				if i == 0 {
 					exp = -1
 				}
-				s.SetIngestCareful(careful)
-				_, err := s.IngestCommit(ctx, pgstore.IngestBatch{Group: "g", Jobs: benchJobs(i*batch, batch),
+				s.SetIngestCareful(c.careful)
+				jobs := benchJobs(i*batch, batch)
+				if c.lane {
+					for k := range jobs {
+						jobs[k].Lane = lane
+					}
+				}
+				_, err := s.IngestCommit(ctx, pgstore.IngestBatch{Group: "g", Jobs: jobs,
 					Offsets: []pgstore.OffsetAdvance{{Topic: "t", Expected: exp, Next: int64((i + 1) * batch)}}})
 				if err != nil {
 					b.Fatal(err)

@@ -206,8 +206,8 @@ const stageDDL = `CREATE TEMP TABLE IF NOT EXISTS ingest_stage (
 // its dedupe conflicts skipped with ON CONFLICT DO NOTHING), a larger one
 // by COPY straight into job_keys and jobs, its ids drawn in that round
 // trip. A record that arrives while a transaction commits waits for it:
-// a small batch commits in 1 round trip (3 if it has lane, coalescing or
-// poison records), a large one in 5. Only when a
+// a small batch commits in 1 round trip (3 if it has poison records), a
+// large one in 5 (6 with lane or coalescing records). Only when a
 // large batch meets a dedupe conflict, or any batch a job that Postgres
 // refuses for its data, is it written again carefully, in a transaction
 // of its own: under a savepoint, conflicts skipped through a staging
@@ -255,12 +255,15 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 		// Every job's queue, known before the insert: at most a
 		// spurious wake-up for a queue whose jobs were duplicates.
 		first.Queue(notifySQL, s.Channel(), all.Queues)
+		if small {
+			queueLanesAndCoalesce(first, b.Jobs, b.Jobs, true, &res)
+		}
 	}
 	var err error
 	switch {
 	case first.Len() == 0 && len(b.Jobs) == 0 && len(b.Poison) == 0:
 		return res, nil
-	case small && len(b.Poison) == 0 && !slices.ContainsFunc(b.Jobs, needsMore):
+	case small && len(b.Poison) == 0:
 		// The first batch is the whole transaction: sent alone it is one
 		// implicit transaction (every statement, the offsets' fence
 		// included, fails in the database, which rolls all back), in one
@@ -288,25 +291,28 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 	return res, err
 }
 
-// needsMore reports whether a job needs statements beyond the first
-// batch of a direct ingest: its lane's, or its coalescing's.
-func needsMore(j NewJob) bool { return j.Lane != nil || (j.Coalesce && j.Key != "") }
+// queueLanesAndCoalesce queues, after the jobs' insert, the lane rows of
+// the inserted jobs (where the insert did not make them: created) and the
+// promotion and coalescing that the stored ones bring.
+func queueLanesAndCoalesce(b *pgx.Batch, inserted, stored []NewJob, create bool, res *IngestResult) {
+	if create {
+		queueUpsertLanes(b, inserted)
+	}
+	queuePromoteLanes(b, stored)
+	queueCoalesce(b, stored, &res.CoalescedByKind)
+}
 
 // ingestRest is the rest of an ingest's transaction after its first
-// batch, which drew ids and now for a large direct batch.
+// batch, which drew ids and now for a large direct batch and holds all of
+// a small one's statements but its poison.
 func (s *Store) ingestRest(ctx context.Context, tx pgx.Tx, b IngestBatch, direct bool,
 	ids []int64, now time.Time, res *IngestResult) error {
 	small := direct && len(b.Jobs) <= smallBatch
 	poison := b.Poison
-	if len(b.Jobs) > 0 {
+	if len(b.Jobs) > 0 && !small {
 		stored := b.Jobs
-		if direct && !small {
-			if err := copyJobs(ctx, tx, b.Jobs, ids, now); err != nil {
-				return err
-			}
-		}
 		if direct {
-			if err := upsertLanes(ctx, tx, b.Jobs); err != nil {
+			if err := copyJobs(ctx, tx, b.Jobs, ids, now); err != nil {
 				return err
 			}
 		} else {
@@ -325,11 +331,9 @@ func (s *Store) ingestRest(ctx context.Context, tx pgx.Tx, b IngestBatch, direct
 				stored = slices.DeleteFunc(slices.Clone(b.Jobs), func(j NewJob) bool { return out[j.recordRoute()] })
 			}
 		}
-		if err := promoteLanes(ctx, tx, stored); err != nil {
-			return err
-		}
-		var err error
-		if res.CoalescedByKind, err = coalesceJobs(ctx, tx, stored); err != nil {
+		rest := &pgx.Batch{}
+		queueLanesAndCoalesce(rest, b.Jobs, stored, direct, res)
+		if err := sendBatch(ctx, tx, rest); err != nil {
 			return err
 		}
 	}
@@ -351,16 +355,16 @@ func (s *Store) ingestRest(ctx context.Context, tx pgx.Tx, b IngestBatch, direct
 // notifySQL wakes the pools of queues $2 on channel $1.
 const notifySQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) q`
 
-// coalesceJobs ends coalesced the unstarted jobs that the stored jobs of
+// queueCoalesce ends coalesced the unstarted jobs that the stored jobs of
 // coalescing routes replace: of each (route, key), every waiting, queued
 // or retrying job but the newest — for an unordered route the highest id
 // (ids follow record order), for a lane the last in its order (version,
 // offset, id) among its waiting jobs, as promotion would reach it; a
 // lane's head is never replaced, it holds the lane. A job being claimed
 // right now is locked; the UPDATE waits for the claim, finds it running,
-// and leaves it: a started job is never coalesced. It returns the count
-// by kind.
-func coalesceJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob) (map[string]int64, error) {
+// and leaves it: a started job is never coalesced. queueCoalesce queues
+// it in b; its callback sets the count by kind.
+func queueCoalesce(b *pgx.Batch, jobs []NewJob, byKind *map[string]int64) {
 	var routes, keys []string
 	seen := map[[2]string]bool{}
 	for _, j := range jobs {
@@ -371,16 +375,15 @@ func coalesceJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob) (map[string]int
 		}
 	}
 	if len(routes) == 0 {
-		return nil, nil
+		return
 	}
-	rows, err := tx.Query(ctx, `SELECT kind FROM jobs_coalesce($1, $2) kind`, routes, keys)
-	if err != nil {
-		return nil, fmt.Errorf("coalesce: %w", err)
-	}
-	out := map[string]int64{}
-	var kind string
-	_, err = pgx.ForEachRow(rows, []any{&kind}, func() error { out[kind]++; return nil })
-	return out, err
+	b.Queue(`SELECT kind FROM jobs_coalesce($1, $2) kind`, routes, keys).Query(func(rows pgx.Rows) error {
+		out := map[string]int64{}
+		var kind string
+		_, err := pgx.ForEachRow(rows, []any{&kind}, func() error { out[kind]++; return nil })
+		*byKind = out
+		return err
+	})
 }
 
 // Channel is the LISTEN/NOTIFY channel that announces new runnable jobs;
@@ -746,31 +749,40 @@ func lanesOf(jobs []NewJob) batchLanes {
 // insertJobs had to split locks its lanes segment by segment: a deadlock
 // there is an error like any other, and the whole batch is retried.)
 func upsertLanes(ctx context.Context, tx pgx.Tx, jobs []NewJob) error {
-	l := lanesOf(jobs)
-	if len(l.route) == 0 {
-		return nil
+	b := &pgx.Batch{}
+	queueUpsertLanes(b, jobs)
+	return sendBatch(ctx, tx, b)
+}
+
+// queueUpsertLanes queues upsertLanes's statement in b.
+func queueUpsertLanes(b *pgx.Batch, jobs []NewJob) {
+	if l := lanesOf(jobs); len(l.route) > 0 {
+		b.Queue(`SELECT lanes_upsert($1, $2, $3, $4, $5, $6)`, l.route, l.key, l.policy, l.onDead, l.gapMS, l.gapPolicy)
 	}
-	_, err := tx.Exec(ctx, `SELECT lanes_upsert($1, $2, $3, $4, $5, $6)`,
-		l.route, l.key, l.policy, l.onDead, l.gapMS, l.gapPolicy)
-	if err != nil {
-		return fmt.Errorf("lanes: %w", err)
-	}
-	return nil
 }
 
 // promoteLanes promotes a head in every idle lane of the batch's ordered
 // jobs (upsertLanes made them). A refused job has no lane row of its own,
 // and promotion only ever looks at rows that exist.
 func promoteLanes(ctx context.Context, tx pgx.Tx, jobs []NewJob) error {
-	l := lanesOf(jobs)
-	if len(l.route) == 0 {
+	b := &pgx.Batch{}
+	queuePromoteLanes(b, jobs)
+	return sendBatch(ctx, tx, b)
+}
+
+// queuePromoteLanes queues promoteLanes's statement in b.
+func queuePromoteLanes(b *pgx.Batch, jobs []NewJob) {
+	if l := lanesOf(jobs); len(l.route) > 0 {
+		b.Queue(`SELECT lanes_promote_idle($1, $2)`, l.route, l.key)
+	}
+}
+
+// sendBatch sends b, if it holds anything, in tx.
+func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	if b.Len() == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `SELECT lanes_promote_idle($1, $2)`, l.route, l.key)
-	if err != nil {
-		return fmt.Errorf("promote lanes: %w", err)
-	}
-	return nil
+	return tx.SendBatch(ctx, b).Close()
 }
 
 // insertPoison parks poison records, once each however often they are
