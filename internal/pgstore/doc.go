@@ -63,6 +63,6 @@
 // (TestClaimPlanWalksTheClaimIndex, TestBatchStatementsJoinByPrimaryKey):
 // planning had been a fifth of every claim, and with a near-empty table's
 // statistics every completion read all of jobs. lanes_advance, after a
-// completion in its transaction, runs with the connection's settings
-// again (planEndSQL).
+// completion in its transaction, sets its own planner settings
+// (functions.sql).
 package pgstore

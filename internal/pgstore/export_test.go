@@ -18,7 +18,6 @@ var (
 // whose plans TestClaimPlanWalksTheClaimIndex checks.
 var (
 	PlanSQL           = planSQL
-	PlanEndSQL        = planEndSQL
 	ClaimUnlimitedSQL = claimUnlimitedSQL
 	ClaimCappedSQL    = claimCappedSQL
 )

@@ -174,24 +174,9 @@ func claimStatement(where string) string {
 // sorts, the index walks are the only plans left
 // (TestClaimPlanWalksTheClaimIndex, TestBatchStatementsJoinByPrimaryKey);
 // work went from 24.7k to 27.4k jobs/s (medians of five rounds in turn).
-//
-// It first keeps the values it replaces in switchyard.planner, for
-// planEndSQL (target entries are evaluated in order).
-const planSQL = `SELECT set_config('switchyard.planner', concat_ws(' ', current_setting('plan_cache_mode'),
-		current_setting('enable_seqscan'), current_setting('enable_bitmapscan'), current_setting('enable_sort')), true),
-	set_config('plan_cache_mode', 'force_generic_plan', true),
+const planSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
 	set_config('enable_sort', 'off', true)`
-
-// planEndSQL gives the statements after it in the transaction the
-// planner settings planSQL replaced (the connection's: postgresql.conf,
-// ALTER ROLE or DATABASE): lanes_advance's statements, planned under
-// planSQL's, took ordered from 15-17k to 745 jobs/s. Not from
-// pg_settings's reset_val: reading that view costs 0.8 ms.
-const planEndSQL = `SELECT set_config('plan_cache_mode', split_part(s, ' ', 1), true),
-	set_config('enable_seqscan', split_part(s, ' ', 2), true), set_config('enable_bitmapscan', split_part(s, ' ', 3), true),
-	set_config('enable_sort', split_part(s, ' ', 4), true)
-	FROM current_setting('switchyard.planner') s`
 
 // planned runs sql after planSQL, in one round trip, and hands its rows
 // to read. On an error nothing was written: the batch is one transaction.
@@ -779,11 +764,7 @@ func updateHeldSQL(set string) string {
 func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRuntime time.Duration, holder string) (map[int64]bool, error) {
 	kept := make(map[int64]bool, len(leases))
 	for ids, tokens := range leaseChunks(leases) {
-		err := s.planned(ctx, func(rows pgx.Rows) error {
-			var token int64
-			_, err := pgx.ForEachRow(rows, []any{&token}, func() error { kept[token] = true; return nil })
-			return err
-		}, heartbeatSQL, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds(), holder)
+		err := s.planned(ctx, collectTokens(kept), heartbeatSQL, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds(), holder)
 		if err != nil {
 			return nil, err
 		}
@@ -824,11 +805,7 @@ func leaseChunks(leases []Lease) iter.Seq2[[]int64, []int64] {
 func (s *Store) JobCancelled(ctx context.Context, leases []Lease) (map[int64]bool, error) {
 	ids, tokens := splitLeases(leases)
 	out := map[int64]bool{}
-	err := s.planned(ctx, func(rows pgx.Rows) error {
-		var token int64
-		_, err := pgx.ForEachRow(rows, []any{&token}, func() error { out[token] = true; return nil })
-		return err
-	}, cancelledSQL, ids, tokens)
+	err := s.planned(ctx, collectTokens(out), cancelledSQL, ids, tokens)
 	return out, err
 }
 
@@ -942,15 +919,13 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 		}
 	}
 	args := []any{ids, tokens, states, reasons, errs, delays, results, resultTypes, spans}
-	var c Completed
-	readApplied := func(rows pgx.Rows) error {
-		var err error
-		c.Applied, err = appliedTokens(rows, n)
-		return err
-	}
+	c := Completed{Applied: make(map[int64]bool, n)}
+	readApplied := collectTokens(c.Applied)
 	if len(laneEnds) == 0 {
-		err := s.planned(ctx, readApplied, completeSQL, args...)
-		return c, err
+		if err := s.planned(ctx, readApplied, completeSQL, args...); err != nil {
+			return Completed{}, err
+		}
+		return c, nil
 	}
 	// Heads end: their lanes advance set-based in the same transaction,
 	// with the per-row trigger switched off for it (see 0002_lanes.sql).
@@ -961,7 +936,6 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	b.Queue(planSQL)
 	b.Queue(`SELECT set_config('switchyard.lanes_batched', 'on', true)`)
 	b.Queue(completeSQL, args...).Query(readApplied)
-	b.Queue(planEndSQL)
 	b.Queue(`SELECT `+workerColumns+`, a.prev_id FROM lanes_advance($1, $2, $3, $4) a, LATERAL (SELECT (a.job).*) j`,
 		laneEnds, handoffs, queues, leases).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
@@ -1016,12 +990,13 @@ const completeSQL = `
 		)
 		SELECT token FROM u`
 
-// appliedTokens collects the tokens a completion returned.
-func appliedTokens(rows pgx.Rows, n int) (map[int64]bool, error) {
-	applied := make(map[int64]bool, n)
-	var token int64
-	_, err := pgx.ForEachRow(rows, []any{&token}, func() error { applied[token] = true; return nil })
-	return applied, err
+// collectTokens reads a statement's one column of tokens into set.
+func collectTokens(set map[int64]bool) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		var token int64
+		_, err := pgx.ForEachRow(rows, []any{&token}, func() error { set[token] = true; return nil })
+		return err
+	}
 }
 
 // Rescued is what one JobRescue did.

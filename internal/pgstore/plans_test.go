@@ -226,50 +226,6 @@ func TestClaimSettingsEndWithTheClaim(t *testing.T) {
 	}
 }
 
-// A completion that ends lane heads runs lanes_advance after it, in its
-// transaction, with the connection's planner settings back (planEndSQL):
-// planned under planSQL's, lanes_advance took the ordered benchmark from
-// 15-17k to 745 jobs/s. The values the connection started with come
-// back, not Postgres's defaults: an operator's setting stands.
-func TestPlanEndGivesTheSessionSettingsBack(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := testenv.MigratedStore(t)
-	// A connection started with an operator's setting, as ALTER ROLE or
-	// ALTER DATABASE would give it.
-	cfg := s.Pool().Config().ConnConfig.Copy()
-	cfg.RuntimeParams["enable_sort"] = "off"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx) //nolint:errcheck
-	settings := func(q querier) string {
-		var out string
-		rows, err := q.Query(ctx, `SELECT current_setting('plan_cache_mode') || ' ' || current_setting('enable_seqscan') || ' ' ||
-			current_setting('enable_bitmapscan') || ' ' || current_setting('enable_sort')`)
-		if err == nil {
-			out, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	session := settings(conn)
-	tx := plannedTx(ctx, t, conn)
-	defer tx.Rollback(ctx) //nolint:errcheck
-	if got := settings(tx); got != "force_generic_plan off off off" {
-		t.Fatalf("under planSQL: %s", got)
-	}
-	if _, err := tx.Exec(ctx, pgstore.PlanEndSQL); err != nil {
-		t.Fatal(err)
-	}
-	if got := settings(tx); got != session || session != "auto on on off" {
-		t.Fatalf("after planEndSQL: %s, want the session's %s", got, session)
-	}
-}
-
 // lanes_advance's statements join the ended heads to jobs and lanes by
 // key, with custom plans (which see a batch's length: they had scanned
 // all lanes for 100 ends) and generic ones, and statistics taken while
