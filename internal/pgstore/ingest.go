@@ -277,7 +277,7 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 				}
 			}
 			// ids and now are the first batch's, read only now.
-			return s.ingestRest(ctx, tx, b, direct, ids, now, &res)
+			return s.ingestRest(ctx, tx, b, direct, small, ids, now, &res)
 		})
 	}
 	if isOffsetsMoved(err) {
@@ -305,9 +305,8 @@ func queueLanesAndCoalesce(b *pgx.Batch, inserted, stored []NewJob, create bool,
 // ingestRest is the rest of an ingest's transaction after its first
 // batch, which drew ids and now for a large direct batch and holds all of
 // a small one's statements but its poison.
-func (s *Store) ingestRest(ctx context.Context, tx pgx.Tx, b IngestBatch, direct bool,
+func (s *Store) ingestRest(ctx context.Context, tx pgx.Tx, b IngestBatch, direct, small bool,
 	ids []int64, now time.Time, res *IngestResult) error {
-	small := direct && len(b.Jobs) <= smallBatch
 	poison := b.Poison
 	if len(b.Jobs) > 0 && !small {
 		stored := b.Jobs
