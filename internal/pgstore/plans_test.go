@@ -76,26 +76,15 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 // after planSQL, in a transaction of conn that it rolls back.
 func plannedPlan(ctx context.Context, t *testing.T, conn *pgxpool.Conn, name, sql, args string) string {
 	t.Helper()
-	tx := plannedTx(ctx, t, conn)
-	defer tx.Rollback(ctx) //nolint:errcheck
-	return preparedPlan(ctx, t, tx, name, sql, args)
-}
-
-// plannedTx begins a transaction on conn and runs planSQL in it, as the
-// hot statements' batches do. The caller rolls it back.
-func plannedTx(ctx context.Context, t *testing.T, conn interface {
-	Begin(context.Context) (pgx.Tx, error)
-}) pgx.Tx {
-	t.Helper()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback(ctx) //nolint:errcheck
 	if _, err := tx.Exec(ctx, pgstore.PlanSQL); err != nil {
-		tx.Rollback(ctx) //nolint:errcheck
 		t.Fatal(err)
 	}
-	return tx
+	return preparedPlan(ctx, t, tx, name, sql, args)
 }
 
 // queuedJobs ingests n queued jobs of queue q (keys and dedupe keys
