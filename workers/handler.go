@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -222,8 +223,17 @@ func RetryDelay(err error) (time.Duration, bool) {
 // deployment's attempt key: HMAC-SHA256 of "id:token", hex. Whoever holds
 // it may save a checkpoint for that attempt, and only while the attempt
 // holds the job; it is worth nothing for another attempt or job.
+//
+// It runs for every attempt a pool holds, so it formats into stack
+// buffers: fmt and hex.EncodeToString were half its cost.
 func AttemptSecret(key []byte, id, token int64) string {
 	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%d:%d", id, token)
-	return hex.EncodeToString(m.Sum(nil))
+	var msg [41]byte // two int64s and a colon
+	b := strconv.AppendInt(msg[:0], id, 10)
+	b = append(b, ':')
+	m.Write(strconv.AppendInt(b, token, 10))
+	var sum [sha256.Size]byte
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], m.Sum(sum[:0]))
+	return string(out[:])
 }
