@@ -19,6 +19,11 @@
 #             (state, lease, token, ...), so that a claim is a HOT update:
 #             the claim index holds every unfinished row and the claim
 #             filters the state on the heap; fillfactor 50 leaves room
+#     gen     rows stay in jobs, but every index names a stored generated
+#             column, phase ('active' for queued, retrying and running;
+#             the state otherwise), instead of the state: a claim changes
+#             no indexed value and is a HOT update, a completion is not;
+#             fillfactor 50 (gen100: the default 100)
 #   and, for each, how many of the table's updates were HOT.
 set -euo pipefail
 ROUNDS="${1:-3}"
@@ -51,6 +56,13 @@ MOVE="$RUNNABLE $RUNNING $LANE $DEADLINE $ACTIVE"
 HOT="CREATE INDEX ON jobs (queue, scheduled_at, id);
 CREATE INDEX ON jobs (route, key, version NULLS FIRST, src_offset, id) WHERE lane;
 CREATE INDEX ON jobs (deadline) WHERE deadline IS NOT NULL;"
+# The claim of gen matches its partial indexes through phase.
+GEN="ALTER TABLE jobs ADD COLUMN phase text GENERATED ALWAYS AS (CASE WHEN state IN ('queued', 'retrying', 'running') THEN 'active' ELSE state END) STORED;
+CREATE INDEX ON jobs (queue, scheduled_at, id) WHERE phase = 'active';
+CREATE INDEX ON jobs (route, key, version NULLS FIRST, src_offset, id) WHERE phase = 'waiting';
+CREATE INDEX ON jobs (phase, finished_at) WHERE phase IN ('succeeded', 'skipped', 'cancelled', 'expired', 'dead');
+CREATE INDEX ON jobs (deadline) WHERE deadline IS NOT NULL AND phase = 'active';
+CREATE INDEX ON jobs (phase, id) WHERE phase IN ('waiting', 'active');"
 UPDATE_DONE="UPDATE jobs SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
     WHERE id = ANY(ids) AND state = 'running';"
 # The finished row as the completion writes it, column by column.
@@ -61,7 +73,8 @@ MOVE_DONE="WITH d AS (DELETE FROM jobs WHERE id = ANY(ids) AND state = 'running'
     INSERT INTO history SELECT $FINISHED_ROW FROM d;"
 
 run() { # name, index DDL, fillfactor, completion
-  local s="claimloop_$1_$$"
+  local s="claimloop_$1_$$" PHASE=true
+  [[ $1 == gen* ]] && PHASE="phase = 'active'"
   psql >/dev/null <<SQL
 CREATE SCHEMA $s;
 SET search_path = $s;
@@ -85,7 +98,7 @@ DECLARE t0 timestamptz := clock_timestamp(); ids bigint[]; n int := 0;
         last_id bigint := 0; last_at timestamptz := '-infinity';
 BEGIN
   LOOP
-    WITH c AS (SELECT id FROM jobs WHERE queue = 'q' AND state IN ('queued', 'retrying') AND scheduled_at <= now()
+    WITH c AS (SELECT id FROM jobs WHERE queue = 'q' AND $PHASE AND state IN ('queued', 'retrying') AND scheduled_at <= now()
                  AND (scheduled_at, id) > (last_at, last_id)
                ORDER BY scheduled_at, id LIMIT 100 FOR UPDATE SKIP LOCKED),
     u AS (UPDATE jobs j SET state = 'running', attempts = j.attempts + 1, token = nextval('job_token_seq'),
@@ -112,7 +125,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
       after) run after "$AFTER" 100 "$UPDATE_DONE" ;;
       move) run move "$MOVE" 100 "$MOVE_DONE" ;;
       hot) run hot "$HOT" 50 "$MOVE_DONE" ;;
-      *) echo "claim_loop.sh: unknown variant $v (before, after, move, hot)" >&2; exit 2 ;;
+      gen) run gen "$GEN" 50 "$UPDATE_DONE" ;;
+      gen100) run gen100 "$GEN" 100 "$UPDATE_DONE" ;;
+      *) echo "claim_loop.sh: unknown variant $v (before, after, move, hot, gen, gen100)" >&2; exit 2 ;;
     esac
   done
 done
