@@ -23,7 +23,22 @@
 #             column, phase ('active' for queued, retrying and running;
 #             the state otherwise), instead of the state: a claim changes
 #             no indexed value and is a HOT update, a completion is not;
-#             fillfactor 50 (gen100: the default 100)
+#             fillfactor 50 (gen100: the default 100). gen has no index
+#             that finds expired leases, which the rescuer needs:
+#     genrun  gen with today's index of running jobs by lease expiry
+#             (state = 'running' in its predicate): a claim is no longer
+#             a HOT update, which is what the rescuer's index costs
+#     leases  gen, and the claim also inserts each lease (id, token,
+#             expiry) into a table of its own, indexed by expiry for the
+#             rescuer; the completion deletes it
+#     movebrin  move, with the history's (state, finished_at) btree replaced
+#             by a BRIN index on finished_at (rows arrive in finishing
+#             order, so block ranges summarise it well and cost little)
+#     batch   move, but a completion stores its jobs' finished rows as one
+#             row per statement (an array of them), found by the range of
+#             its ids through a GiST index: one history write per batch
+#     delete  after, but a completion deletes the row and keeps nothing
+#             (graphile-worker's way): what keeping finished jobs costs
 #   and, for each, how many of the table's updates were HOT.
 set -euo pipefail
 ROUNDS="${1:-3}"
@@ -65,6 +80,18 @@ CREATE INDEX ON jobs (deadline) WHERE deadline IS NOT NULL AND phase = 'active';
 CREATE INDEX ON jobs (phase, id) WHERE phase IN ('waiting', 'active');"
 UPDATE_DONE="UPDATE jobs SET state = 'succeeded', finished_at = now(), lease_expires_at = NULL
     WHERE id = ANY(ids) AND state = 'running';"
+BRIN="DROP INDEX history_state_finished_at_idx; CREATE INDEX ON history USING brin (finished_at);"
+BATCHES="CREATE TABLE history_batches (ids int8range NOT NULL, finished_at timestamptz NOT NULL, rows jobs[] NOT NULL)
+    WITH (autovacuum_enabled = false);
+ALTER TABLE history_batches ALTER rows SET COMPRESSION lz4;
+CREATE INDEX ON history_batches USING gist (ids);
+CREATE INDEX ON history_batches USING brin (finished_at);"
+DELETE_DONE="DELETE FROM jobs WHERE id = ANY(ids) AND state = 'running';"
+LEASES="CREATE TABLE leases (id bigint PRIMARY KEY, token bigint NOT NULL, expires_at timestamptz NOT NULL)
+    WITH (autovacuum_enabled = false);
+CREATE INDEX ON leases (expires_at);"
+LEASE_CLAIM=", l AS (INSERT INTO leases SELECT id, token, lease_expires_at FROM u)"
+LEASE_DONE="DELETE FROM leases WHERE id = ANY(ids);"
 # The finished row as the completion writes it, column by column.
 FINISHED_ROW="$(psql -At -c "SELECT string_agg(CASE column_name WHEN 'state' THEN quote_literal('succeeded')
   WHEN 'finished_at' THEN 'now()' WHEN 'lease_expires_at' THEN 'NULL' ELSE column_name END, ', ' ORDER BY ordinal_position)
@@ -72,9 +99,12 @@ FINISHED_ROW="$(psql -At -c "SELECT string_agg(CASE column_name WHEN 'state' THE
 MOVE_DONE="WITH d AS (DELETE FROM jobs WHERE id = ANY(ids) AND state = 'running' RETURNING *)
     INSERT INTO history SELECT $FINISHED_ROW FROM d;"
 
-run() { # name, index DDL, fillfactor, completion
-  local s="claimloop_$1_$$" PHASE=true
-  [[ $1 == gen* ]] && PHASE="phase = 'active'"
+BATCH_DONE="WITH d AS (DELETE FROM jobs WHERE id = ANY(ids) AND state = 'running' RETURNING *)
+    INSERT INTO history_batches SELECT int8range(min(id), max(id), '[]'), now(), array_agg(ROW($FINISHED_ROW)::jobs) FROM d;"
+
+run() { # name, index DDL, fillfactor, completion[, claim CTE]
+  local s="claimloop_$1_$$" PHASE=true EXTRA="${5:-}"
+  [[ $1 == gen* || $1 == leases ]] && PHASE="phase = 'active'"
   psql >/dev/null <<SQL
 CREATE SCHEMA $s;
 SET search_path = $s;
@@ -103,7 +133,7 @@ BEGIN
                ORDER BY scheduled_at, id LIMIT 100 FOR UPDATE SKIP LOCKED),
     u AS (UPDATE jobs j SET state = 'running', attempts = j.attempts + 1, token = nextval('job_token_seq'),
             started_at = now(), lease_expires_at = now() + interval '30 seconds'
-          FROM c WHERE j.id = c.id RETURNING j.id, j.scheduled_at)
+          FROM c WHERE j.id = c.id RETURNING j.id, j.scheduled_at, j.token, j.lease_expires_at)$EXTRA
     SELECT array_agg(id), max(scheduled_at), max(id) INTO ids, last_at, last_id FROM u;
     EXIT WHEN ids IS NULL;
     $4
@@ -127,7 +157,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
       hot) run hot "$HOT" 50 "$MOVE_DONE" ;;
       gen) run gen "$GEN" 50 "$UPDATE_DONE" ;;
       gen100) run gen100 "$GEN" 100 "$UPDATE_DONE" ;;
-      *) echo "claim_loop.sh: unknown variant $v (before, after, move, hot, gen, gen100)" >&2; exit 2 ;;
+      movebrin) run movebrin "$MOVE $BRIN" 100 "$MOVE_DONE" ;;
+      batch) run batch "$MOVE $BATCHES" 100 "$BATCH_DONE" ;;
+      delete) run delete "$AFTER" 100 "$DELETE_DONE" ;;
+      genrun) run genrun "$GEN $RUNNING" 50 "$UPDATE_DONE" ;;
+      leases) run leases "$GEN $LEASES" 50 "$UPDATE_DONE $LEASE_DONE" "$LEASE_CLAIM" ;;
+      *) echo "claim_loop.sh: unknown variant $v (before, after, move, movebrin, hot, gen, gen100, genrun, leases, batch, delete)" >&2; exit 2 ;;
     esac
   done
 done
