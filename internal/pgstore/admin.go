@@ -496,8 +496,7 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err = s.pool.Query(ctx, `SELECT queue, reason, count(*) FROM dlq_entries WHERE redriven_at IS NULL
-		GROUP BY queue, reason`)
+	rows, err = s.pool.Query(ctx, parkedCountSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -508,6 +507,11 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	})
 	return out, err
 }
+
+// parkedCountSQL counts the parked DLQ entries by queue and reason,
+// through dlq_entries_parked_idx (migration 0028), not the DLQ's heap.
+const parkedCountSQL = `SELECT queue, reason, count(*) FROM dlq_entries WHERE redriven_at IS NULL
+		GROUP BY queue, reason`
 
 func nullable(s string) *string {
 	if s == "" {

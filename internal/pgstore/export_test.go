@@ -12,6 +12,7 @@ var (
 	JobListSQL     = jobListSQL
 	CancelledSQL   = cancelledSQL
 	UpdateHeldSQL  = updateHeldSQL
+	ParkedCountSQL = parkedCountSQL
 )
 
 // The settings the hot statements run after, and the claim statements
