@@ -7,6 +7,6 @@
 -- which that statement does not imply, so each deleted job read the
 -- whole DLQ: pruning 1,000 succeeded jobs beside 200,000 parked poison
 -- records took 29.4 s, and 15 ms with this index (docs/performance.md,
--- "Pruning beside a large DLQ"). Parked records accumulate by design,
+-- "Pruning and counting beside a large DLQ"). Parked records accumulate by design,
 -- so the cost grew with the DLQ for as long as it was kept.
 CREATE INDEX dlq_entries_job_ref_idx ON dlq_entries (job_id) WHERE job_id IS NOT NULL;
