@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -200,54 +199,5 @@ func TestPruningReadsTheDLQByIndex(t *testing.T) {
 	}
 	if seq != 0 || idx < 200 {
 		t.Fatalf("deleting 200 jobs read dlq_entries by %d sequential and %d index scans; want 0 and one per job", seq, idx)
-	}
-}
-
-// Every sampler counts the parked DLQ entries every few seconds: the
-// count must read the index of parked entries, not the DLQ's heap, which
-// holds every payload parked or re-driven.
-func TestParkedCountReadsTheParkedIndex(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := testenv.MigratedStore(t)
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO dlq_entries (reason, route, queue, payload, src_topic, src_partition, src_offset, redriven_at)
-		SELECT 'poison', 'r', 'q' || i % 3, convert_to(repeat('x', 200), 'UTF8'), 't', 0, i,
-			CASE WHEN i % 10 = 0 THEN now() END
-		FROM generate_series(1, 20000) i`); err != nil {
-		t.Fatal(err)
-	}
-	// As autovacuum leaves it: statistics and the visibility map current.
-	if _, err := s.Pool().Exec(ctx, `VACUUM ANALYZE dlq_entries`); err != nil {
-		t.Fatal(err)
-	}
-	var plan strings.Builder
-	rows, err := s.Pool().Query(ctx, "EXPLAIN "+pgstore.ParkedCountSQL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan.WriteString(line + "\n")
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
-	}
-	if !strings.Contains(plan.String(), "Index Only Scan using dlq_entries_parked_idx") {
-		t.Fatalf("the parked count does not read dlq_entries_parked_idx:\n%s", plan.String())
-	}
-	stats, err := s.QueueStats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var parked int64
-	for _, q := range stats {
-		parked += q.DLQ["poison"]
-	}
-	if parked != 18000 {
-		t.Fatalf("QueueStats counts %d parked entries, want 18000", parked)
 	}
 }

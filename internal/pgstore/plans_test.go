@@ -377,3 +377,45 @@ func TestHeartbeatChunksJoinByPrimaryKey(t *testing.T) {
 		t.Fatalf("heartbeat of %d leases kept %d: %v", len(jobs), len(kept), err)
 	}
 }
+
+// Every sampler counts the parked DLQ entries every few seconds: the
+// count must read the index of parked entries, not the DLQ's heap, which
+// holds every payload parked or re-driven.
+func TestParkedCountReadsTheParkedIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO dlq_entries (reason, route, queue, payload, src_topic, src_partition, src_offset, redriven_at)
+		SELECT 'poison', 'r', 'q' || i % 3, convert_to(repeat('x', 200), 'UTF8'), 't', 0, i,
+			CASE WHEN i % 10 = 0 THEN now() END
+		FROM generate_series(1, 20000) i`); err != nil {
+		t.Fatal(err)
+	}
+	// As autovacuum leaves it: statistics and the visibility map current.
+	if _, err := s.Pool().Exec(ctx, `VACUUM ANALYZE dlq_entries`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.Pool().Query(ctx, "EXPLAIN "+pgstore.ParkedCountSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := strings.Join(plan, "\n"); !strings.Contains(text, "Index Only Scan using dlq_entries_parked_idx") {
+		t.Fatalf("the parked count does not read dlq_entries_parked_idx:\n%s", text)
+	}
+	stats, err := s.QueueStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parked int64
+	for _, q := range stats {
+		parked += q.DLQ["poison"]
+	}
+	if parked != 18000 {
+		t.Fatalf("QueueStats counts %d parked entries, want 18000", parked)
+	}
+}
