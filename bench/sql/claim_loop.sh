@@ -45,16 +45,12 @@ ROUNDS="${1:-3}"
 shift || true
 VARIANTS=("${@:-before after}")
 read -r -a VARIANTS <<<"${VARIANTS[*]}"
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-: "${SWITCHYARD_DATABASE_URL:?set it (source deploy/local/env.sh)}"
-psql() { command psql -X -q -v ON_ERROR_STOP=1 "$SWITCHYARD_DATABASE_URL" "$@"; }
+# shellcheck source=bench/sql/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # The jobs table as the migrations leave it, for its columns.
 BASE="claimloop_base_$$"
-CFG="$(mktemp)"
-trap 'rm -f "$CFG"; psql -c "DROP SCHEMA IF EXISTS $BASE CASCADE" >/dev/null 2>&1 || true' EXIT
-printf 'postgres: {schema: %s}\nqueues: {q: {concurrency: 1}}\nroutes: [{topic: t, kind: k, queue: q, target: {go: true}}]\n' "$BASE" >"$CFG"
-(cd "$ROOT" && go run ./cmd/switchyard migrate --config "$CFG" >/dev/null)
+migrated "$BASE"
 
 RUNNABLE="CREATE INDEX ON jobs (queue, scheduled_at, id) WHERE state IN ('queued', 'retrying');"
 RUNNING="CREATE INDEX ON jobs (lease_expires_at) WHERE state = 'running';"

@@ -9,15 +9,11 @@
 #   with SWITCHYARD_DATABASE_URL set (source deploy/local/env.sh).
 set -euo pipefail
 N="${1:-200000}"
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-: "${SWITCHYARD_DATABASE_URL:?set it (source deploy/local/env.sh)}"
-psql() { command psql -X -q -v ON_ERROR_STOP=1 "$SWITCHYARD_DATABASE_URL" "$@"; }
+# shellcheck source=bench/sql/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 S="prunedlq_$$"
-CFG="$(mktemp)"
-trap 'rm -f "$CFG"; psql -c "DROP SCHEMA IF EXISTS $S CASCADE" >/dev/null 2>&1 || true' EXIT
-printf 'postgres: {schema: %s}\nqueues: {q: {concurrency: 1}}\nroutes: [{topic: t, kind: k, queue: q, target: {go: true}}]\n' "$S" >"$CFG"
-(cd "$ROOT" && go run ./cmd/switchyard migrate --config "$CFG" >/dev/null)
+migrated "$S"
 
 psql <<SQL
 SET search_path = $S;
