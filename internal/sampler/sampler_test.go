@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,21 +54,32 @@ func TestSamplerRefreshesTheGauges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = smp.Stop(ctx) }()
-	testenv.Eventually(t, 10*time.Second, "the gauges", func() bool {
-		return testutil.ToFloat64(m.QueueJobs.WithLabelValues("q", "queued")) == 2
-	})
-	for name, c := range map[string]struct{ got, want float64 }{
-		"dead":          {testutil.ToFloat64(m.QueueJobs.WithLabelValues("lq", "dead")), 1},
-		"dlq":           {testutil.ToFloat64(m.DLQEntries.WithLabelValues("lq", "permanent")), 1},
-		"blocked":       {testutil.ToFloat64(m.LanesBlocked.WithLabelValues("lanes")), 1},
-		"blocked other": {testutil.ToFloat64(m.LanesBlocked.WithLabelValues("other")), 0},
-		"idle age":      {testutil.ToFloat64(m.QueueOldestAge.WithLabelValues("idle")), 0},
-		"lag records":   {testutil.ToFloat64(m.KafkaLagRecords.WithLabelValues("t", "3")), 7},
-		"lag seconds":   {testutil.ToFloat64(m.KafkaLagSeconds.WithLabelValues("t")), 2.5},
-	} {
-		if c.got != c.want {
-			t.Errorf("%s = %v, want %v", name, c.got, c.want)
+	// The gauges of one refresh are set one after another, so the test
+	// waits for all of them, not for the first (which was flaky: the lane
+	// and lag gauges could still be unset when the queue's was read).
+	mismatches := func() []string {
+		var out []string
+		for name, c := range map[string]struct{ got, want float64 }{
+			"queued":        {testutil.ToFloat64(m.QueueJobs.WithLabelValues("q", "queued")), 2},
+			"dead":          {testutil.ToFloat64(m.QueueJobs.WithLabelValues("lq", "dead")), 1},
+			"dlq":           {testutil.ToFloat64(m.DLQEntries.WithLabelValues("lq", "permanent")), 1},
+			"blocked":       {testutil.ToFloat64(m.LanesBlocked.WithLabelValues("lanes")), 1},
+			"blocked other": {testutil.ToFloat64(m.LanesBlocked.WithLabelValues("other")), 0},
+			"idle age":      {testutil.ToFloat64(m.QueueOldestAge.WithLabelValues("idle")), 0},
+			"lag records":   {testutil.ToFloat64(m.KafkaLagRecords.WithLabelValues("t", "3")), 7},
+			"lag seconds":   {testutil.ToFloat64(m.KafkaLagSeconds.WithLabelValues("t")), 2.5},
+		} {
+			if c.got != c.want {
+				out = append(out, fmt.Sprintf("%s = %v, want %v", name, c.got, c.want))
+			}
 		}
+		return out
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(mismatches()) > 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, msg := range mismatches() {
+		t.Error(msg)
 	}
 	if age := testutil.ToFloat64(m.QueueOldestAge.WithLabelValues("q")); age < 0 {
 		t.Errorf("oldest runnable age %v", age)
