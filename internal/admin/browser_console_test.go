@@ -281,11 +281,15 @@ func openConsole(t *testing.T, url string) *tab {
 
 func (p *tab) do(actions ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
-	c, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-	defer cancel()
-	if err := chromedp.Do(c, actions...); err != nil {
+	if err := p.try(actions...); err != nil {
 		p.t.Fatal(err)
 	}
+}
+
+func (p *tab) try(actions ...chromedp.Action[chromedp.Void]) error {
+	c, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	return chromedp.Do(c, actions...)
 }
 
 // goTo opens a page of the console by its hash route.
@@ -338,9 +342,21 @@ func (p *tab) setValue(sel, value string) {
 	}
 }
 
+// click clicks the element sel selects as a mouse would. The console
+// renders a page again after each action and refresh, so the node found
+// for sel can be replaced before the click reaches it (the browser then
+// answers "Could not find node with given id"): sel is looked up again.
 func (p *tab) click(sel string) {
 	p.t.Helper()
-	p.do(chromedp.Click(sel, chromedp.NodeVisible))
+	var err error
+	for range 5 {
+		if err = p.try(chromedp.Click(sel, chromedp.NodeVisible)); err == nil || !strings.Contains(err.Error(), "Could not find node") {
+			break
+		}
+	}
+	if err != nil {
+		p.t.Fatalf("click %s: %v", sel, err)
+	}
 }
 
 // fits checks that the page needs no horizontal scrolling at 1,280 px.
