@@ -508,8 +508,10 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	return out, err
 }
 
-// parkedCountSQL counts the parked DLQ entries by queue and reason,
-// through dlq_entries_parked_idx (migration 0028), not the DLQ's heap.
+// parkedCountSQL counts the parked DLQ entries by queue and reason. It is
+// answerable from dlq_entries_parked_idx (migration 0028) alone, which an
+// index-only scan reads instead of the DLQ's heap once vacuum has marked
+// its pages all-visible.
 const parkedCountSQL = `SELECT queue, reason, count(*) FROM dlq_entries WHERE redriven_at IS NULL
 		GROUP BY queue, reason`
 

@@ -75,9 +75,7 @@ func TestSamplerRefreshesTheGauges(t *testing.T) {
 		}
 		return out
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(mismatches()) > 0 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Until(10*time.Second, func() bool { return len(mismatches()) == 0 })
 	for _, msg := range mismatches() {
 		t.Error(msg)
 	}
