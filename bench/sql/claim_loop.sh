@@ -39,7 +39,18 @@
 #             its ids through a GiST index: one history write per batch
 #     delete  after, but a completion deletes the row and keeps nothing
 #             (graphile-worker's way): what keeping finished jobs costs
+#     nofinished  after without the finished index (retention's), and
+#     noactive    after without the active-states index (the admin
+#                 listing's): what each of those readers costs a job
+#     lean    after without either: rows updated in place as today
+#     batchlean   batch without the active-states index: jobs holds only
+#             unfinished rows, so the admin listing can walk its primary key
+#     deletelean  delete without the active-states index
 #   and, for each, how many of the table's updates were HOT.
+#
+# Environment: PAYLOAD, the bytes of each job's payload (default 100);
+# LOCK, the claim's row lock (default "FOR UPDATE SKIP LOCKED"; "" for
+# none, which is safe only because one session claims).
 set -euo pipefail
 ROUNDS="${1:-3}"
 shift || true
@@ -112,7 +123,7 @@ ALTER TABLE history ADD PRIMARY KEY (id);
 CREATE INDEX ON history (state, finished_at);
 $2
 INSERT INTO jobs (route, kind, queue, state, key, dedupe_key, payload, max_attempts, src_topic, src_partition, src_offset)
-SELECT 'r', 'k', 'q', 'queued', 'k' || (i % 10000), i::text, convert_to(repeat('x', 100), 'UTF8'), 8, 't', 0, i
+SELECT 'r', 'k', 'q', 'queued', 'k' || (i % 10000), i::text, convert_to(repeat('x', ${PAYLOAD:-100}), 'UTF8'), 8, 't', 0, i
 FROM generate_series(1, 100000) i;
 VACUUM ANALYZE jobs;
 SQL
@@ -126,7 +137,7 @@ BEGIN
   LOOP
     WITH c AS (SELECT id FROM jobs WHERE queue = 'q' AND $PHASE AND state IN ('queued', 'retrying') AND scheduled_at <= now()
                  AND (scheduled_at, id) > (last_at, last_id)
-               ORDER BY scheduled_at, id LIMIT 100 FOR UPDATE SKIP LOCKED),
+               ORDER BY scheduled_at, id LIMIT 100 ${LOCK-FOR UPDATE SKIP LOCKED}),
     u AS (UPDATE jobs j SET state = 'running', attempts = j.attempts + 1, token = nextval('job_token_seq'),
             started_at = now(), lease_expires_at = now() + interval '30 seconds'
           FROM c WHERE j.id = c.id RETURNING j.id, j.scheduled_at, j.token, j.lease_expires_at)$EXTRA
@@ -156,9 +167,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
       movebrin) run movebrin "$MOVE $BRIN" 100 "$MOVE_DONE" ;;
       batch) run batch "$MOVE $BATCHES" 100 "$BATCH_DONE" ;;
       delete) run delete "$AFTER" 100 "$DELETE_DONE" ;;
+      nofinished) run nofinished "$RUNNABLE $RUNNING $LANE $DEADLINE $ACTIVE" 100 "$UPDATE_DONE" ;;
+      lean) run lean "$RUNNABLE $RUNNING $LANE $DEADLINE" 100 "$UPDATE_DONE" ;;
+      noactive) run noactive "$RUNNABLE $RUNNING $LANE $FINISHED $DEADLINE" 100 "$UPDATE_DONE" ;;
+      batchlean) run batchlean "$RUNNABLE $RUNNING $LANE $DEADLINE $BATCHES" 100 "$BATCH_DONE" ;;
+      deletelean) run deletelean "$RUNNABLE $RUNNING $LANE $DEADLINE" 100 "$DELETE_DONE" ;;
       genrun) run genrun "$GEN $RUNNING" 50 "$UPDATE_DONE" ;;
       leases) run leases "$GEN $LEASES" 50 "$UPDATE_DONE $LEASE_DONE" "$LEASE_CLAIM" ;;
-      *) echo "claim_loop.sh: unknown variant $v (before, after, move, movebrin, hot, gen, gen100, genrun, leases, batch, delete)" >&2; exit 2 ;;
+      *) echo "claim_loop.sh: unknown variant $v (before, after, move, movebrin, hot, gen, gen100, genrun, leases, batch, delete, nofinished, noactive, lean, batchlean, deletelean)" >&2; exit 2 ;;
     esac
   done
 done
