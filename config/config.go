@@ -181,6 +181,12 @@ type HTTP struct {
 	AllowedHosts []string `yaml:"allowed_hosts"`
 }
 
+// MaxPrefetch bounds a queue's prefetch at MaxPrefetch × its concurrency:
+// room for a local queue of graphile-worker's size (500) beside 64
+// workers, refilled by claims of 150-200 jobs, where 3 × held claims to
+// 60-100 (docs/performance.md, "A local queue as large as a peer's").
+const MaxPrefetch = 8
+
 // Queue is one worker pool (bulkhead).
 type Queue struct {
 	// Concurrency is the number of jobs run at once by one process.
@@ -201,7 +207,8 @@ type Queue struct {
 	// freed worker starts its next job without a round trip. Right for
 	// fast, uniform jobs; for slow or variable ones a prefetched job waits
 	// behind a long one while another process's worker could run it.
-	// Defaults to 0: claim only for idle workers. At most 3 × concurrency.
+	// Defaults to 0: claim only for idle workers. At most MaxPrefetch ×
+	// concurrency.
 	Prefetch int `yaml:"prefetch"`
 	// StealFrom lists queues whose runnable jobs this pool's idle workers
 	// run when its own queue has none, in order, under this pool's lease

@@ -353,7 +353,7 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "bad queue settings",
-			yaml: strings.Replace(base, "bulk: {}", `bulk: {concurrency: 20000, lease: 500ms, max_depth: -1, poll_interval: 1ms, steal_from: [bulk, nope]}, "Big Q": {}, small: {concurrency: 2, prefetch: 7}`, 1) + goRoute,
+			yaml: strings.Replace(base, "bulk: {}", `bulk: {concurrency: 20000, lease: 500ms, max_depth: -1, poll_interval: 1ms, steal_from: [bulk, nope]}, "Big Q": {}, small: {concurrency: 2, prefetch: 17}`, 1) + goRoute,
 			want: []string{
 				"queues.bulk.concurrency: 20000 is out of range 1..10000",
 				"queues.bulk.lease: 500ms is shorter than 1s",
@@ -362,7 +362,7 @@ func TestParseErrors(t *testing.T) {
 				"queues.bulk.steal_from[0]: a queue cannot steal from itself",
 				`queues.bulk.steal_from[1]: unknown queue "nope"`,
 				`queues["Big Q"]: invalid queue name`,
-				"queues.small.prefetch: 7 is not between 0 and 3 × concurrency (6)",
+				"queues.small.prefetch: 17 is not between 0 and 8 × concurrency (16)",
 			},
 		},
 		{

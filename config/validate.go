@@ -290,9 +290,9 @@ func (c *Config) validateQueues(p *problems) {
 		if q.MaxDepth < 0 {
 			p.add(f+".max_depth", "must not be negative (0 means no limit)")
 		}
-		if q.Prefetch < 0 || q.Prefetch > 3*q.Concurrency {
-			p.add(f+".prefetch", "%d is not between 0 and 3 × concurrency (%d): a pool holds at most 4 × its concurrency in leases",
-				q.Prefetch, 3*q.Concurrency)
+		if q.Prefetch < 0 || q.Prefetch > MaxPrefetch*q.Concurrency {
+			p.add(f+".prefetch", "%d is not between 0 and %d × concurrency (%d)",
+				q.Prefetch, MaxPrefetch, MaxPrefetch*q.Concurrency)
 		}
 		if q.PollInterval < Duration(minPollInterval) {
 			p.add(f+".poll_interval", "%s is shorter than %s", q.PollInterval, minPollInterval)

@@ -21,6 +21,12 @@ import (
 // pollInterval of the bench queue: an idle pool looks for work this often.
 const pollInterval = 10 * time.Millisecond
 
+// benchPrefetch is the engine's prefetch, × its concurrency: at 64
+// workers, 448 prefetched jobs, a local queue of 512 as graphile-worker's
+// 500 in bench/peers. Measured against a pool's worth (1 ×): claims of
+// 59 → 159 jobs, work_jobs_per_s +10-20 % (docs/performance.md).
+const benchPrefetch = config.MaxPrefetch - 1
+
 // stallAfter fails a wait that sees no progress for this long.
 const stallAfter = time.Minute
 
@@ -38,8 +44,10 @@ func (e *env) startEngineFor(ctx context.Context, role string, routes []config.R
 	h workers.Handler) (*switchyard.Engine, error) {
 	queues := map[string]config.Queue{}
 	for _, r := range routes {
-		// Prefetch of a pool's worth: the bench's jobs are fast and uniform.
-		queues[r.Queue] = config.Queue{Concurrency: concurrency, Prefetch: concurrency, PollInterval: config.Duration(pollInterval)}
+		// The bench's jobs are fast and uniform: a local queue of
+		// graphile-worker's size in bench/peers (500), workers included.
+		queues[r.Queue] = config.Queue{Concurrency: concurrency, Prefetch: benchPrefetch * concurrency,
+			PollInterval: config.Duration(pollInterval)}
 	}
 	cfg := &config.Config{
 		Kafka:    config.Kafka{Brokers: e.cfg.Brokers, Group: routes[0].Topic},

@@ -13,20 +13,27 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
-// leaseCap bounds a pool's leases at leaseCap × its concurrency: running
-// handlers plus outcomes waiting for the completer. The bound makes a slow
-// completer hold claims back instead of piling up outcomes; it is loose
-// enough that a completer keeping up never does (measured, 64 workers on
-// a no-op handler: at 2× most claims waited for outcomes to be written,
-// 16-18k jobs/s; at 4×, 21.5k).
+// leaseCap bounds a pool's leases at leaseCap × its concurrency, plus its
+// prefetch (maxLeases): running handlers, outcomes waiting for the
+// completer and prefetched jobs waiting for a worker. The bound makes a
+// slow completer hold claims back instead of piling up outcomes; it is
+// loose enough that a completer keeping up never does (measured, 64
+// workers on a no-op handler: at 2× most claims waited for outcomes to be
+// written, 16-18k jobs/s; at 4×, 21.5k). The prefetch is on top, not
+// inside it: inside, the outcomes in flight left a prefetch of 448 room
+// for claims of 75 jobs, and it bought nothing.
 const leaseCap = 4
+
+// maxLeases is how many leases the pool may hold (its queue's settings
+// never change, so no lock is needed).
+func (p *pool) maxLeases() int { return leaseCap*p.q.Concurrency + p.q.Prefetch }
 
 // free is the number of jobs to claim now: idle workers not reserved by a
 // claim in flight or taken by a handed-off job, within the lease cap.
 func (p *pool) free() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return max(0, min(p.q.Concurrency-p.busy-len(p.ready), leaseCap*p.q.Concurrency-len(p.leases))-p.reserved)
+	return max(0, min(p.q.Concurrency-p.busy-len(p.ready), p.maxLeases()-len(p.leases))-p.reserved)
 }
 
 // prefetchable is how many jobs a pool under a backlog may claim beyond
@@ -36,7 +43,7 @@ func (p *pool) free() int {
 func (p *pool) prefetchable() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	room := leaseCap*p.q.Concurrency - len(p.leases) - p.reserved - p.prefetching
+	room := p.maxLeases() - len(p.leases) - p.reserved - p.prefetching
 	return max(0, min(p.q.Prefetch-len(p.ready)-p.prefetching, room))
 }
 

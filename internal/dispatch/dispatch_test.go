@@ -345,6 +345,29 @@ func TestPrefetchedJobsWaitAndGoBackAtStop(t *testing.T) {
 	}
 }
 
+// A prefetch beyond the lease cap's share of the workers is held whole:
+// the cap counts the prefetch on top of leaseCap × concurrency, so a
+// local queue of seven times the pool fills in one claim, and never
+// holds more than the prefetch beside the workers.
+func TestPrefetchIsHeldWhole(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 50, 5)
+	h := counter{gate: make(chan struct{})}
+	d := startQueues(t, store, &h, Queue{Name: "q", Concurrency: 2, Prefetch: 14, Lease: 5 * time.Second,
+		MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond})
+	defer d.Stop(context.Background()) //nolint:errcheck
+	testenv.Eventually(t, 30*time.Second, "both workers busy", func() bool { return h.started.Load() == 2 })
+	h.gate <- struct{}{} // one job ends: the freed worker's claim comes under a backlog
+	testenv.Eventually(t, 30*time.Second, "2 running and 14 prefetched", func() bool {
+		return states(t, store)["running"] == 16
+	})
+	time.Sleep(200 * time.Millisecond) // four polls: no claim may take more
+	if got := states(t, store); got["running"] != 16 || h.peak.Load() > 2 {
+		t.Fatalf("%v with a peak concurrency of %d; want 16 running, at most 2 at once", got, h.peak.Load())
+	}
+}
+
 // queueStat is queue q's line of pgstore.QueueStats.
 func queueStat(t *testing.T, store *pgstore.Store) *pgstore.QueueStat {
 	t.Helper()
