@@ -183,8 +183,8 @@ type HTTP struct {
 
 // MaxPrefetch bounds a queue's prefetch at MaxPrefetch × its concurrency:
 // room for a local queue of graphile-worker's size (500) beside 64
-// workers, refilled by claims of 150-200 jobs, where 3 × held claims to
-// 60-100 (docs/performance.md, "A local queue as large as a peer's").
+// workers, refilled by claims of ~155 jobs, where 3 × gave claims of
+// 75-100 (docs/performance.md, "A local queue as large as a peer's").
 const MaxPrefetch = 8
 
 // Queue is one worker pool (bulkhead).

@@ -24,7 +24,7 @@ const pollInterval = 10 * time.Millisecond
 // benchPrefetch is the engine's prefetch, × its concurrency: at 64
 // workers, 448 prefetched jobs, a local queue of 512 as graphile-worker's
 // 500 in bench/peers. Measured against a pool's worth (1 ×): claims of
-// 59 → 159 jobs, work_jobs_per_s +10-20 % (docs/performance.md).
+// 60 → 155 jobs, work_jobs_per_s +21 % (docs/performance.md).
 const benchPrefetch = config.MaxPrefetch - 1
 
 // stallAfter fails a wait that sees no progress for this long.

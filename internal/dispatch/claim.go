@@ -20,7 +20,7 @@ import (
 // loose enough that a completer keeping up never does (measured, 64
 // workers on a no-op handler: at 2× most claims waited for outcomes to be
 // written, 16-18k jobs/s; at 4×, 21.5k). The prefetch is on top, not
-// inside it: inside, the outcomes in flight left a prefetch of 448 room
+// inside it: inside, the outcomes in flight left a prefetch of 192 room
 // for claims of 75 jobs, and it bought nothing.
 const leaseCap = 4
 
