@@ -311,13 +311,7 @@ func TestStopReleasesUnfinishedJobs(t *testing.T) {
 // queued with their attempt handed back (I5, I7), as the running ones do.
 func TestPrefetchedJobsWaitAndGoBackAtStop(t *testing.T) {
 	t.Parallel()
-	store := testenv.MigratedStore(t)
-	enqueue(t, store, 50, 5)
-	h := counter{gate: make(chan struct{})}
-	d := startQueues(t, store, &h, Queue{Name: "q", Concurrency: 2, Prefetch: 2, Lease: 5 * time.Second,
-		MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond})
-	testenv.Eventually(t, 30*time.Second, "both workers busy", func() bool { return h.started.Load() == 2 })
-	h.gate <- struct{}{} // one job ends: the freed worker's claim comes under a backlog
+	store, h, d := prefetchingPool(t, 2)
 	testenv.Eventually(t, 30*time.Second, "jobs leased beyond the workers", func() bool {
 		return h.started.Load() == 3 && states(t, store)["running"] > 2
 	})
@@ -351,14 +345,8 @@ func TestPrefetchedJobsWaitAndGoBackAtStop(t *testing.T) {
 // holds more than the prefetch beside the workers.
 func TestPrefetchIsHeldWhole(t *testing.T) {
 	t.Parallel()
-	store := testenv.MigratedStore(t)
-	enqueue(t, store, 50, 5)
-	h := counter{gate: make(chan struct{})}
-	d := startQueues(t, store, &h, Queue{Name: "q", Concurrency: 2, Prefetch: 14, Lease: 5 * time.Second,
-		MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond})
+	store, h, d := prefetchingPool(t, 14)
 	defer d.Stop(context.Background()) //nolint:errcheck
-	testenv.Eventually(t, 30*time.Second, "both workers busy", func() bool { return h.started.Load() == 2 })
-	h.gate <- struct{}{} // one job ends: the freed worker's claim comes under a backlog
 	testenv.Eventually(t, 30*time.Second, "2 running and 14 prefetched", func() bool {
 		return states(t, store)["running"] == 16
 	})
@@ -366,6 +354,22 @@ func TestPrefetchIsHeldWhole(t *testing.T) {
 	if got := states(t, store); got["running"] != 16 || h.peak.Load() > 2 {
 		t.Fatalf("%v with a peak concurrency of %d; want 16 running, at most 2 at once", got, h.peak.Load())
 	}
+}
+
+// prefetchingPool starts a pool of 2 workers with the given prefetch over
+// 50 queued jobs, whose handlers wait for h.gate, and lets one job end
+// once both workers are busy: the freed worker's claim then comes under a
+// backlog, and takes the prefetch.
+func prefetchingPool(t *testing.T, prefetch int) (*pgstore.Store, *counter, *Dispatcher) {
+	t.Helper()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 50, 5)
+	h := &counter{gate: make(chan struct{})}
+	d := startQueues(t, store, h, Queue{Name: "q", Concurrency: 2, Prefetch: prefetch, Lease: 5 * time.Second,
+		MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond})
+	testenv.Eventually(t, 30*time.Second, "both workers busy", func() bool { return h.started.Load() == 2 })
+	h.gate <- struct{}{}
+	return store, h, d
 }
 
 // queueStat is queue q's line of pgstore.QueueStats.
