@@ -108,6 +108,12 @@ type Kafka struct {
 	Reset string `yaml:"reset"`
 	// FetchMaxRecords caps records per poll. Defaults to 10000.
 	FetchMaxRecords int `yaml:"fetch_max_records"`
+	// FetchMaxBytes bounds what one fetch from a broker returns, as
+	// compressed on the wire, and so the records a client holds buffered
+	// (decompressed, several times that) beside the poll it is storing. A
+	// partition's share is at most 1 MiB, the client's default. A record
+	// larger than the bound still arrives, alone. Defaults to 2 MiB.
+	FetchMaxBytes int `yaml:"fetch_max_bytes"`
 	// GroupProtocol is classic or consumer (KIP-848, where the broker
 	// assigns partitions; Kafka 4.0+, best on 4.3+). Defaults to classic.
 	GroupProtocol string `yaml:"group_protocol"`
@@ -124,6 +130,14 @@ type Kafka struct {
 	// SASL, when present, authenticates to the brokers.
 	SASL *KafkaSASL `yaml:"sasl"`
 }
+
+// The bounds of kafka.fetch_max_bytes: a fetch's request and response
+// sizes are int32s on the wire, and below a KiB every record would arrive
+// alone.
+const (
+	MinFetchMaxBytes = 1 << 10
+	MaxFetchMaxBytes = 1 << 30
+)
 
 // KafkaTLS configures TLS to the brokers. All files are PEM. An empty
 // block (tls: {}) means TLS with the system roots.

@@ -78,6 +78,7 @@ func TestParseSpecExample(t *testing.T) {
 		{"kafka.client_id", cfg.Kafka.ClientID, "switchyard"},
 		{"kafka.reset", cfg.Kafka.Reset, "earliest"},
 		{"kafka.fetch_max_records", cfg.Kafka.FetchMaxRecords, 10000},
+		{"kafka.fetch_max_bytes", cfg.Kafka.FetchMaxBytes, 2 << 20},
 		{"postgres.max_conns", cfg.Postgres.MaxConns, int32(20)},
 		{"http.listen", cfg.HTTP.Listen, "127.0.0.1:8080"},
 		{"shutdown_grace", cfg.ShutdownGrace.D(), 30 * s},
@@ -547,10 +548,11 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "bad kafka settings",
-			yaml: strings.Replace(base, "kafka: {", "kafka: {reset: newest, fetch_max_records: -1, ", 1) + goRoute,
+			yaml: strings.Replace(base, "kafka: {", "kafka: {reset: newest, fetch_max_records: -1, fetch_max_bytes: 512, ", 1) + goRoute,
 			want: []string{
 				`kafka.reset: "newest" is not one of earliest, latest`,
 				"kafka.fetch_max_records: must be at least 1",
+				"kafka.fetch_max_bytes: 512 is not between 1024 and 1073741824",
 			},
 		},
 		{

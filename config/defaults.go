@@ -20,6 +20,7 @@ const (
 const (
 	defaultClientID        = "switchyard"
 	defaultFetchMaxRecords = 10000
+	defaultFetchMaxBytes   = 2 << 20
 	defaultSessionTimeout  = 10 * time.Second
 	defaultMaxConns        = 20
 	defaultSchema          = "switchyard"
@@ -60,6 +61,7 @@ func (c *Config) SetDefaults() {
 	setDefault(&c.Kafka.ClientID, defaultClientID)
 	setDefault(&c.Kafka.Reset, defaultReset)
 	setDefault(&c.Kafka.FetchMaxRecords, defaultFetchMaxRecords)
+	setDefault(&c.Kafka.FetchMaxBytes, defaultFetchMaxBytes)
 	setDefault(&c.Kafka.SessionTimeout, Duration(defaultSessionTimeout))
 	setDefault(&c.Kafka.GroupProtocol, "classic")
 	setDefault(&c.Postgres.MaxConns, defaultMaxConns)

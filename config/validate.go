@@ -127,6 +127,9 @@ func (c *Config) validateKafka(p *problems) {
 	if c.Kafka.FetchMaxRecords < 1 {
 		p.add("kafka.fetch_max_records", "must be at least 1")
 	}
+	if b := c.Kafka.FetchMaxBytes; b < MinFetchMaxBytes || b > MaxFetchMaxBytes {
+		p.add("kafka.fetch_max_bytes", "%d is not between %d and %d", b, MinFetchMaxBytes, MaxFetchMaxBytes)
+	}
 }
 
 // checkHostPort returns what is wrong with a host:port address, or "".

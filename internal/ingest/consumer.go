@@ -128,6 +128,8 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 		return nil, errors.New("kafka.group: required")
 	case k.FetchMaxRecords <= 0:
 		return nil, fmt.Errorf("kafka.fetch_max_records: %d is not positive", k.FetchMaxRecords)
+	case k.FetchMaxBytes <= 0:
+		return nil, fmt.Errorf("kafka.fetch_max_bytes: %d is not positive", k.FetchMaxBytes)
 	case len(cfg.Routes) == 0:
 		return nil, errors.New("routes: at least one route is required")
 	}

@@ -181,6 +181,38 @@ func TestPoisonDoesNotBlock(t *testing.T) {
 	}
 }
 
+// kafka.fetch_max_bytes bounds what a fetch brings, so what the consumer
+// holds; a record larger than the bound still arrives (alone), so no
+// record can stall its partition behind it. Each record is produced as a
+// batch of its own and the bound is below one: every fetch then brings
+// one record, and each ingest transaction (its jobs' created_at) stores
+// one. Unbounded, the twenty arrive in a fetch or two.
+func TestFetchBoundPassesLargerRecords(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 1)
+	const n = 20
+	for i := range n {
+		testenv.Produce(t, topic, &kgo.Record{Value: fmt.Appendf(nil,
+			`{"customer":"c%d","event":"e%d","pad":"%s"}`, i, i, testenv.Noise(4000))})
+	}
+	r, err := CompileRoute(config.Route{Topic: topic, Kind: "k", Queue: "q", MaxAttempts: 3,
+		MaxRecordBytes: 8192, Key: config.FieldRef{Field: "customer"}, Dedupe: config.FieldRef{Field: "event"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := testenv.KafkaBlock(testenv.Brokers(t), testenv.Name("g"), 50)
+	k.FetchMaxBytes = config.MinFetchMaxBytes
+	startWith(t, store, Config{Kafka: k, Routes: []*Route{r}}, nil, nil)
+	testenv.Eventually(t, 60*time.Second, "every record stored", func() bool {
+		return count(t, store, `SELECT count(*) FROM jobs`) == n
+	})
+	if tx := count(t, store, `SELECT count(DISTINCT created_at) FROM jobs`); tx < n/2 {
+		t.Fatalf("%d records stored in %d transactions: fetches were not bounded to %d bytes",
+			n, tx, config.MinFetchMaxBytes)
+	}
+}
+
 // I1 fence: a zombie member whose expected offset is stale cannot commit
 // a batch; nothing it would have written lands.
 func TestStaleMemberIsFenced(t *testing.T) {
