@@ -26,7 +26,12 @@ const leaseCap = 4
 
 // maxLeases is how many leases the pool may hold (its queue's settings
 // never change, so no lock is needed).
-func (p *pool) maxLeases() int { return leaseCap*p.q.Concurrency + p.q.Prefetch }
+func (p *pool) maxLeases() int { return MaxLeases(p.q.Concurrency, p.q.Prefetch) }
+
+// MaxLeases is how many leases a pool of the given concurrency and
+// prefetch may hold at once: a route's max_running at least this large
+// never binds that pool.
+func MaxLeases(concurrency, prefetch int) int { return leaseCap*concurrency + prefetch }
 
 // free is the number of jobs to claim now: idle workers not reserved by a
 // claim in flight or taken by a handed-off job, within the lease cap.
