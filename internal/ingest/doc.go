@@ -10,6 +10,11 @@
 // asynchronously, only so that lag tools keep working: Postgres is the
 // source of truth, and a lost Kafka commit loses nothing.
 //
+// A poll holds at most kafka.fetch_max_records records, and what the
+// client buffers beside it is one fetch a broker, bounded by
+// kafka.fetch_max_bytes (compressed; ClientOpts): the process's memory
+// follows those two settings, not the topic's backlog.
+//
 // # The fence
 //
 // A partition's stored offset advances only from the value this member
