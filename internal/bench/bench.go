@@ -442,8 +442,10 @@ func (e *env) note(format string, args ...any) {
 	fmt.Fprintf(e.cfg.Out, "# "+format+"\n", args...)
 }
 
-// summary prints the ratios and targets of the issue for the figures
-// this run produced.
+// summary prints the ratios and targets for the figures this run
+// produced: the performance issues' targets, the later where one raised
+// an earlier one (ingest/COPY 0.5 → 0.8, ordered/work 0.8 → 0.9, claim
+// history/0 1.2 → 1.1, e2e p99 50 → 10 ms, RSS 200 → 150 MiB).
 func (e *env) summary() {
 	if e.rssKiB > 0 {
 		e.report("dispatcher_rss_mib_max", float64(e.rssKiB)/1024, "MiB")
@@ -464,13 +466,13 @@ func (e *env) summary() {
 		}
 		e.note("%s ratio %.3f (target %s: %s%s)", label, x, target, verdict(ok(x)), of)
 	}
-	ratio("ingest/copy", "ingest_records_per_s", "copy_rows_per_s", "≥ 0.5", func(x float64) bool { return x >= 0.5 })
+	ratio("ingest/copy", "ingest_records_per_s", "copy_rows_per_s", "≥ 0.8", func(x float64) bool { return x >= 0.8 })
 	ratio("work/raw", "work_jobs_per_s", "raw_claim_jobs_per_s", "≥ 0.6", func(x float64) bool { return x >= 0.6 })
-	ratio("ordered/work", "ordered_jobs_per_s", "work_jobs_per_s", "≥ 0.8", func(x float64) bool { return x >= 0.8 })
+	ratio("ordered/work", "ordered_jobs_per_s", "work_jobs_per_s", "≥ 0.9", func(x float64) bool { return x >= 0.9 })
 	ratio("http/raw", "http_jobs_per_s", "http_raw_requests_per_s", "≥ 0.7", func(x float64) bool { return x >= 0.7 })
 	ratio("capped/work", "capped_jobs_per_s", "work_jobs_per_s", "≥ 0.8", func(x float64) bool { return x >= 0.8 })
 	ratio("grouped/work", "grouped_jobs_per_s", "work_jobs_per_s", "≥ 0.8", func(x float64) bool { return x >= 0.8 })
-	ratio("claim history/0", historyFigure(e.cfg.History), "claim_ms_p99_at_0", "≤ 1.2", func(x float64) bool { return x <= 1.2 })
+	ratio("claim history/0", historyFigure(e.cfg.History), "claim_ms_p99_at_0", "≤ 1.1", func(x float64) bool { return x <= 1.1 })
 	ratio("claim future/0", futureFigure(e.cfg.Future), "claim_ms_p99_at_0", "≤ 1.2", func(x float64) bool { return x <= 1.2 })
 	absolute := func(name, target string, ok func(float64) bool) {
 		if v, found := r[name]; found {
@@ -478,8 +480,8 @@ func (e *env) summary() {
 		}
 	}
 	absolute("work_jobs_per_s", "≥ 16000", func(x float64) bool { return x >= 16000 })
-	absolute("e2e_latency_p99_ms", "≤ 50", func(x float64) bool { return x <= 50 })
-	absolute("dispatcher_rss_mib_max", "< 200", func(x float64) bool { return x < 200 })
+	absolute("e2e_latency_p99_ms", "≤ 10", func(x float64) bool { return x <= 10 })
+	absolute("dispatcher_rss_mib_max", "< 150", func(x float64) bool { return x < 150 })
 }
 
 func verdict(ok bool) string {
