@@ -131,9 +131,8 @@ type Kafka struct {
 	SASL *KafkaSASL `yaml:"sasl"`
 }
 
-// The bounds of kafka.fetch_max_bytes: a fetch's request and response
-// sizes are int32s on the wire, and below a KiB every record would arrive
-// alone.
+// The bounds of kafka.fetch_max_bytes: a fetch's sizes are int32s on the
+// wire, and below a KiB a fetch would hardly ever bring two records.
 const (
 	MinFetchMaxBytes = 1 << 10
 	MaxFetchMaxBytes = 1 << 30

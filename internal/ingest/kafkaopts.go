@@ -20,6 +20,10 @@ import (
 // OAuthTokenFunc returns a fresh OAUTHBEARER token for each authentication.
 type OAuthTokenFunc func(ctx context.Context) (string, error)
 
+// partitionFetchBytes is a partition's most in one fetch: the client's
+// default (and the Java consumer's), kept below a smaller fetch bound.
+const partitionFetchBytes = 1 << 20
+
 // ClientOpts translates the kafka block of the config into the franz-go
 // options every client of ours shares: seeds, client id, the fetch bound,
 // TLS and SASL.
@@ -36,7 +40,7 @@ func ClientOpts(k config.Kafka, tokenFn OAuthTokenFunc) ([]kgo.Opt, error) {
 		// worth, and the process's RSS reached 150-290 MiB by payload
 		// size (docs/performance.md, "What a consumer holds").
 		opts = append(opts, kgo.FetchMaxBytes(int32(k.FetchMaxBytes)),
-			kgo.FetchMaxPartitionBytes(int32(min(k.FetchMaxBytes, 1<<20))))
+			kgo.FetchMaxPartitionBytes(int32(min(k.FetchMaxBytes, partitionFetchBytes))))
 	}
 	if k.ClientID != "" {
 		opts = append(opts, kgo.ClientID(k.ClientID))
