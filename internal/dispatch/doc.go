@@ -25,14 +25,15 @@
 //     (measured: 29 → 60 jobs per claim statement, work_jobs_per_s
 //     +20-45%); with seven pools' worth, a local queue of
 //     graphile-worker's size, 154-159 jobs per claim and another +20 %
-//     (docs/performance.md). The price is that a process killed with jobs waiting in
-//     ready has spent an attempt of each, as it has of every job it was
-//     running, and that a prefetched job waits behind a slow one while
-//     another process's worker may be idle: prefetch defaults to 0, for
-//     fast uniform queues to raise.
+//     (docs/performance.md). The price is that a process killed with
+//     jobs waiting in ready has spent an attempt of each, as it has of
+//     every job it was running, and that a prefetched job waits behind a
+//     slow one while another process's worker may be idle: prefetch
+//     defaults to 0, for fast uniform queues to raise.
 //   - Leases: a pool holds at most 4 × concurrency leases, running
 //     handlers plus outcomes not yet written, and its prefetch on top
-//     (maxLeases); a worker frees when its handler returns.
+//     (MaxLeases; a route's max_running counts them all); a worker frees
+//     when its handler returns.
 //   - Heartbeat: every lease/3, one statement extends all leases a pool
 //     holds, token-checked. A lease the statement did not extend is lost:
 //     the handler's context is cancelled at once with workers.ErrLeaseLost
