@@ -44,9 +44,6 @@ type Job struct {
 	// Checkpoint is the progress the last SaveCheckpoint of an earlier
 	// attempt stored; nil when none did.
 	Checkpoint []byte
-	// AttemptSecret proves this attempt to POST /v1/jobs/{id}/checkpoint
-	// (AttemptSecret below); the HTTP target sends it to its URL.
-	AttemptSecret string
 	// PreviousAttemptSpan is the W3C traceparent of the span of the
 	// job's last attempt that recorded an outcome while tracing was on:
 	// this attempt's span links to it. "" otherwise. (A handler reaches
@@ -56,9 +53,9 @@ type Job struct {
 	// finished is the state the handler's own transaction ended the job
 	// in (MarkFinished), nil until then.
 	finished atomic.Pointer[jobstate.State]
-	// save stores a checkpoint under this attempt's lease; set by the
-	// dispatcher that handed the job out.
-	save func(ctx context.Context, data []byte) error
+	// attempt is the lease that the dispatcher that handed the job out
+	// holds for it (SetAttempt); nil for a job no dispatcher handed out.
+	attempt Attempt
 	// result is what SetResult kept, for the outcome of a success.
 	resultMu   sync.Mutex
 	result     []byte
@@ -94,15 +91,37 @@ var ErrNoCheckpointStore = errors.New("checkpoint: this job was not handed out b
 // (ErrLeaseLost otherwise, and the handler should stop). At most 1 MiB;
 // each save replaces the last.
 func (j *Job) SaveCheckpoint(ctx context.Context, data []byte) error {
-	if j.save == nil {
+	if j.attempt == nil {
 		return ErrNoCheckpointStore
 	}
-	return j.save(ctx, data)
+	return j.attempt.SaveCheckpoint(ctx, data)
 }
 
-// SetCheckpointStore is how a dispatcher gives a job it hands out its
-// means to save checkpoints. Handlers do not call it.
-func (j *Job) SetCheckpointStore(save func(ctx context.Context, data []byte) error) { j.save = save }
+// AttemptSecret proves this attempt to POST /v1/jobs/{id}/checkpoint
+// (the function AttemptSecret); the HTTP target sends it to its URL. ""
+// when the deployment has no attempt key or no dispatcher handed the job
+// out. It is made when asked for, not for every attempt: an HMAC was a
+// twelfth of a no-op job's CPU in the process.
+func (j *Job) AttemptSecret() string {
+	if j.attempt == nil {
+		return ""
+	}
+	return j.attempt.Secret()
+}
+
+// Attempt is the lease a dispatcher holds for a job it hands out: what
+// the job's SaveCheckpoint and AttemptSecret ask of it.
+type Attempt interface {
+	// SaveCheckpoint stores data under the attempt's fencing token
+	// (ErrLeaseLost when the attempt no longer holds the job).
+	SaveCheckpoint(ctx context.Context, data []byte) error
+	// Secret is the attempt's AttemptSecret, "" for none.
+	Secret() string
+}
+
+// SetAttempt is how a dispatcher gives a job it hands out its lease.
+// Handlers do not call it.
+func (j *Job) SetAttempt(a Attempt) { j.attempt = a }
 
 // MarkFinished records that the job's outcome, state, was already
 // committed by the handler itself (Applier.Apply completes the job, or
@@ -224,8 +243,8 @@ func RetryDelay(err error) (time.Duration, bool) {
 // it may save a checkpoint for that attempt, and only while the attempt
 // holds the job; it is worth nothing for another attempt or job.
 //
-// It runs for every attempt a pool holds, so it formats into stack
-// buffers: fmt and hex.EncodeToString were half its cost.
+// It runs for every attempt through the HTTP target, so it formats into
+// stack buffers: fmt and hex.EncodeToString were half its cost.
 func AttemptSecret(key []byte, id, token int64) string {
 	m := hmac.New(sha256.New, key)
 	var msg [41]byte // two int64s and a colon

@@ -355,8 +355,8 @@ func setRequestHeaders(h http.Header, job *Job) {
 		setValid(h, "Switchyard-Source", job.Source.String())
 	}
 	h.Set("Switchyard-Token", strconv.FormatInt(job.Token, 10))
-	if job.AttemptSecret != "" {
-		h.Set("Switchyard-Attempt-Secret", job.AttemptSecret)
+	if secret := job.AttemptSecret(); secret != "" {
+		h.Set("Switchyard-Attempt-Secret", secret)
 	}
 	if job.Checkpoint != nil {
 		h.Set("Switchyard-Checkpoint", base64.StdEncoding.EncodeToString(job.Checkpoint))

@@ -23,15 +23,23 @@ import (
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
-// checkpointer saves a job's checkpoints under its attempt's token.
-func (p *pool) checkpointer(j *workers.Job) func(ctx context.Context, data []byte) error {
-	return func(ctx context.Context, data []byte) error {
-		err := p.env.store.JobCheckpoint(ctx, j.ID, j.Token, data)
-		if errors.Is(err, pgstore.ErrLeaseLost) {
-			return workers.ErrLeaseLost
-		}
-		return err
+// SaveCheckpoint saves the job's checkpoint under this attempt's token
+// (workers.Attempt).
+func (r *running) SaveCheckpoint(ctx context.Context, data []byte) error {
+	err := r.pool.env.store.JobCheckpoint(ctx, r.job.ID, r.job.Token, data)
+	if errors.Is(err, pgstore.ErrLeaseLost) {
+		return workers.ErrLeaseLost
 	}
+	return err
+}
+
+// Secret is this attempt's workers.AttemptSecret under the deployment's
+// attempt key, "" without one (workers.Attempt).
+func (r *running) Secret() string {
+	if key := r.pool.env.attemptKey; key != nil {
+		return workers.AttemptSecret(key, r.job.ID, r.job.Token)
+	}
+	return ""
 }
 
 func (p *pool) execute(r *running) {
@@ -248,7 +256,7 @@ func (p *pool) observe(job *workers.Job, outcome string, elapsed time.Duration) 
 func (p *pool) start(r *running) {
 	p.busy++
 	p.jobs.Add(1)
-	go p.execute(r)
+	p.work <- r
 }
 
 // returned frees the worker slot of a handler that has returned, or gives

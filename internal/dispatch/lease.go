@@ -15,12 +15,9 @@ import (
 // hold records a claimed or handed-off attempt's lease, with a context
 // cancelled on lease loss or shutdown. p.mu is held.
 func (p *pool) hold(j *workers.Job, chain time.Time) *running {
-	j.SetCheckpointStore(p.checkpointer(j))
-	if p.env.attemptKey != nil {
-		j.AttemptSecret = workers.AttemptSecret(p.env.attemptKey, j.ID, j.Token)
-	}
 	ctx, cancel := context.WithCancelCause(p.env.jobCtx)
-	r := &running{job: j, ctx: ctx, cancel: cancel, chain: chain}
+	r := &running{pool: p, job: j, ctx: ctx, cancel: cancel, chain: chain}
+	j.SetAttempt(r)
 	p.leases[j.Token] = r
 	return r
 }

@@ -40,7 +40,8 @@ type poolEnv struct {
 	holder string
 	// resultMax is Config.ResultMaxBytes.
 	resultMax map[string]int
-	// attemptKey signs each held attempt's AttemptSecret; nil: none.
+	// attemptKey signs the AttemptSecret of an attempt asked for it; nil:
+	// none.
 	attemptKey []byte
 	// tracer starts each attempt's span; nil: tracing is off.
 	tracer trace.Tracer
@@ -61,7 +62,13 @@ type pool struct {
 	overRuntime error
 	wakeC       chan struct{}
 	freed       chan struct{}
-	jobs        sync.WaitGroup // running handlers
+	// work hands started attempts to the pool's workers: concurrency
+	// goroutines that live as long as the pool. A goroutine per attempt
+	// grew a new stack for every job, a twelfth of a no-op job's CPU.
+	// Its buffer holds a pool's worth: an attempt waiting in it is busy,
+	// and busy never exceeds concurrency, so a send never blocks.
+	work chan *running
+	jobs sync.WaitGroup // running handlers
 	// claimsDone is closed when the pool has stopped claiming: after it,
 	// no job starts and jobs.Wait is safe.
 	claimsDone chan struct{}
@@ -94,7 +101,11 @@ type pool struct {
 	unlimitedDryUntil time.Time
 }
 
+// running is a held attempt: the lease the pool keeps for a job it
+// claimed or was handed, from then until its outcome is written. It is
+// the job's workers.Attempt.
 type running struct {
+	pool   *pool
 	job    *workers.Job
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -120,6 +131,7 @@ func newPool(env poolEnv, log *zap.Logger, q Queue) *pool {
 	return &pool{env: env, q: q, log: log.With(zap.String("queue", q.Name)),
 		overRuntime: fmt.Errorf("max_runtime %s exceeded", q.MaxRuntime),
 		wakeC:       make(chan struct{}, 1), freed: make(chan struct{}, 1), claimsDone: make(chan struct{}),
+		work:   make(chan *running, q.Concurrency),
 		leases: map[int64]*running{}, handoffWindow: laneHandoffWindow}
 }
 
@@ -160,8 +172,18 @@ func (p *pool) run() {
 	// the grace period; the heartbeat goroutine stops with jobCtx, after
 	// Stop has waited for the jobs.
 	defer func() { <-hbDone }()
+	for range p.q.Concurrency {
+		go func() {
+			for r := range p.work {
+				p.execute(r)
+			}
+		}()
+	}
 	p.claimLoop()
 	p.close()
+	// Nothing starts after close: the workers end once the attempts
+	// already handed to them have.
+	close(p.work)
 	close(p.claimsDone)
 }
 
