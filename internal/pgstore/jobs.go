@@ -178,11 +178,33 @@ const planSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true
 	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
 	set_config('enable_sort', 'off', true)`
 
+// tokenSQL makes the transaction it runs in wait for its WAL flush at
+// commit whatever the session's synchronous_commit, which an operator may
+// set off (docs/performance.md, "Postgres settings that matter"). Every
+// transaction that hands jobs out under fresh fencing tokens — a claim, a
+// completion batch that hands lane jobs off — runs it: committed without
+// the flush, a Postgres crash could lose jobs already handed to workers,
+// to be handed out again while they run (two attempts at once, a lane's
+// head running beside the next job), with the token sequence rolled back
+// behind tokens in use (I4). TestHandedOutTokensSurviveAPostgresCrash
+// fails that way without it. A session's stronger setting (remote_apply,
+// say) is kept.
+const tokenSQL = `set_config('synchronous_commit',
+	CASE current_setting('synchronous_commit') WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true)`
+
+// claimPlanSQL is planSQL for a claim: it hands jobs out (tokenSQL).
+const claimPlanSQL = planSQL + ", " + tokenSQL
+
 // planned runs sql after planSQL, in one round trip, and hands its rows
 // to read. On an error nothing was written: the batch is one transaction.
 func (s *Store) planned(ctx context.Context, read func(pgx.Rows) error, sql string, args ...any) error {
+	return s.plannedWith(ctx, planSQL, read, sql, args...)
+}
+
+// plannedWith is planned after plan, planSQL or claimPlanSQL.
+func (s *Store) plannedWith(ctx context.Context, plan string, read func(pgx.Rows) error, sql string, args ...any) error {
 	b := &pgx.Batch{}
-	b.Queue(planSQL)
+	b.Queue(plan)
 	b.Queue(sql, args...).Query(read)
 	return s.pool.SendBatch(ctx, b).Close()
 }
@@ -198,11 +220,11 @@ func (s *Store) plannedExec(ctx context.Context, sql string, args ...any) (int64
 	return n, err
 }
 
-// claimPlanned runs a claim statement through planned and collects its
+// claimPlanned runs a claim statement after claimPlanSQL and collects its
 // jobs. On an error nothing was claimed.
 func (s *Store) claimPlanned(ctx context.Context, after ClaimPosition, sql string, args ...any) ([]*Claimed, ClaimPosition, error) {
 	jobs, last := []*Claimed(nil), after
-	err := s.planned(ctx, func(rows pgx.Rows) error {
+	err := s.plannedWith(ctx, claimPlanSQL, func(rows pgx.Rows) error {
 		var err error
 		jobs, last, err = collectClaimed(rows, after)
 		return err
@@ -349,7 +371,7 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 		if ps.sql == claimWindowSQL {
 			planning = "force_generic_plan"
 		}
-		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1)), set_config('plan_cache_mode', $2, true)`,
+		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1)), set_config('plan_cache_mode', $2, true), `+tokenSQL,
 			s.flowLockKey(route), planning)
 		b.Queue(ps.sql, p.Queue, limit-len(jobs), p.Lease.Milliseconds(), p.MaxRuntime.Milliseconds(), route,
 			l.GroupMaxRunning, l.RateInterval.Microseconds(), l.RateBurst, ps.after, ended,
@@ -934,7 +956,11 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	// The handed-off jobs count only once the batch has committed.
 	b := &pgx.Batch{}
 	b.Queue(planSQL)
-	b.Queue(`SELECT set_config('switchyard.lanes_batched', 'on', true)`)
+	lanes := `SELECT set_config('switchyard.lanes_batched', 'on', true)`
+	if len(handoffs) > 0 {
+		lanes += ", " + tokenSQL
+	}
+	b.Queue(lanes)
 	b.Queue(completeSQL, args...).Query(readApplied)
 	b.Queue(`SELECT `+workerColumns+`, a.prev_id FROM lanes_advance($1, $2, $3, $4) a, LATERAL (SELECT (a.job).*) j`,
 		laneEnds, handoffs, queues, leases).Query(func(rows pgx.Rows) error {
