@@ -218,12 +218,14 @@
 // larger claims, each paying the lock, the count of running jobs and the
 // commit once (dispatch's countedClaims).
 //
-// The claim commits synchronously, with the WAL flushed under the lock.
-// Committed with synchronous_commit off it would release the lock sooner,
-// and a claim that counted it would still commit after it in the WAL;
-// but a crash of Postgres could then lose a claim whose handlers had
-// started, and hand its tokens out again (I4; the sequence is rolled back
-// with it). TestCountedClaimsSurviveAPostgresCrash fails that way. Waiting
-// for the flush outside the lock before handing the jobs out keeps I4,
-// and was measured: it gained nothing over the synchronous commit.
+// The claim commits synchronously, with the WAL flushed under the lock,
+// as every claim does whatever the session's synchronous_commit
+// (pgstore's tokenSQL). Committed with synchronous_commit off it would
+// release the lock sooner, and a claim that counted it would still commit
+// after it in the WAL; but a crash of Postgres could then lose a claim
+// whose handlers had started, and hand its tokens out again (I4; the
+// sequence is rolled back with it). TestHandedOutTokensSurviveAPostgresCrash
+// fails that way. Waiting for the flush outside the lock before handing
+// the jobs out keeps I4, and was measured: it gained nothing over the
+// synchronous commit.
 package flow
