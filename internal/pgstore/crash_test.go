@@ -24,10 +24,11 @@ import (
 // hide a loss. The sessions of some run with synchronous_commit off, the
 // tuning docs/performance.md measures: a transaction that draws tokens
 // must wait for its WAL flush even then (pgstore's tokenSQL). Without
-// that, a plain claim's and a handoff's cases failed every time, with
-// the jobs of the crash's last moments back in queued or waiting and the
-// sequence behind the tokens handed out; so did counted claims when
-// they were once committed without the wait to shorten the route's lock.
+// it, each of those cases lost 12-100 jobs handed out in the crash's last
+// moments: back in queued or waiting, to be handed out again while a
+// worker ran them. Counted claims once failed the same way, committed
+// without the wait to shorten the route's lock, with the token sequence
+// behind the tokens handed out.
 func TestHandedOutTokensSurviveAPostgresCrash(t *testing.T) {
 	t.Parallel()
 	groups := make([]string, 100)
