@@ -182,7 +182,9 @@ func (p *pool) run() {
 	p.claimLoop()
 	p.close()
 	// Nothing starts after close: the workers end once the attempts
-	// already handed to them have.
+	// already handed to them have, which Stop waits for as jobs (not
+	// here: a handler that ignores its cancellation must not hold Stop
+	// past its context).
 	close(p.work)
 	close(p.claimsDone)
 }
