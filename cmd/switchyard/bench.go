@@ -40,6 +40,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.Repeat, "repeat", 1, "run the selected figures N times over, in turn, and report each one's median (ratios of medians)")
 	maxConns := fs.Int("max-conns", 20, "the engine's Postgres pool size (postgres.max_conns)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
+	memProfile := fs.String("memprofile", "", "write a profile of the whole run's allocations to `FILE` at its end (go tool pprof -sample_index=alloc_space)")
 	only := fs.String("only", "", "comma-separated `NAMES` of the figures or groups to run (default all): "+strings.Join(bench.Names(), ", ")+
 		"; with --scale, curves: "+strings.Join(bench.ScaleNames(), ", "))
 	if err := parseFlags(fs, args); err != nil {
@@ -99,6 +100,20 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return usagef("--memprofile: %v", err)
+		}
+		defer f.Close()
+		// Deferred before the run's own defers return: the profile covers
+		// every allocation the run made.
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintf(stderr, "--memprofile: %v\n", err)
+			}
+		}()
 	}
 	err = bench.Run(ctx, c)
 	if errors.Is(err, context.Canceled) {
