@@ -356,6 +356,43 @@ func TestPrefetchIsHeldWhole(t *testing.T) {
 	}
 }
 
+// A pool runs its attempts on long-lived worker goroutines, as many as it
+// has run at once: a pool of concurrency 1,000 that has run five jobs at
+// a time keeps five, not a thousand idle ones.
+func TestWorkersGrowWithWhatRunsAtOnce(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 5, 1)
+	h := &counter{gate: make(chan struct{})}
+	d := startQueues(t, store, h, Queue{Name: "q", Concurrency: 1000, Lease: 5 * time.Second,
+		MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond})
+	defer d.Stop(context.Background()) //nolint:errcheck
+	testenv.Eventually(t, 30*time.Second, "5 jobs running", func() bool { return h.started.Load() == 5 })
+	workers := func() int {
+		p := d.pools["q"]
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.workers
+	}
+	if n := workers(); n != 5 {
+		t.Fatalf("%d worker goroutines for 5 jobs running at once", n)
+	}
+	close(h.gate)
+	testenv.Eventually(t, 30*time.Second, "all succeeded", func() bool { return states(t, store)["succeeded"] == 5 })
+	var more pgstore.IngestBatch
+	for i := range 3 {
+		more.Jobs = append(more.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint("more-", i),
+			Payload: []byte("{}"), MaxAttempts: 1})
+	}
+	if _, err := store.IngestCommit(context.Background(), more); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the next 3 succeeded", func() bool { return states(t, store)["succeeded"] == 8 })
+	if n := workers(); n != 5 {
+		t.Fatalf("%d worker goroutines after 3 more jobs; want the 5 reused", n)
+	}
+}
+
 // prefetchingPool starts a pool of 2 workers with the given prefetch over
 // 50 queued jobs, whose handlers wait for h.gate, and lets one job end
 // once both workers are busy: the freed worker's claim then comes under a

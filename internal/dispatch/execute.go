@@ -257,6 +257,17 @@ func (p *pool) start(r *running) {
 	p.busy++
 	p.jobs.Add(1)
 	p.work <- r
+	if p.workers < p.busy {
+		p.workers++
+		go p.worker()
+	}
+}
+
+// worker runs the attempts started on the pool until it closes.
+func (p *pool) worker() {
+	for r := range p.work {
+		p.execute(r)
+	}
 }
 
 // returned frees the worker slot of a handler that has returned, or gives

@@ -62,13 +62,18 @@ type pool struct {
 	overRuntime error
 	wakeC       chan struct{}
 	freed       chan struct{}
-	// work hands started attempts to the pool's workers: concurrency
-	// goroutines that live as long as the pool. A goroutine per attempt
-	// grew a new stack for every job, a twelfth of a no-op job's CPU.
-	// Its buffer holds a pool's worth: an attempt waiting in it is busy,
-	// and busy never exceeds concurrency, so a send never blocks.
+	// work hands started attempts to the pool's workers: goroutines that
+	// live as long as the pool. A goroutine per attempt grew a new stack
+	// for every job, a twelfth of a no-op job's CPU. Its buffer holds a
+	// pool's worth: an attempt waiting in it is busy, and busy never
+	// exceeds concurrency, so a send never blocks.
 	work chan *running
-	jobs sync.WaitGroup // running handlers
+	// workers is how many worker goroutines run (p.mu). start adds one
+	// whenever there are fewer than busy attempts, so a pool has as many
+	// as it has ever run at once, up to its concurrency: a pool of
+	// thousands that runs a few keeps a few.
+	workers int
+	jobs    sync.WaitGroup // running handlers
 	// claimsDone is closed when the pool has stopped claiming: after it,
 	// no job starts and jobs.Wait is safe.
 	claimsDone chan struct{}
@@ -172,13 +177,6 @@ func (p *pool) run() {
 	// the grace period; the heartbeat goroutine stops with jobCtx, after
 	// Stop has waited for the jobs.
 	defer func() { <-hbDone }()
-	for range p.q.Concurrency {
-		go func() {
-			for r := range p.work {
-				p.execute(r)
-			}
-		}()
-	}
 	p.claimLoop()
 	p.close()
 	// Nothing starts after close: the workers end once the attempts
