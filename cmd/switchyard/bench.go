@@ -107,8 +107,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usagef("--memprofile: %v", err)
 		}
 		defer f.Close()
-		// Deferred before the run's own defers return: the profile covers
-		// every allocation the run made.
+		// Written as runBench returns, after the run and its teardown:
+		// the profile counts every allocation they made.
 		defer func() {
 			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
 				fmt.Fprintf(stderr, "--memprofile: %v\n", err)
