@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -97,7 +95,8 @@ type Consumer struct {
 	done   chan struct{}
 	err    error // why the loop stopped, read after done closes
 
-	commits sync.WaitGroup // async Kafka commits in flight
+	commits     *kafkaCommits // Kafka's offsets, following the stored ones
+	commitEvery time.Duration // kafkaCommitEvery; tests stretch it
 
 	stopOnce sync.Once
 	stopErr  error // what Stop could not finish
@@ -142,7 +141,8 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 		cfg.StuckAfter = 30 * time.Second
 	}
 	c := &Consumer{cfg: cfg, opts: opts, store: store, log: log.Named("ingest"), metrics: m,
-		topics: map[string][]*Route{}, routes: map[string]*Route{}, expected: map[tp]int64{}, stored: map[tp]time.Time{}, held: map[string]string{}}
+		topics: map[string][]*Route{}, routes: map[string]*Route{}, expected: map[tp]int64{}, stored: map[tp]time.Time{}, held: map[string]string{},
+		commitEvery: kafkaCommitEvery}
 	for _, r := range cfg.Routes {
 		c.topics[r.Topic] = append(c.topics[r.Topic], r)
 		c.routes[r.Name] = r
@@ -167,8 +167,8 @@ func (c *Consumer) Start(ctx context.Context) error {
 		// in the middle of a batch. The Postgres fence covers the rest.
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AdjustFetchOffsetsFn(c.adjustOffsets),
-		kgo.OnPartitionsRevoked(c.forget),
-		kgo.OnPartitionsLost(c.forget),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.WithLogger(kgoLogger{c.log}),
 	)
@@ -177,6 +177,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 		return fmt.Errorf("kafka: %w", err)
 	}
 	c.cl = cl
+	c.commits = startKafkaCommits(cl, c.log, c.commitEvery)
 	// Before the first fetch: a route paused before a restart stays paused.
 	c.ApplyHolds()
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -209,7 +210,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 		c.cancel()
 		select {
 		case <-c.done:
-			c.commits.Wait()
+			c.commits.stop(ctx)
 		case <-ctx.Done():
 			// The batch in hand is still being stored; its transaction
 			// ends on its own (bounded), and whatever it did not store is
@@ -219,6 +220,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 			// keeps the batch from storing a range another member took, and
 			// no Kafka commit follows a closed client.
 			c.stopErr = fmt.Errorf("ingest: stopped before the batch in hand was stored: %w", ctx.Err())
+			c.commits.cancel()
 			c.cl.AllowRebalance()
 		}
 		// Closed either way: the client's connections and group
@@ -304,8 +306,21 @@ func (c *Consumer) ApplyHolds() {
 	}
 }
 
-func (c *Consumer) forget(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-	c.commits.Wait()
+// revoked commits the revoked partitions' last stored offsets to Kafka
+// while this member still owns them, then forgets them.
+func (c *Consumer) revoked(ctx context.Context, _ *kgo.Client, parts map[string][]int32) {
+	c.commits.revoked(ctx, parts)
+	c.forget(parts)
+}
+
+// lost forgets partitions another member may own already: their
+// pending Kafka commits are dropped.
+func (c *Consumer) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	c.commits.lost(parts)
+	c.forget(parts)
+}
+
+func (c *Consumer) forget(lost map[string][]int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for topic, parts := range lost {
@@ -490,12 +505,12 @@ func (c *Consumer) setPending(t time.Time) {
 	c.mu.Unlock()
 }
 
-func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset,
+func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commits map[tp]kgo.EpochOffset,
 	counts map[string]*Decoded, stamps map[tp]time.Time, unknown map[tp]int64) {
 	batch = pgstore.IngestBatch{Group: c.cfg.Kafka.Group}
 	unknown = map[tp]int64{}
 	stamps = map[tp]time.Time{}
-	commits = map[string]map[int32]kgo.EpochOffset{}
+	commits = map[tp]kgo.EpochOffset{}
 	counts = map[string]*Decoded{}
 	now := time.Now()
 	c.mu.Lock()
@@ -528,16 +543,13 @@ func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commit
 		last := fp.Records[len(fp.Records)-1]
 		batch.Offsets = append(batch.Offsets, pgstore.OffsetAdvance{
 			Topic: fp.Topic, Partition: fp.Partition, Expected: exp, Next: last.Offset + 1})
-		if commits[fp.Topic] == nil {
-			commits[fp.Topic] = map[int32]kgo.EpochOffset{}
-		}
-		commits[fp.Topic][fp.Partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+		commits[tp{fp.Topic, fp.Partition}] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
 		stamps[tp{fp.Topic, fp.Partition}] = last.Timestamp
 	})
 	return batch, commits, counts, stamps, unknown
 }
 
-func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, commits map[string]map[int32]kgo.EpochOffset,
+func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, commits map[tp]kgo.EpochOffset,
 	counts map[string]*Decoded, stamps map[tp]time.Time, res pgstore.IngestResult) {
 	c.mu.Lock()
 	for _, o := range batch.Offsets {
@@ -548,25 +560,9 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 	}
 	c.mu.Unlock()
 	// Kafka's committed offset only follows Postgres, so that lag tools
-	// keep working; losing this commit loses nothing, so it is async and
-	// off the per-batch path. forget and Stop wait for commits in flight,
-	// so none lands after its partition was revoked.
-	c.commits.Add(1)
-	c.cl.CommitOffsets(context.WithoutCancel(ctx), commits, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		defer c.commits.Done()
-		if err == nil && resp != nil {
-			for _, t := range resp.Topics {
-				for _, p := range t.Partitions {
-					if err = kerr.ErrorForCode(p.ErrorCode); err != nil {
-						break
-					}
-				}
-			}
-		}
-		if err != nil {
-			c.log.Warn("kafka commit failed (Postgres holds the position)", zap.Error(err))
-		}
-	})
+	// keep working; losing a commit loses nothing, so they are paced and
+	// off the per-batch path (kafkaCommits).
+	c.commits.add(commits)
 	if c.cfg.Wake != nil {
 		for _, q := range res.Queues {
 			c.cfg.Wake(q)

@@ -8,7 +8,12 @@
 // and every partition's next offset is stored — all in ONE Postgres
 // transaction (pgstore.IngestCommit). Kafka's committed offset follows,
 // asynchronously, only so that lag tools keep working: Postgres is the
-// source of truth, and a lost Kafka commit loses nothing.
+// source of truth, and a lost Kafka commit loses nothing. So it follows
+// at a pace (kafkaCommits): the first store after a quiet spell at
+// once, then at most one commit a second carrying the newest offsets,
+// rather than a Kafka round trip and a __consumer_offsets append for
+// every transaction; a revoked partition's offset is committed before
+// the revoke returns, and Stop commits what is left.
 //
 // A poll holds at most kafka.fetch_max_records records, and what the
 // client buffers beside it is one fetch a broker, bounded by
