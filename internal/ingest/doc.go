@@ -35,9 +35,10 @@
 // # Rebalances
 //
 // BlockRebalanceOnPoll keeps a rebalance from revoking a partition between
-// a poll and the end of its transaction, and the revoke callback waits for
-// Kafka commits in flight, so no commit is ever sent for a partition this
-// member no longer owns.
+// a poll and the end of its transaction. The revoke callback waits for the
+// Kafka commit in flight and commits the revoked partitions' pending
+// offsets itself; the lost callback drops them. So no commit is ever sent
+// for a partition this member no longer owns.
 //
 // # Any record moves its partition on (I6)
 //
