@@ -64,6 +64,10 @@ routes:
 			t.Errorf("/metrics has no %s:\n%s", want, grepLines(body, strings.SplitN(want, "{", 2)[0]))
 		}
 	}
+	// The 21 records were stored in at least one batch, each timed.
+	if !strings.Contains(body, "\nswitchyard_ingest_batch_seconds_count ") || strings.Contains(body, "\nswitchyard_ingest_batch_seconds_count 0\n") {
+		t.Errorf("/metrics has no stored batch timed:\n%s", grepLines(body, "switchyard_ingest_batch_seconds_count"))
+	}
 	for _, state := range []string{"waiting", "queued", "running", "retrying", "dead", "reserved"} {
 		if want := fmt.Sprintf(`switchyard_queue_jobs{queue="idle",state=%q} 0`, state); !strings.Contains(body, want) {
 			t.Errorf("/metrics has no %s", want)

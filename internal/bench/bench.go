@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
@@ -237,6 +238,8 @@ type env struct {
 	siblings []*env
 	// calls counts handler calls (Go or HTTP) of the engine run at hand.
 	calls atomic.Int64
+	// registry holds the metrics of the engine started last.
+	registry *prometheus.Registry
 	// shape of the records the figure at hand makes.
 	shape shape
 	// round is the round of the figures at hand (1…Config.Repeat); past

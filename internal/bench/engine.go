@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	switchyard "github.com/switchyard-dev/switchyard"
@@ -60,7 +61,8 @@ func (e *env) startEngineFor(ctx context.Context, role string, routes []config.R
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	eng, err := switchyard.New(cfg, switchyard.Options{Logger: e.cfg.Log, Role: role})
+	e.registry = prometheus.NewRegistry()
+	eng, err := switchyard.New(cfg, switchyard.Options{Logger: e.cfg.Log, Role: role, Registry: e.registry})
 	if err != nil {
 		return nil, err
 	}
@@ -252,4 +254,26 @@ func (f *firstError) get() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.err
+}
+
+// histogram reads a histogram of the engine started last: its count of
+// observations and their sum.
+func (e *env) histogram(name string) (uint64, float64, error) {
+	families, err := e.registry.Gather()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		var n uint64
+		var sum float64
+		for _, m := range f.GetMetric() {
+			n += m.GetHistogram().GetSampleCount()
+			sum += m.GetHistogram().GetSampleSum()
+		}
+		return n, sum, nil
+	}
+	return 0, 0, fmt.Errorf("no %s", name)
 }

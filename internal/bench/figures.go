@@ -377,6 +377,10 @@ func (e *env) e2e(ctx context.Context) error {
 	slices.Sort(toCall)
 	e.note("e2e: produce → ingest transaction p50 %.1f ms, p99 %.1f ms; → handler call p50 %.1f ms, p99 %.1f ms",
 		ms(percentile(toRow, 0.5)), ms(percentile(toRow, 0.99)), ms(percentile(toCall, 0.5)), ms(percentile(toCall, 0.99)))
+	if n, sum, err := e.histogram("switchyard_ingest_batch_seconds"); err == nil && n > 0 {
+		e.note("e2e: ingest stored %d batches (%.2f records each) in %.1f s of the load's %s: the loop was %.0f %% busy",
+			n, float64(total+warmups)/float64(n), sum, e.cfg.Duration, 100*sum/e.cfg.Duration.Seconds())
+	}
 	e.report("e2e_latency_p50_ms", ms(percentile(lat, 0.50)), "ms")
 	e.report("e2e_latency_p99_ms", ms(percentile(lat, 0.99)), "ms")
 	return nil

@@ -413,7 +413,8 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 	if len(batch.Offsets) == 0 {
 		return nil
 	}
-	c.setPending(time.Now())
+	began := time.Now()
+	c.setPending(began)
 	defer c.setPending(time.Time{})
 	var span trace.Span
 	if c.cfg.Tracer != nil {
@@ -435,6 +436,9 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 		if err == nil {
 			if c.crashAfterStore != nil && c.crashAfterStore() {
 				return errSimulatedCrash
+			}
+			if c.metrics != nil {
+				c.metrics.IngestBatch.Observe(time.Since(began).Seconds())
 			}
 			c.committed(ctx, batch, commits, counts, stamps, res)
 			return nil

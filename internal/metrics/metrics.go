@@ -24,6 +24,7 @@ type Metrics struct {
 	LanesBlocked    *prometheus.GaugeVec
 	IngestRecords   *prometheus.CounterVec
 	IngestErrors    *prometheus.CounterVec
+	IngestBatch     prometheus.Histogram
 	KafkaLagRecords *prometheus.GaugeVec
 	KafkaLagSeconds *prometheus.GaugeVec
 	IngestPaused    *prometheus.GaugeVec
@@ -99,6 +100,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "switchyard_ingest_errors_total",
 			Help: "Failed attempts to store a batch (rows and offsets), per topic in the batch; the batch is retried.",
 		}, []string{"topic"}),
+		IngestBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "switchyard_ingest_batch_seconds",
+			Help:    "Time the consumer spent storing one polled batch: its transaction, and any retries with their backoff. Its rate of sum is how busy the ingest loop is (1: always storing, records wait for the batch ahead).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
 		KafkaLagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_kafka_lag_records",
 			Help: "Records between the position stored in Postgres and the partition's end (last stable offset), per owned partition.",
@@ -117,6 +123,6 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route", "limit"}),
 	}
 	reg.MustRegister(m.QueueOldestAge, m.QueueWaitingAge, m.QueueJobs, m.JobDuration, m.QueueWait, m.JobLatency, m.JobAttempts, m.DLQEntries,
-		m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.KafkaLagRecords, m.KafkaLagSeconds, m.IngestPaused, m.FlowThrottled)
+		m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.IngestBatch, m.KafkaLagRecords, m.KafkaLagSeconds, m.IngestPaused, m.FlowThrottled)
 	return m
 }
