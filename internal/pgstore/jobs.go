@@ -566,9 +566,13 @@ var (
 		-- window job's rank within its group counts them too. One sort, no
 		-- join: with statistics from when nothing ran, the planner joined
 		-- the window to the running jobs' counts by a nested loop, 64 × 256
-		-- comparisons, 2.3 ms of a 4.5 ms claim.
+		-- comparisons, 2.3 ms of a 4.5 ms claim. The groups are told apart
+		-- bytewise: any order of them does, and a database's collation
+		-- (C.UTF-8 here, en_US and the like elsewhere) compares each pair
+		-- through strcoll, without abbreviated keys. Sorting a claim's
+		-- window took 1.6 ms for 1,328 rows that way, 0.5 ms for 1,904.
 		SELECT id, scheduled_at, id IS NOT NULL AS candidate,
-			row_number() OVER (PARTITION BY grp ORDER BY id IS NOT NULL, scheduled_at, id) AS nth
+			row_number() OVER (PARTITION BY grp COLLATE "C" ORDER BY id IS NOT NULL, scheduled_at, id) AS nth
 		FROM (
 			SELECT grp, id, scheduled_at FROM w
 			UNION ALL
