@@ -105,8 +105,8 @@ func TestKafkaCommitsArePaced(t *testing.T) {
 
 // A partition revoked by a rebalance has its last stored offset
 // committed to Kafka before it goes, so lag tools read it right while
-// its new owner has nothing to store; the old owner, still running,
-// commits nothing for it afterwards.
+// its new owner has nothing to store. Both members pace their commits an
+// hour apart, so only the old owner's revoke can have committed it.
 func TestRevokedPartitionsAreCommittedBeforeTheyGo(t *testing.T) {
 	t.Parallel()
 	store := testenv.MigratedStore(t)
