@@ -114,7 +114,7 @@ func rec(partition int32, key string, value string) *kgo.Record {
 func countState(t *testing.T, store *pgstore.Store, state string) int {
 	t.Helper()
 	var n int
-	if err := store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE state = $1`, state).Scan(&n); err != nil {
+	if err := store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM all_jobs WHERE state = $1`, state).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -414,7 +414,7 @@ func TestHotKeyTakesOneWorker(t *testing.T) {
 	engine(t, schema, topic, "", 8, r)
 	testenv.Eventually(t, 2*time.Minute, "the other keys done", func() bool {
 		var n int
-		_ = store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE key <> 'hot' AND state = 'succeeded'`).Scan(&n)
+		_ = store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM all_jobs WHERE key <> 'hot' AND state = 'succeeded'`).Scan(&n)
 		return n == 400
 	})
 	hotDone := len(r.startsOf("hot"))

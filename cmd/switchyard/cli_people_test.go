@@ -38,7 +38,7 @@ func TestCLIPagesAndPayloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	var first, entry int64
-	if err := store.Pool().QueryRow(ctx, `SELECT min(id) FROM jobs`).Scan(&first); err != nil {
+	if err := store.Pool().QueryRow(ctx, `SELECT min(id) FROM all_jobs`).Scan(&first); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.Pool().QueryRow(ctx, `SELECT min(id) FROM dlq_entries`).Scan(&entry); err != nil {

@@ -52,12 +52,12 @@ func TestDashboardPauseStopsClaiming(t *testing.T) {
 	testenv.Produce(t, topic, &kgo.Record{Value: []byte(`{"n":1}`)}, &kgo.Record{Value: []byte(`{"n":2}`)},
 		&kgo.Record{Value: []byte(`{"n":3}`)})
 	testenv.Eventually(t, 30*time.Second, "the three records to wait as queued jobs", func() bool {
-		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'queued'`) == 3
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'queued'`) == 3
 	})
 	// The process polls q every 100 ms and re-reads the pauses twice a
 	// second: two seconds with no claim is twenty polls that took nothing.
 	if testenv.Until(2*time.Second, func() bool {
-		return len(tg.received()) > 1 || count(t, store, `SELECT count(*) FROM jobs WHERE state <> 'queued' AND state <> 'succeeded'`) > 0
+		return len(tg.received()) > 1 || count(t, store, `SELECT count(*) FROM all_jobs WHERE state <> 'queued' AND state <> 'succeeded'`) > 0
 	}) {
 		t.Fatalf("a paused queue claimed: %d calls, jobs %v", len(tg.received()), jobs(t, store))
 	}

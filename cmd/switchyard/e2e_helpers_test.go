@@ -469,7 +469,7 @@ func jobs(t *testing.T, s *pgstore.Store) []jobRow {
 	defer cancel()
 	rows, err := s.Pool().Query(ctx, `SELECT id, route, state, attempts, coalesce(token, 0), key,
 		coalesce(version, -1), dedupe_key, coalesce(src_partition, -1), coalesce(src_offset, -1), payload,
-		coalesce(last_error, ''), started_at, finished_at FROM jobs ORDER BY id`)
+		coalesce(last_error, ''), started_at, finished_at FROM all_jobs ORDER BY id`)
 	if err != nil {
 		t.Fatalf("read jobs: %v", err)
 	}

@@ -79,7 +79,7 @@ func produceInBursts(topic string, brokers []string, partitions, n, burst int, t
 func checkStoredPrefix(t *testing.T, s *pgstore.Store, group, topic string) {
 	t.Helper()
 	for p, next := range storedOffsets(t, s, group, topic) {
-		n := count(t, s, `SELECT count(*) FROM jobs WHERE src_topic = $1 AND src_partition = $2 AND src_offset < $3`,
+		n := count(t, s, `SELECT count(*) FROM all_jobs WHERE src_topic = $1 AND src_partition = $2 AND src_offset < $3`,
 			topic, p, next)
 		if int64(n) != next {
 			t.Fatalf("I1: partition %d has stored next offset %d but only %d job rows below it", p, next, n)
@@ -164,7 +164,7 @@ func TestFaultKill9WhileProducing(t *testing.T) {
 	end := endOffsets(t, adm, topic)
 	testenv.Eventually(t, 2*time.Minute, "stored offsets at the end offsets and every job succeeded", func() bool {
 		return offsetsCovered(storedOffsets(t, store, group, topic), end) &&
-			count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == records
+			count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == records
 	})
 
 	stored := storedOffsets(t, store, group, topic)

@@ -251,7 +251,7 @@ func waitThrough(t *testing.T, p *proc, pr *producer, s *pgstore.Store, within t
 		if p.exited() {
 			t.Fatalf("%s exited (code %d); it should recover by itself", p.name, p.code)
 		}
-		n, err := tryCount(s, `SELECT count(*) FROM jobs WHERE dedupe_key = $1 AND state = 'succeeded'`, id)
+		n, err := tryCount(s, `SELECT count(*) FROM all_jobs WHERE dedupe_key = $1 AND state = 'succeeded'`, id)
 		return err == nil && n == 1
 	})
 	if !through {
@@ -274,8 +274,8 @@ func diagnose(t *testing.T, s *pgstore.Store, id string) {
 	t.Helper()
 	for _, q := range []string{
 		`SELECT row_to_json(j)::text FROM (SELECT id, state, key, attempts, token, lease_expires_at, scheduled_at, src_partition, src_offset FROM jobs WHERE dedupe_key = $1) j`,
-		`SELECT row_to_json(l)::text FROM lanes l JOIN jobs j ON j.lane AND l.route = j.route AND l.key = j.key WHERE j.dedupe_key = $1`,
-		`SELECT json_object_agg(state, n)::text FROM (SELECT state, count(*) n FROM jobs GROUP BY state) x`,
+		`SELECT row_to_json(l)::text FROM lanes l JOIN all_jobs j ON j.lane AND l.route = j.route AND l.key = j.key WHERE j.dedupe_key = $1`,
+		`SELECT json_object_agg(state, n)::text FROM (SELECT state, count(*) n FROM all_jobs GROUP BY state) x`,
 		`SELECT json_agg(o)::text FROM (SELECT topic, partition, next_offset, updated_at FROM kafka_offsets) o`,
 		`SELECT json_agg(a)::text FROM (SELECT pid, state, wait_event_type, wait_event, now() - xact_start AS xact_age, left(query, 120) AS query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()) a`,
 	} {
@@ -345,7 +345,7 @@ func (c finalCheck) verify(t *testing.T, recs []producedRec, within time.Duratio
 		if !offsetsCovered(stored, end) {
 			return false
 		}
-		n, err := tryCount(c.store, `SELECT count(*) FROM jobs WHERE state IN ('waiting','queued','running','retrying')`)
+		n, err := tryCount(c.store, `SELECT count(*) FROM all_jobs WHERE state IN ('waiting','queued','running','retrying')`)
 		return err == nil && n == 0
 	})
 	for p, e := range end {

@@ -281,7 +281,7 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 			t.Errorf("run on the replaced database: the error does not mention %q:\n%s", want, tail(msg, 4<<10))
 		}
 	}
-	for what, q := range map[string]string{"jobs": `SELECT count(*) FROM jobs`,
+	for what, q := range map[string]string{"jobs": `SELECT count(*) FROM all_jobs`,
 		"DLQ entries": `SELECT count(*) FROM dlq_entries`, "stored offsets": `SELECT count(*) FROM kafka_offsets`} {
 		if n := count(t, store, q); n != 0 {
 			t.Errorf("the refused run left %d %s, want none", n, what)

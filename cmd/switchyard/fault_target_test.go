@@ -111,7 +111,7 @@ routes:
 	}
 	testenv.Produce(t, topicA, recs...)
 	testenv.Eventually(t, 60*time.Second, "every job to finish", func() bool {
-		return count(t, store, `SELECT count(*) FROM jobs WHERE state IN ('succeeded', 'dead')`) == len(recs)
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state IN ('succeeded', 'dead')`) == len(recs)
 	})
 	term(t, p, 30*time.Second)
 

@@ -98,7 +98,7 @@ routes:
 	}
 	testenv.Produce(t, topic, rest...)
 
-	fewDone := `SELECT count(*) FROM jobs WHERE state = 'succeeded' AND grp <> 'A'`
+	fewDone := `SELECT count(*) FROM all_jobs WHERE state = 'succeeded' AND grp <> 'A'`
 	testenv.Eventually(t, 60*time.Second, "half of tenants B-J's jobs to succeed", func() bool {
 		return count(t, store, fewDone) >= len(tenants)*few/2
 	})
@@ -106,15 +106,15 @@ routes:
 	testenv.Eventually(t, 60*time.Second, "every job of tenants B-J to succeed", func() bool {
 		return count(t, store, fewDone) == len(tenants)*few
 	})
-	if n := count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded' AND grp = 'A'`); n >= flood*9/10 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded' AND grp = 'A'`); n >= flood*9/10 {
 		t.Fatalf("tenants B-J finished only once tenant A had %d of its %d jobs done: the flood held them back", n, flood)
 	} else {
 		t.Logf("tenants B-J finished while tenant A had %d of %d done", n, flood)
 	}
 	testenv.Eventually(t, 240*time.Second, "every job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == flood+len(tenants)*few
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == flood+len(tenants)*few
 	})
-	if n := count(t, store, `SELECT count(*) FROM jobs`); n != flood+len(tenants)*few {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != flood+len(tenants)*few {
 		t.Fatalf("%d jobs for %d records", n, flood+len(tenants)*few)
 	}
 	peaks := flight.peaks()
@@ -161,9 +161,9 @@ routes:
 	testenv.Eventually(t, 60*time.Second, "a third of the jobs to run", func() bool { return len(tg.received()) >= total/3 })
 	a.kill()
 	testenv.Eventually(t, 60*time.Second, "every job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == total
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
 	})
-	if n := count(t, store, `SELECT count(*) FROM jobs`); n != total {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != total {
 		t.Fatalf("%d jobs for %d records", n, total)
 	}
 	mu.Lock()

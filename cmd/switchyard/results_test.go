@@ -41,11 +41,11 @@ routes:
 	testenv.Produce(t, kept, &kgo.Record{Value: []byte(`{}`)})
 	testenv.Produce(t, dropped, &kgo.Record{Value: []byte(`{}`)})
 	testenv.Eventually(t, 30*time.Second, "both jobs to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == 2
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 2
 	})
 	var keptID, droppedID int64
 	if err := store.Pool().QueryRow(t.Context(), `SELECT
-		(SELECT id FROM jobs WHERE route = $1), (SELECT id FROM jobs WHERE route = $2)`, kept, dropped).Scan(&keptID, &droppedID); err != nil {
+		(SELECT id FROM all_jobs WHERE route = $1), (SELECT id FROM all_jobs WHERE route = $2)`, kept, dropped).Scan(&keptID, &droppedID); err != nil {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf(`{"rendered":"%d"}`, keptID)

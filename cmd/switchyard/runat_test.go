@@ -100,7 +100,7 @@ routes:
 	startRun(t, "run-b", cfg)
 	testenv.Eventually(t, 30*time.Second, "all four jobs to be delivered", func() bool { return len(tg.received()) == 4 })
 	testenv.Eventually(t, 30*time.Second, "all four jobs to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM jobs WHERE state = 'succeeded'`) == 4
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 4
 	})
 	mu.Lock()
 	defer mu.Unlock()

@@ -35,7 +35,7 @@ schedules:
 	// come, and a process that finds the slot's job there already makes
 	// no sign of it (no log line, no row).
 	time.Sleep(2 * time.Second)
-	if n, slots := count(t, store, `SELECT count(*) FROM jobs`), count(t, store, `SELECT count(DISTINCT dedupe_key) FROM jobs`); n != slots {
+	if n, slots := count(t, store, `SELECT count(*) FROM all_jobs`), count(t, store, `SELECT count(DISTINCT dedupe_key) FROM all_jobs`); n != slots {
 		t.Fatalf("%d jobs for %d slots, want one per slot", n, slots)
 	}
 	c := tg.received()[0]
@@ -89,7 +89,7 @@ schedules:
 	addr := adminAddr(t, a)
 	// A whole slot passes while paused: the next minute, and 3 s more.
 	time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute + 3*time.Second)))
-	if n := count(t, store, `SELECT count(*) FROM jobs WHERE route = 'schedule/rebuild'`); n != 0 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE route = 'schedule/rebuild'`); n != 0 {
 		t.Fatalf("%d jobs of a paused schedule", n)
 	}
 	if code, body := api(t, addr, "POST", "/v1/schedules/rebuild/resume"); code != http.StatusOK {
@@ -97,7 +97,7 @@ schedules:
 	}
 	testenv.Eventually(t, 90*time.Second, "the next slot's job delivered", func() bool { return len(tg.received()) >= 1 })
 	time.Sleep(2 * time.Second) // as in TestScheduleRunsOncePerSlot: a second job must never come
-	if n := count(t, store, `SELECT count(*) FROM jobs WHERE route = 'schedule/rebuild'`); n != 1 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE route = 'schedule/rebuild'`); n != 1 {
 		t.Fatalf("%d jobs after the resume, want the one of the next slot (the slots passed while paused are not caught up)", n)
 	}
 }

@@ -101,7 +101,7 @@ func TestEnqueue(t *testing.T) {
 	var payload []byte
 	var hk []string
 	var hv [][]byte
-	if err := e.store.Pool().QueryRow(context.Background(), `SELECT payload, header_keys, header_values FROM jobs WHERE id = $1`,
+	if err := e.store.Pool().QueryRow(context.Background(), `SELECT payload, header_keys, header_values FROM all_jobs WHERE id = $1`,
 		first.ID).Scan(&payload, &hk, &hv); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestEnqueue(t *testing.T) {
 	}
 	// A retry of an accepted request gets its answer, full queue or not.
 	e.enqueue(t, "/v1/queues/small/jobs?kind=s", "s1", "", "{}").must(t, http.StatusAccepted)
-	if n := count(t, e, `SELECT count(*) FROM jobs`); n != 6 {
+	if n := count(t, e, `SELECT count(*) FROM all_jobs`); n != 6 {
 		t.Fatalf("%d jobs, want 6 (one per accepted idempotency key)", n)
 	}
 }
@@ -219,7 +219,7 @@ func TestEnqueueKeyReusedForAnotherBody(t *testing.T) {
 	if r.header.Get("Location") != first.header.Get("Location") {
 		t.Errorf("Location %q, want the first job's %q", r.header.Get("Location"), first.header.Get("Location"))
 	}
-	if n := count(t, e, `SELECT count(*) FROM jobs`); n != 1 {
+	if n := count(t, e, `SELECT count(*) FROM all_jobs`); n != 1 {
 		t.Fatalf("%d jobs, want 1", n)
 	}
 }

@@ -107,7 +107,7 @@ func TestEnqueueSpanParentsTheJob(t *testing.T) {
 			must(t, http.StatusAccepted)
 		var keys []string
 		var vals [][]byte
-		if err := e.store.Pool().QueryRow(context.Background(), `SELECT header_keys, header_values FROM jobs`).Scan(&keys, &vals); err != nil {
+		if err := e.store.Pool().QueryRow(context.Background(), `SELECT header_keys, header_values FROM all_jobs`).Scan(&keys, &vals); err != nil {
 			t.Fatal(err)
 		}
 		stored := ""

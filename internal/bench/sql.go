@@ -99,13 +99,13 @@ func (e *env) insertHistory(ctx context.Context, route string, n int, payload []
 // claims — except where a job started in a completion transaction (a
 // lane's next job handed off, started_at = its predecessor's
 // finished_at; only lane jobs are). It tells what batch sizes the engine
-// achieved.
+// achieved. It reads all_jobs: the succeeded jobs are in job_history.
 func (e *env) statements(ctx context.Context) (txs txCounts, err error) {
 	err = e.store.Pool().QueryRow(ctx, `
-		WITH c AS (SELECT DISTINCT finished_at AS at FROM jobs WHERE finished_at IS NOT NULL)
+		WITH c AS (SELECT DISTINCT finished_at AS at FROM all_jobs WHERE finished_at IS NOT NULL)
 		SELECT count(*), count(DISTINCT j.created_at), count(DISTINCT j.started_at) FILTER (WHERE c.at IS NULL),
 			count(*) FILTER (WHERE c.at IS NOT NULL AND j.lane), (SELECT count(*) FROM c)
-		FROM jobs j LEFT JOIN c ON c.at = j.started_at`).
+		FROM all_jobs j LEFT JOIN c ON c.at = j.started_at`).
 		Scan(&txs.jobs, &txs.inserts, &txs.claims, &txs.handedOff, &txs.completions)
 	return
 }
@@ -193,7 +193,7 @@ func (e *env) steadyRate(ctx context.Context, routes []string, since time.Time) 
 	err := e.store.Pool().QueryRow(ctx, `
 		SELECT count(*), percentile_disc(0.1) WITHIN GROUP (ORDER BY finished_at),
 			percentile_disc(0.9) WITHIN GROUP (ORDER BY finished_at)
-		FROM jobs WHERE route = ANY($1) AND finished_at > $2`, routes, since).Scan(&n, &from, &to)
+		FROM all_jobs WHERE route = ANY($1) AND finished_at > $2`, routes, since).Scan(&n, &from, &to)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -114,7 +114,7 @@ func (c *counter) Handle(ctx context.Context, _ *workers.Job) error {
 
 func states(t *testing.T, store *pgstore.Store) map[string]int {
 	t.Helper()
-	rows, err := store.Pool().Query(context.Background(), `SELECT state, count(*) FROM jobs GROUP BY state`)
+	rows, err := store.Pool().Query(context.Background(), `SELECT state, count(*) FROM all_jobs GROUP BY state`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,14 +164,14 @@ func TestRetriesEndDeadAfterMaxAttempts(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "both dead", func() bool { return states(t, store)["dead"] == 2 })
 	var transientAttempts, permanentAttempts int
 	ctx := context.Background()
-	_ = store.Pool().QueryRow(ctx, `SELECT attempts FROM jobs WHERE key = '0'`).Scan(&transientAttempts)
-	_ = store.Pool().QueryRow(ctx, `SELECT attempts FROM jobs WHERE key = '1'`).Scan(&permanentAttempts)
+	_ = store.Pool().QueryRow(ctx, `SELECT attempts FROM all_jobs WHERE key = '0'`).Scan(&transientAttempts)
+	_ = store.Pool().QueryRow(ctx, `SELECT attempts FROM all_jobs WHERE key = '1'`).Scan(&permanentAttempts)
 	if transientAttempts != 3 || permanentAttempts != 1 {
 		t.Fatalf("attempts: transient %d (want 3), permanent %d (want 1)", transientAttempts, permanentAttempts)
 	}
 	for key, reason := range map[string]string{"0": "max_attempts", "1": "permanent"} {
 		var got string
-		err := store.Pool().QueryRow(ctx, `SELECT d.reason FROM dlq_entries d JOIN jobs j ON j.id = d.job_id WHERE j.key = $1`, key).Scan(&got)
+		err := store.Pool().QueryRow(ctx, `SELECT d.reason FROM dlq_entries d JOIN all_jobs j ON j.id = d.job_id WHERE j.key = $1`, key).Scan(&got)
 		if err != nil || got != reason {
 			t.Errorf("key %s: dlq reason %q (%v), want %q", key, got, err, reason)
 		}
@@ -203,7 +203,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "retrying", func() bool { return states(t, store)["retrying"] == 1 })
 	var wait time.Duration
 	if err := store.Pool().QueryRow(context.Background(),
-		`SELECT (extract(epoch FROM scheduled_at - now()) * 1000)::bigint * interval '1 millisecond' FROM jobs`).Scan(&wait); err != nil {
+		`SELECT (extract(epoch FROM scheduled_at - now()) * 1000)::bigint * interval '1 millisecond' FROM all_jobs`).Scan(&wait); err != nil {
 		t.Fatal(err)
 	}
 	if wait < 29*time.Minute || wait > 30*time.Minute {
@@ -297,7 +297,7 @@ func TestStopReleasesUnfinishedJobs(t *testing.T) {
 	}
 	var state string
 	var attempts int
-	if err := store.Pool().QueryRow(context.Background(), `SELECT state, attempts FROM jobs`).Scan(&state, &attempts); err != nil {
+	if err := store.Pool().QueryRow(context.Background(), `SELECT state, attempts FROM all_jobs`).Scan(&state, &attempts); err != nil {
 		t.Fatal(err)
 	}
 	if state != "queued" || attempts != 0 {
@@ -331,7 +331,7 @@ func TestPrefetchedJobsWaitAndGoBackAtStop(t *testing.T) {
 	}
 	var notBack int
 	if err := store.Pool().QueryRow(context.Background(),
-		`SELECT count(*) FROM jobs WHERE state <> 'succeeded' AND (state <> 'queued' OR attempts <> 0)`).Scan(&notBack); err != nil {
+		`SELECT count(*) FROM all_jobs WHERE state <> 'succeeded' AND (state <> 'queued' OR attempts <> 0)`).Scan(&notBack); err != nil {
 		t.Fatal(err)
 	}
 	if got := states(t, store); got["succeeded"] != 1 || got["queued"] != 49 || notBack != 0 {
@@ -462,16 +462,25 @@ func TestPruneRespectsRetention(t *testing.T) {
 	enqueue(t, store, 4, 1)
 	ctx := context.Background()
 	jobs := claim(t, store, 3)
-	_, err := store.JobComplete(ctx, []pgstore.Outcome{
+	// Two completions: each keeps its successes as one job_history batch,
+	// which retention drops whole.
+	for _, outs := range [][]pgstore.Outcome{{
 		{ID: jobs[0].ID, Token: jobs[0].Token, State: "succeeded"},
-		{ID: jobs[1].ID, Token: jobs[1].Token, State: "succeeded"},
 		{ID: jobs[2].ID, Token: jobs[2].Token, State: "dead", Reason: "permanent", Error: "x"},
-	})
-	if err != nil {
-		t.Fatal(err)
+	}, {
+		{ID: jobs[1].ID, Token: jobs[1].Token, State: "succeeded"},
+	}} {
+		if _, err := store.JobComplete(ctx, outs); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET finished_at = now() - interval '2 hours' WHERE id <> $1`, jobs[1].ID); err != nil {
-		t.Fatal(err)
+	for _, q := range []string{
+		`UPDATE jobs SET finished_at = now() - interval '2 hours' WHERE id <> $1`,
+		`UPDATE job_history SET finished_at = now() - interval '2 hours' WHERE NOT ids @> $1::bigint`,
+	} {
+		if _, err := store.Pool().Exec(ctx, q, jobs[1].ID); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d := &Dispatcher{store: store, jobCtx: ctx, log: zaptest.NewLogger(t),
 		cfg: Config{Retention: map[string]time.Duration{"succeeded": time.Hour, "dead": time.Hour}}}
@@ -597,7 +606,7 @@ func TestCheckpointReachesTheNextAttempt(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the job succeeded", func() bool { return states(t, store)["succeeded"] == 1 })
 	// The finished job is held by nobody: its last token saves nothing.
 	var id, token int64
-	if err := store.Pool().QueryRow(context.Background(), `SELECT id, token FROM jobs`).Scan(&id, &token); err != nil {
+	if err := store.Pool().QueryRow(context.Background(), `SELECT id, token FROM all_jobs`).Scan(&id, &token); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.JobCheckpoint(context.Background(), id, token, []byte("late")); !errors.Is(err, pgstore.ErrLeaseLost) {
@@ -633,7 +642,7 @@ func TestHandedOffJobsAtCapacityAndAtStop(t *testing.T) {
 		t.Fatalf("states %v; want both jobs queued again", s)
 	}
 	var attempts int
-	if err := store.Pool().QueryRow(ctx, `SELECT max(attempts) FROM jobs`).Scan(&attempts); err != nil || attempts != 0 {
+	if err := store.Pool().QueryRow(ctx, `SELECT max(attempts) FROM all_jobs`).Scan(&attempts); err != nil || attempts != 0 {
 		t.Fatalf("attempts %d (%v); want the attempts handed back", attempts, err)
 	}
 }
@@ -714,7 +723,7 @@ func TestHandedOffJobThatWaitedRestartsItsClock(t *testing.T) {
 	}
 	var ranFor time.Duration
 	if err := store.Pool().QueryRow(ctx, `SELECT extract(epoch FROM now() - started_at)::float8 * interval '1 second'
-		FROM jobs WHERE id = $1`, jobs[0].ID).Scan(&ranFor); err != nil {
+		FROM all_jobs WHERE id = $1`, jobs[0].ID).Scan(&ranFor); err != nil {
 		t.Fatal(err)
 	}
 	if ranFor > 10*time.Second {
@@ -825,7 +834,7 @@ func TestResultIsKeptWithASuccess(t *testing.T) {
 	run(t, d)
 	testenv.Eventually(t, 30*time.Second, "the job to succeed", func() bool { return states(t, store)["succeeded"] == 1 })
 	var id int64
-	if err := store.Pool().QueryRow(context.Background(), `SELECT id FROM jobs`).Scan(&id); err != nil {
+	if err := store.Pool().QueryRow(context.Background(), `SELECT id FROM all_jobs`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	ct, data, err := store.JobResult(context.Background(), id)

@@ -85,7 +85,7 @@ func TestRedriveTruncatedRecordRereadsKafka(t *testing.T) {
 	var payload []byte
 	var key string
 	var hk []string
-	if err := store.Pool().QueryRow(ctx, `SELECT payload, key, header_keys FROM jobs WHERE id = $1`, jobID).
+	if err := store.Pool().QueryRow(ctx, `SELECT payload, key, header_keys FROM all_jobs WHERE id = $1`, jobID).
 		Scan(&payload, &key, &hk); err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func TestCrashBetweenPostgresAndKafkaCommit(t *testing.T) {
 	if err := c1.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	stored := count(t, store, `SELECT count(*) FROM jobs`)
+	stored := count(t, store, `SELECT count(*) FROM all_jobs`)
 	if stored == 0 {
 		t.Fatal("first batch was not stored before the crash point")
 	}
@@ -104,14 +104,14 @@ func TestCrashBetweenPostgresAndKafkaCommit(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	startConsumerMetrics(t, store, group, []*Route{route(t, topic, "")}, nil, m)
 	testenv.Eventually(t, 60*time.Second, "all 200 records stored", func() bool {
-		return count(t, store, `SELECT count(*) FROM jobs`) == 200
+		return count(t, store, `SELECT count(*) FROM all_jobs`) == 200
 	})
 	// Resuming from Kafka's (absent) commit would re-read the stored
 	// batch; resuming from Postgres reads each record once.
 	if d := testutil.ToFloat64(m.IngestRecords.WithLabelValues(topic, "duplicate")); d != 0 {
 		t.Fatalf("%v records were read again after the crash: resumed from Kafka, not Postgres", d)
 	}
-	if n := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM jobs`); n != 200 {
+	if n := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM all_jobs`); n != 200 {
 		t.Fatalf("distinct sources = %d, want 200", n)
 	}
 	if n := count(t, store, `SELECT sum(next_offset) FROM kafka_offsets WHERE group_id = $1`, group); n != 200 {
@@ -137,7 +137,7 @@ func TestDedupeAcrossRedeliveryAndReproduce(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "replay consumed", func() bool {
 		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 120
 	})
-	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 30 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 30 {
 		t.Fatalf("jobs = %d, want 30 (one per event id)", n)
 	}
 }
@@ -165,7 +165,7 @@ func TestPoisonDoesNotBlock(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "partition consumed", func() bool {
 		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 7
 	})
-	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 2 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 2 {
 		t.Fatalf("jobs = %d, want 2", n)
 	}
 	want := map[string]int{"decode": 2, "missing_field": 2, "too_large": 1}
@@ -205,9 +205,9 @@ func TestFetchBoundPassesLargerRecords(t *testing.T) {
 	k.FetchMaxBytes = config.MinFetchMaxBytes
 	startWith(t, store, Config{Kafka: k, Routes: []*Route{r}}, nil, nil)
 	testenv.Eventually(t, 60*time.Second, "every record stored", func() bool {
-		return count(t, store, `SELECT count(*) FROM jobs`) == n
+		return count(t, store, `SELECT count(*) FROM all_jobs`) == n
 	})
-	if tx := count(t, store, `SELECT count(DISTINCT created_at) FROM jobs`); tx < n/2 {
+	if tx := count(t, store, `SELECT count(DISTINCT created_at) FROM all_jobs`); tx < n/2 {
 		t.Fatalf("%d records stored in %d transactions: fetches were not bounded to %d bytes",
 			n, tx, config.MinFetchMaxBytes)
 	}
@@ -237,7 +237,7 @@ func TestStaleMemberIsFenced(t *testing.T) {
 	if _, err := store.IngestCommit(ctx, batch(10, 21)); err != pgstore.ErrOffsetFenced {
 		t.Fatalf("zombie: err = %v, want ErrOffsetFenced", err)
 	}
-	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 2 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 2 {
 		t.Fatalf("jobs = %d, want 2: a fenced batch wrote rows", n)
 	}
 }
@@ -252,7 +252,7 @@ func TestFailsClosedWithoutStoredOffsets(t *testing.T) {
 	testenv.Produce(t, topic, records(0, 0, 5)...)
 	c := startConsumer(t, store, group, []*Route{route(t, topic, "")}, nil)
 	testenv.Eventually(t, 60*time.Second, "consumed", func() bool {
-		return count(t, store, `SELECT count(*) FROM jobs`) == 5
+		return count(t, store, `SELECT count(*) FROM all_jobs`) == 5
 	})
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -288,7 +288,7 @@ func TestServerSideGroupProtocol(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "200 records stored", func() bool {
 		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 200
 	})
-	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 200 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 200 {
 		t.Fatalf("jobs = %d, want 200", n)
 	}
 }

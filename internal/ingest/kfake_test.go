@@ -103,7 +103,7 @@ func TestKafkaCommitFailuresLoseNothing(t *testing.T) {
 	if d := testutil.ToFloat64(m.IngestRecords.WithLabelValues(topic, "duplicate")); d != 0 {
 		t.Fatalf("%v records read again: resumed from Kafka, not Postgres", d)
 	}
-	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 41 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 41 {
 		t.Fatalf("%d jobs, want 41", n)
 	}
 }
@@ -147,10 +147,10 @@ func TestRevokeToANewMemberLosesNothing(t *testing.T) {
 	testenv.Eventually(t, 120*time.Second, "every record stored", func() bool {
 		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == total
 	})
-	if got := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM jobs`); got != total {
+	if got := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM all_jobs`); got != total {
 		t.Fatalf("%d distinct records became jobs, want %d", got, total)
 	}
-	if got := count(t, store, `SELECT count(*) FROM jobs`); got != total {
+	if got := count(t, store, `SELECT count(*) FROM all_jobs`); got != total {
 		t.Fatalf("%d jobs, want %d", got, total)
 	}
 }

@@ -32,10 +32,10 @@ func TestAPIAndKafkaDedupeKeysNeverCollide(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "both records stored", func() bool {
 		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 2
 	})
-	if n := count(t, store, `SELECT count(*) FROM jobs`); n != 3 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 3 {
 		t.Fatalf("%d jobs, want 3: one per origin and dedupe key", n)
 	}
-	if n := count(t, store, `SELECT count(*) FROM jobs WHERE origin = 'kafka' AND dedupe_key IN ('k', 'api/k')`); n != 2 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE origin = 'kafka' AND dedupe_key IN ('k', 'api/k')`); n != 2 {
 		t.Fatalf("%d Kafka jobs, want 2", n)
 	}
 }

@@ -73,7 +73,7 @@ func TestAnyRecordMovesItsPartitionOn(t *testing.T) {
 		topic      string
 		jobs, dlqs int
 	}{{byKey, 2, 2}, {byField, 2, 5}, {plain, 40, 0}} {
-		if n := count(t, store, `SELECT count(*) FROM jobs WHERE src_topic = $1`, c.topic); n != c.jobs {
+		if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE src_topic = $1`, c.topic); n != c.jobs {
 			t.Errorf("%s: %d jobs, want %d", c.topic, n, c.jobs)
 		}
 		if n := count(t, store, `SELECT count(*) FROM dlq_entries WHERE src_topic = $1`, c.topic); n != c.dlqs {
@@ -82,7 +82,7 @@ func TestAnyRecordMovesItsPartitionOn(t *testing.T) {
 	}
 	// No key was rewritten: nothing holds U+FFFD, and the two spellings
 	// that would have read alike are parked, each on its own.
-	if n := count(t, store, `SELECT count(*) FROM jobs WHERE strpos(key, U&'\FFFD') > 0`); n != 0 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE strpos(key, U&'\FFFD') > 0`); n != 0 {
 		t.Errorf("%d jobs with a rewritten key", n)
 	}
 	var reasons []string
@@ -167,7 +167,7 @@ func FuzzIngest(f *testing.F) {
 			parked := count(t, store, `SELECT count(*) FROM dlq_entries WHERE src_topic = $1 AND src_offset = $2`, r.Topic, off)
 			job, found := jobs[r.Topic], 0
 			if job != nil {
-				found = count(t, store, `SELECT count(*) FROM jobs WHERE route = $1 AND origin = 'kafka' AND dedupe_key = $2`,
+				found = count(t, store, `SELECT count(*) FROM all_jobs WHERE route = $1 AND origin = 'kafka' AND dedupe_key = $2`,
 					job.Route, job.DedupeKey)
 			}
 			if parked+found != 1 {

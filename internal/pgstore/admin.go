@@ -58,7 +58,7 @@ func scanJobRow(r pgx.Row, extra ...any) (JobRow, error) {
 
 // JobGet returns one job or ErrNotFound.
 func (s *Store) JobGet(ctx context.Context, id int64) (JobRow, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id)
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs_by_id(ARRAY[$1::bigint])`, id)
 	if err != nil {
 		return JobRow{}, err
 	}
@@ -70,7 +70,7 @@ func (s *Store) JobGet(ctx context.Context, id int64) (JobRow, error) {
 // when the job does not exist.
 func (s *Store) JobResult(ctx context.Context, id int64) (contentType string, data []byte, err error) {
 	var ct *string
-	err = s.pool.QueryRow(ctx, `SELECT result_type, result FROM jobs WHERE id = $1`, id).Scan(&ct, &data)
+	err = s.pool.QueryRow(ctx, `SELECT result_type, result FROM jobs_by_id(ARRAY[$1::bigint])`, id).Scan(&ct, &data)
 	if ct != nil {
 		contentType = *ct
 	}
@@ -134,7 +134,7 @@ func (s *Store) JobGetDetail(ctx context.Context, id int64) (JobDetail, error) {
 	var l LanePosition
 	var ahead int64
 	job, err := scanJobRow(s.pool.QueryRow(ctx, `SELECT `+jobColumns+`, result_type, result,
-		payload, header_keys, header_values, errors, `+jobLaneSQL+` FROM jobs WHERE id = $1`, id),
+		payload, header_keys, header_values, errors, `+jobLaneSQL+` FROM jobs_by_id(ARRAY[$1::bigint]) jobs`, id),
 		&ct, &data, &d.Payload, &hk, &hv, &d.Errors, &lane, &l.HeadJobID, &l.Blocked, &l.Waiting, &ahead)
 	if err != nil {
 		return JobDetail{}, notFound(err)
@@ -190,29 +190,45 @@ func (s *Store) JobList(ctx context.Context, f JobFilter) ([]JobRow, error) {
 }
 
 // jobListSQL is JobList's statement for a state filter and a key filter
-// or none. The state
-// condition is spelled out rather than written "$1 IS NULL OR state =
-// $1": a prepared statement's generic plan can make neither an index
-// condition of that nor see that an unfinished state is in
-// jobs_active_idx, and read the primary key instead — through every
+// or none. The state condition is spelled out rather than written "$1 IS
+// NULL OR state = $1": a prepared statement's generic plan can make
+// neither an index condition of that nor see that an unfinished state is
+// in jobs_active_idx, and read the primary key instead — through every
 // finished job before the first queued one (2M retained jobs: 450 ms for
 // a page of queued ones). TestJobListReadsTheStatesIndex holds it.
+//
+// Succeeded jobs are kept in job_history too (migration 0029). By key,
+// the job_keys index drives the page and jobs_by_id reads each job
+// wherever it is. Otherwise a page is jobs' page merged with
+// job_history's, read up to the last id of jobs' page when that page is
+// full: no later kept job can be on it.
 func jobListSQL(st jobstate.State, byKey bool) string {
-	state := `$1::text IS NULL`
-	switch {
-	case st.IsFinal():
-		state = `state = $1`
-	case st != "":
-		state = `state = $1 AND state IN ('waiting', 'queued', 'running', 'retrying')`
+	filters := func(j string) string {
+		state := `$1::text IS NULL`
+		switch {
+		case st.IsFinal():
+			state = j + `state = $1`
+		case st != "":
+			state = j + `state = $1 AND ` + j + `state IN ('waiting', 'queued', 'running', 'retrying')`
+		}
+		return state + ` AND ($2::text IS NULL OR ` + j + `queue = $2) AND ($6::text IS NULL OR ` + j + `route = $6)`
 	}
-	// The same for the key: the job_keys index drives the page.
-	key := `$3::text IS NULL`
 	if byKey {
-		key = `id IN (SELECT job_id FROM job_keys WHERE key = $3 AND job_id > $4)`
+		return `SELECT ` + jobColumns + ` FROM (SELECT j.* FROM job_keys k, jobs_by_id(ARRAY[k.job_id]) j
+			WHERE k.key = $3 AND k.job_id > $4 AND ` + filters("j.") + `
+			ORDER BY k.job_id LIMIT $5) page
+		ORDER BY id`
 	}
-	return `SELECT ` + jobColumns + ` FROM jobs
-		WHERE ` + state + ` AND ` + key + ` AND ($2::text IS NULL OR queue = $2) AND id > $4
-		  AND ($6::text IS NULL OR route = $6)
+	live := `SELECT ` + jobColumns + ` FROM jobs
+		WHERE ` + filters("") + ` AND $3::text IS NULL AND id > $4
+		ORDER BY id LIMIT $5`
+	if st != "" && st != jobstate.Succeeded {
+		return live
+	}
+	return `WITH live AS (` + live + `)
+		SELECT * FROM live
+		UNION ALL
+		SELECT ` + jobColumns + ` FROM job_history_page($4, (SELECT max(id) FROM live HAVING count(*) >= $5), $5::integer, $2, $6)
 		ORDER BY id LIMIT $5`
 }
 
@@ -266,7 +282,7 @@ type HeaderRow struct {
 const (
 	dlqSummary = `id, reason, route, queue, job_id, src_topic, src_partition, src_offset,
 	attempts, last_error, created_at, truncated, record_bytes, redriven_at, redriven_by, redrive_job_id,
-	(SELECT state FROM jobs WHERE jobs.id = dlq_entries.redrive_job_id)`
+	(SELECT state FROM jobs_by_id(ARRAY[dlq_entries.redrive_job_id]))`
 	dlqColumns = dlqSummary + `, errors, payload, header_keys, header_values, record_key`
 )
 

@@ -47,6 +47,24 @@
 // migrations that once defined it: they keep their numbers and their
 // reasons, and point here.
 //
+// # Where a finished job is kept
+//
+// A job that succeeds outside a lane, the common end, does not stay in
+// jobs: the completion that records it deletes its row (no new version,
+// no index entry) and keeps it, with the rest of its batch's successes,
+// as ONE row of job_history: an lz4-compressed array of job_view, the
+// job as its readers see it, found by the span of the batch's ids. Every
+// other job stays in jobs: running and waiting ones, retried ones, dead
+// ones (the DLQ and re-drive work on the row), every job of a lane
+// (lanes_advance reads an ended head's row) and the few that end another
+// way (cancelled, expired, skipped, coalesced). Readers of a job that may
+// have finished read it through jobs_by_id (by id), job_history_page
+// (JobList's pages) or the all_jobs view (operators, tests, the bench);
+// retention drops whole batches with their job_keys rows, and replay
+// --rerun brings a kept job back into jobs (job_history_restore). The
+// dedupe window is job_keys', so it does not depend on where the job is.
+// Why: "Finished jobs in batches" in docs/performance.md.
+//
 // # How the hot statements are planned
 //
 // A pool repeats a handful of statements thousands of times a second,

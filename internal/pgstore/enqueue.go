@@ -88,8 +88,8 @@ func (s *Store) jobEnqueue(ctx context.Context, tx pgx.Tx, j NewJob) (Enqueued, 
 // JobFind returns the job of a dedupe key in an origin's namespace, or
 // ErrNotFound.
 func (s *Store) JobFind(ctx context.Context, route, origin, dedupeKey string) (JobRow, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = (SELECT job_id FROM job_keys
-		WHERE route = $1 AND origin = $2 AND dedupe_key = $3)`, route, origin, dedupeKey)
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs_by_id(ARRAY(SELECT job_id FROM job_keys
+		WHERE route = $1 AND origin = $2 AND dedupe_key = $3))`, route, origin, dedupeKey)
 	if err != nil {
 		return JobRow{}, err
 	}

@@ -13,6 +13,7 @@ var (
 	CancelledSQL   = cancelledSQL
 	UpdateHeldSQL  = updateHeldSQL
 	ParkedCountSQL = parkedCountSQL
+	PruneJobsSQL   = pruneJobsSQL
 )
 
 // The settings the hot statements run after, and the claim statements

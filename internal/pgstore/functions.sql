@@ -372,7 +372,7 @@ BEGIN
         -- The conflict waited for the row's transaction to end, so this
         -- statement sees it.
         RETURN QUERY SELECT j.id, j.state, false, j.payload = p_payload
-            FROM job_keys k JOIN jobs j ON j.id = k.job_id
+            FROM job_keys k, jobs_by_id(ARRAY[k.job_id]) j
             WHERE k.route = p_route AND k.origin = p_origin AND k.dedupe_key = p_dedupe;
         RETURN;
     END IF;
@@ -481,3 +481,105 @@ BEGIN
             USING ERRCODE = 'SY001';
     END IF;
 END $$;
+
+-- Finished jobs in batches (migration 0029). A job that succeeded outside
+-- a lane lives in one row of job_history, among its completion's batch;
+-- every other job lives in jobs. Whoever reads a job that may have
+-- finished reads it as a job_view, wherever it is kept:
+--   jobs_by_id(ids)  the jobs of these ids;
+--   all_jobs         every retained job (a view: for operators, tests and
+--                    the bench, not for hot paths: it reads every batch).
+
+-- job_as_view is a jobs row as a job_view, with an outcome applied: the
+-- one mapping of jobs' columns onto job_view's (job_history_restore maps
+-- them back).
+CREATE OR REPLACE FUNCTION job_as_view(j jobs, p_state text, p_finished_at timestamptz, p_result bytea,
+    p_result_type text, p_span text) RETURNS job_view
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ROW(j.id, j.origin, j.route, j.kind, j.queue, p_state, j.key, j.version, j.dedupe_key, j.grp, j.lane,
+        j.payload, j.header_keys, j.header_values, j.attempts, j.max_attempts, j.token, j.last_error, j.errors,
+        j.created_at, j.scheduled_at, j.deadline, j.started_at, p_finished_at, j.record_at,
+        j.src_topic, j.src_partition, j.src_offset, p_result, p_result_type, p_span, j.checkpoint)::job_view
+$$;
+
+CREATE OR REPLACE FUNCTION job_as_view(j jobs) RETURNS job_view
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT job_as_view(j, j.state, j.finished_at, j.result, j.result_type, j.attempt_span)
+$$;
+
+CREATE OR REPLACE FUNCTION jobs_by_id(p_ids bigint[]) RETURNS SETOF job_view
+LANGUAGE sql STABLE AS $$
+    SELECT job_as_view(j) FROM jobs j WHERE j.id = ANY(p_ids)
+    UNION ALL
+    SELECT r FROM unnest(p_ids) AS w(id) JOIN job_history h ON h.ids @> w.id, unnest(h.jobs) r
+    WHERE r.id = w.id
+$$;
+
+CREATE OR REPLACE VIEW all_jobs AS
+    SELECT (job_as_view(j)).* FROM jobs j
+    UNION ALL
+    SELECT r.* FROM job_history h, unnest(h.jobs) r;
+
+-- job_history_page is the kept jobs with ids in (p_after, p_until]
+-- (p_until NULL: no bound), of queue and route where given, in id order,
+-- at most p_limit: JobList's page of job_history. A batch spans the ids
+-- of one completion, so batches overlap; the page is read through a
+-- window of ids that widens until it holds a whole page or reaches the
+-- end, so that a page near the start does not read every batch after it.
+CREATE OR REPLACE FUNCTION job_history_page(p_after bigint, p_until bigint, p_limit integer,
+    p_queue text, p_route text) RETURNS SETOF job_view
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_last  bigint;
+    v_width bigint := greatest(p_limit, 1)::bigint * 16;
+    v_hi    bigint;
+    v_page  job_view[];
+BEGIN
+    SELECT upper(ids) - 1 INTO v_last FROM job_history ORDER BY upper(ids) DESC LIMIT 1;
+    v_last := least(v_last, p_until);
+    IF v_last IS NULL OR v_last <= p_after THEN
+        RETURN;
+    END IF;
+    LOOP
+        v_hi := CASE WHEN v_last - p_after <= v_width THEN v_last ELSE p_after + v_width END;
+        v_page := ARRAY(
+            SELECT r FROM job_history h, unnest(h.jobs) r
+            WHERE h.ids && int8range(p_after, v_hi, '(]') AND r.id > p_after AND r.id <= v_hi
+              AND (p_queue IS NULL OR r.queue = p_queue) AND (p_route IS NULL OR r.route = p_route)
+            ORDER BY r.id LIMIT p_limit);
+        EXIT WHEN cardinality(v_page) >= p_limit OR v_hi >= v_last;
+        v_width := v_width * 8;
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_page);
+END $$;
+
+-- job_history_restore moves the kept jobs of these ids back into jobs,
+-- as they were kept, for a caller that changes them (replay --rerun),
+-- and takes them out of their batches.
+CREATE OR REPLACE FUNCTION job_history_restore(p_ids bigint[]) RETURNS void
+LANGUAGE sql AS $$
+    WITH h AS (
+        SELECT h.ctid AS batch, r.* FROM job_history h, unnest(h.jobs) r
+        WHERE h.ids && CASE WHEN cardinality(p_ids) > 0 THEN
+                int8range((SELECT min(x) FROM unnest(p_ids) x), (SELECT max(x) FROM unnest(p_ids) x), '[]')
+            ELSE 'empty' END
+          AND r.id = ANY(p_ids)
+        FOR UPDATE OF h
+    ), moved AS (
+        INSERT INTO jobs (id, origin, route, kind, queue, state, key, version, dedupe_key, grp, lane,
+            payload, header_keys, header_values, attempts, max_attempts, token, last_error, errors,
+            created_at, scheduled_at, deadline, started_at, finished_at, record_at,
+            src_topic, src_partition, src_offset, result, result_type, attempt_span, checkpoint)
+        SELECT id, origin, route, kind, queue, state, key, version, dedupe_key, grp, lane,
+            payload, header_keys, header_values, attempts, max_attempts, token, last_error, errors,
+            created_at, scheduled_at, deadline, started_at, finished_at, record_at,
+            src_topic, src_partition, src_offset, result, result_type, attempt_span, checkpoint
+        FROM h
+    ), kept AS (
+        UPDATE job_history j SET (jobs, n) = (SELECT array_agg(r), count(*) FROM unnest(j.jobs) r WHERE r.id <> ALL(p_ids))
+        WHERE j.ctid IN (SELECT batch FROM h)
+          AND EXISTS (SELECT 1 FROM unnest(j.jobs) r WHERE r.id <> ALL(p_ids))
+    )
+    DELETE FROM job_history j WHERE j.ctid IN (SELECT batch FROM h)
+        AND NOT EXISTS (SELECT 1 FROM unnest(j.jobs) r WHERE r.id <> ALL(p_ids))
+$$;

@@ -1002,7 +1002,7 @@ const completeSQL = `
 				errors = CASE WHEN t.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(
 					jsonb_build_object('attempt', j.attempts, 'error', left(t.err, 1024), 'at', now())) END
 			FROM o AS t
-			WHERE ` + heldSQL + `
+			WHERE ` + heldSQL + ` AND NOT ` + keptSQL + `
 			-- What the DLQ entry of a dead job needs; its bytes for dead
 			-- jobs only, as no other row needs them.
 			RETURNING j.id, j.token, j.state, j.route, j.queue, j.src_topic, j.src_partition, j.src_offset,
@@ -1017,8 +1017,25 @@ const completeSQL = `
 				u.attempts, coalesce(u.last_error, ''), u.errors, u.payload, u.header_keys, u.header_values
 			FROM u WHERE u.state = 'dead'
 			ON CONFLICT DO NOTHING
+		), m AS (
+			-- The jobs that succeeded outside a lane leave jobs, kept as
+			-- one job_history row of this batch (migration 0029).
+			DELETE FROM jobs j USING o AS t
+			WHERE ` + heldSQL + ` AND ` + keptSQL + `
+			RETURNING job_as_view(j, 'succeeded', now(), t.result, t.result_type,
+				coalesce(t.span, j.attempt_span)) AS job
+		), h AS (
+			INSERT INTO job_history (ids, finished_at, n, jobs)
+			SELECT int8range(min((job).id), max((job).id), '[]'), now(), count(*), array_agg(job) FROM m
+			HAVING count(*) > 0
 		)
-		SELECT token FROM u`
+		SELECT token FROM u UNION ALL SELECT (job).token FROM m`
+
+// keptSQL picks, in completeSQL, the outcomes whose job moves to
+// job_history: a success outside a lane. Every other outcome updates its
+// row in place: a retry runs again, a dead job's row is what the DLQ and
+// a re-drive work on, and lanes_advance reads an ended head's row.
+const keptSQL = `(t.state = 'succeeded' AND NOT j.lane)`
 
 // collectTokens reads a statement's one column of tokens into set.
 func collectTokens(set map[int64]bool) func(pgx.Rows) error {
@@ -1146,7 +1163,9 @@ func (s *Store) JobCancel(ctx context.Context, id int64, by string) error {
 				FROM old WHERE j.id = old.id AND old.state IN ('waiting', 'queued', 'running', 'retrying')
 				RETURNING j.id
 			)
-			SELECT old.state FROM old`, id).Scan(&state)
+			SELECT old.state FROM old
+			UNION ALL
+			SELECT v.state FROM jobs_by_id(ARRAY[$1::bigint]) v WHERE NOT EXISTS (SELECT 1 FROM old)`, id).Scan(&state)
 		if err != nil || state.IsFinal() {
 			return err
 		}
@@ -1184,7 +1203,7 @@ func (s *Store) JobRetryNow(ctx context.Context, id int64, by string) error {
 			RETURNING j.queue, old.scheduled_at`, id).Scan(&queue, &was)
 		if errors.Is(err, pgx.ErrNoRows) {
 			var exists bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs WHERE id = $1)`, id).Scan(&exists); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs_by_id(ARRAY[$1::bigint]))`, id).Scan(&exists); err != nil {
 				return err
 			}
 			if !exists {
@@ -1204,16 +1223,29 @@ func (s *Store) JobRetryNow(ctx context.Context, id int64, by string) error {
 }
 
 // JobPrune deletes up to limit jobs that finished in state before the
-// given age, oldest first. Dead jobs with a parked DLQ entry are kept:
-// the entry is the operator's to re-drive or discard. The re-driven
-// entries of a pruned job go with it: they are its history. Deleting a job frees its
-// dedupe key, so the retention of a state is also the window in which a
-// replay is deduplicated against it.
+// given age, oldest first, and for succeeded jobs whole batches of
+// job_history after them (the last may take it past limit). Dead jobs
+// with a parked DLQ entry are kept: the entry is the operator's to
+// re-drive or discard. The re-driven entries of a pruned job go with it:
+// they are its history. Deleting a job frees its dedupe key, so the
+// retention of a state is also the window in which a replay is
+// deduplicated against it.
 func (s *Store) JobPrune(ctx context.Context, state string, olderThan time.Duration, limit int) (int64, error) {
-	// A job's job_keys row goes with it: its dedupe key is held as long as
-	// the job is retained, as before job_keys had rows of their own.
 	var n int64
-	err := s.pool.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, pruneJobsSQL, state, olderThan.Milliseconds(), limit).Scan(&n)
+	if err != nil || n >= int64(limit) || state != string(jobstate.Succeeded) {
+		return n, err
+	}
+	var kept int64
+	err = s.pool.QueryRow(ctx, pruneHistorySQL, olderThan.Milliseconds(), limit-int(n)).Scan(&kept)
+	return n + kept, err
+}
+
+// pruneJobsSQL deletes up to $3 jobs of state $1 that finished over $2 ms
+// ago; pruneHistorySQL the oldest batches of job_history that finished
+// over $1 ms ago, until they held $2 jobs.
+const (
+	pruneJobsSQL = `
 		WITH d AS (
 			DELETE FROM jobs WHERE id IN (
 				SELECT j.id FROM jobs j
@@ -1222,11 +1254,33 @@ func (s *Store) JobPrune(ctx context.Context, state string, olderThan time.Durat
 				ORDER BY j.finished_at LIMIT $3
 				FOR UPDATE SKIP LOCKED)
 			RETURNING id
-		), k AS (
+		)` + prunedSQL
+	pruneHistorySQL = `
+		WITH b AS (
+			DELETE FROM job_history WHERE ctid IN (
+				SELECT ctid FROM (
+					SELECT ctid, sum(n) OVER (ORDER BY finished_at, ctid ROWS UNBOUNDED PRECEDING) - n AS before
+					FROM (SELECT ctid, finished_at, n FROM job_history
+						WHERE finished_at < now() - $1::bigint * interval '1 millisecond'
+						ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED) oldest) x
+				WHERE before < $2)
+			RETURNING jobs
+		), d AS (
+			SELECT r.id FROM b, unnest(b.jobs) r
+		)` + prunedSQL
+)
+
+// prunedSQL ends a prune whose CTE d holds the ids of the jobs deleted:
+// their job_keys rows go with them (a dedupe key is held as long as its
+// job is retained), so do their re-drives' DLQ entries, and the entries
+// they were revived from forget them, as a foreign key's ON DELETE SET
+// NULL did before job_history (migration 0029).
+const prunedSQL = `, k AS (
 			DELETE FROM job_keys WHERE job_id IN (SELECT id FROM d)
 		), h AS (
 			DELETE FROM dlq_entries WHERE redrive_job_id IN (SELECT id FROM d)
+		), r AS (
+			UPDATE dlq_entries SET job_id = NULL WHERE job_id IN (SELECT id FROM d)
+			  AND (redrive_job_id IS NULL OR redrive_job_id NOT IN (SELECT id FROM d))
 		)
-		SELECT count(*) FROM d`, state, olderThan.Milliseconds(), limit).Scan(&n)
-	return n, err
-}
+		SELECT count(*) FROM d`

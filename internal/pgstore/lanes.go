@@ -286,6 +286,12 @@ func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64, parked bool) (int6
 func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// A job kept in job_history comes back to jobs first, where the
+		// next statement sees it.
+		if _, err := tx.Exec(ctx, `SELECT job_history_restore(ARRAY(SELECT job_id FROM job_keys
+			WHERE route = $1 AND origin = 'kafka' AND dedupe_key = ANY($2::text[])))`, route, dedupeKeys); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `
 			WITH r AS (
 				UPDATE jobs j SET attempts = 0, scheduled_at = now(), finished_at = NULL, started_at = NULL,

@@ -53,7 +53,7 @@ func defaulted(sc config.Schedule) Schedule {
 func slots(t *testing.T, store *pgstore.Store, name string) []string {
 	t.Helper()
 	rows, err := store.Pool().Query(context.Background(),
-		`SELECT dedupe_key FROM jobs WHERE route = $1 ORDER BY dedupe_key`, Route(name))
+		`SELECT dedupe_key FROM all_jobs WHERE route = $1 ORDER BY dedupe_key`, Route(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestSlotsFireOnceAcrossProcesses(t *testing.T) {
 	want(t, store, sc.Name, "10:01", "10:02")
 	var state string
 	var runAt time.Time
-	if err := store.Pool().QueryRow(context.Background(), `SELECT state, scheduled_at FROM jobs WHERE route = $1
+	if err := store.Pool().QueryRow(context.Background(), `SELECT state, scheduled_at FROM all_jobs WHERE route = $1
 		ORDER BY id LIMIT 1`, Route(sc.Name)).Scan(&state, &runAt); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestOverlapSkipAndJitter(t *testing.T) {
 	}
 	tick(t, s, clk, "10:03:01")
 	want(t, store, sc.Name, "10:01", "10:03")
-	rows, err := store.Pool().Query(context.Background(), `SELECT dedupe_key, scheduled_at FROM jobs WHERE route = $1`, Route(sc.Name))
+	rows, err := store.Pool().Query(context.Background(), `SELECT dedupe_key, scheduled_at FROM all_jobs WHERE route = $1`, Route(sc.Name))
 	if err != nil {
 		t.Fatal(err)
 	}

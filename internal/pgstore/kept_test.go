@@ -1,0 +1,165 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/jobstate"
+)
+
+// A job that succeeds outside a lane leaves jobs for a batch row of
+// job_history (migration 0029), and every reader still finds it there:
+// the status API with its result and payload, the listings (merged with
+// jobs in id order, a page at a time, by key), the dedupe lookup and the
+// dedupe itself, cancel (a conflict, not a miss), replay --rerun (which
+// brings it back) and retention (which drops the batch and its keys).
+// Retried and dead jobs stay in jobs.
+func TestSucceededJobsAreKeptInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	var recs []pgstore.NewJob
+	for i := range 6 {
+		recs = append(recs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprintf("d%d", i),
+			Key: fmt.Sprintf("cust-%d", i%2), Payload: fmt.Appendf(nil, `{"n":%d}`, i), MaxAttempts: 1,
+			Topic: "t", Offset: int64(i)})
+	}
+	if res, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: recs}); err != nil || res.Inserted != 6 {
+		t.Fatalf("ingest: %+v %v", res, err)
+	}
+	claimed, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 6, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(claimed) != 6 {
+		t.Fatalf("claim: %d %v", len(claimed), err)
+	}
+	slices.SortFunc(claimed, func(a, b *pgstore.Claimed) int { return int(a.ID - b.ID) })
+	ids := make([]int64, 6)
+	outs := make([]pgstore.Outcome, 6)
+	for i, j := range claimed {
+		ids[i] = j.ID
+		outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: jobstate.Succeeded}
+	}
+	outs[0].Result, outs[0].ResultType = []byte("done"), "text/plain"
+	outs[1].State, outs[1].Error, outs[1].Delay = jobstate.Retrying, "503", time.Hour
+	outs[2].State, outs[2].Error, outs[2].Reason = jobstate.Dead, "400", "permanent"
+	stale := outs[5]
+	stale.Token++
+	if c, err := s.JobComplete(ctx, append(outs[:5:5], stale)); err != nil || len(c.Applied) != 5 || c.Applied[stale.Token] {
+		t.Fatalf("complete: %v %v; want the five outcomes that hold their lease", c.Applied, err)
+	}
+	if c, err := s.JobComplete(ctx, outs[5:]); err != nil || len(c.Applied) != 1 {
+		t.Fatalf("complete the last: %v %v", c.Applied, err)
+	}
+	var inJobs []int64
+	var batches, kept int
+	if err := s.Pool().QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM jobs`).Scan(&inJobs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*), sum(n) FROM job_history`).Scan(&batches, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(inJobs, ids[1:3]) || batches != 2 || kept != 4 {
+		t.Fatalf("jobs holds %v (want the retried and the dead %v); job_history %d batches of %d jobs (want 2 of 4)",
+			inJobs, ids[1:3], batches, kept)
+	}
+
+	// The status API.
+	got, err := s.JobGetDetail(ctx, ids[0])
+	if err != nil || got.State != jobstate.Succeeded || got.FinishedAt == nil || got.StartedAt == nil ||
+		got.Attempts != 1 || string(got.Payload) != `{"n":0}` || got.Result == nil || string(got.Result.Base64) != "done" ||
+		got.Source == nil || got.Source.Offset != 0 {
+		t.Fatalf("detail of a kept job: %+v %v", got, err)
+	}
+	if ct, data, err := s.JobResult(ctx, ids[0]); err != nil || ct != "text/plain" || string(data) != "done" {
+		t.Fatalf("result: %q %q %v", ct, data, err)
+	}
+	if _, err := s.JobGet(ctx, ids[5]+1000); !errors.Is(err, pgstore.ErrNotFound) {
+		t.Fatalf("a job that never was: %v, want ErrNotFound", err)
+	}
+
+	// The listings, in id order across both tables, a page at a time.
+	var listed []int64
+	for after := int64(0); ; {
+		page, err := s.JobList(ctx, pgstore.JobFilter{After: after, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, j := range page {
+			listed = append(listed, j.ID)
+		}
+		after = page[len(page)-1].ID
+	}
+	if !slices.Equal(listed, ids) {
+		t.Fatalf("pages of 2: %v, want %v", listed, ids)
+	}
+	list := func(f pgstore.JobFilter) []int64 {
+		t.Helper()
+		f.Limit = 10
+		page, err := s.JobList(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, j := range page {
+			got = append(got, j.ID)
+		}
+		return got
+	}
+	if got, want := list(pgstore.JobFilter{State: jobstate.Succeeded}), []int64{ids[0], ids[3], ids[4], ids[5]}; !slices.Equal(got, want) {
+		t.Fatalf("succeeded: %v, want %v", got, want)
+	}
+	if got, want := list(pgstore.JobFilter{Key: "cust-0"}), []int64{ids[0], ids[2], ids[4]}; !slices.Equal(got, want) {
+		t.Fatalf("key cust-0: %v, want %v", got, want)
+	}
+	if got := list(pgstore.JobFilter{Queue: "other"}); len(got) != 0 {
+		t.Fatalf("queue other: %v, want none", got)
+	}
+
+	// Dedupe: the key still holds, and finds the kept job.
+	if res, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: recs[3:4]}); err != nil || res.Inserted != 0 || res.Duplicates != 1 {
+		t.Fatalf("a replayed record of a kept job: %+v %v; want a duplicate", res, err)
+	}
+	if j, err := s.JobFind(ctx, "r", pgstore.OriginKafka, "d3"); err != nil || j.ID != ids[3] || j.State != jobstate.Succeeded {
+		t.Fatalf("find d3: %+v %v", j, err)
+	}
+	if err := s.JobCancel(ctx, ids[3], "test"); !errors.Is(err, pgstore.ErrConflict) {
+		t.Fatalf("cancel a kept job: %v, want ErrConflict", err)
+	}
+
+	// replay --rerun brings a kept job back to run, and out of its batch.
+	if n, err := s.JobRerun(ctx, "r", []string{"d3"}); err != nil || n != 1 {
+		t.Fatalf("rerun: %d %v", n, err)
+	}
+	if j, err := s.JobGet(ctx, ids[3]); err != nil || j.State != jobstate.Queued || j.Attempts != 0 {
+		t.Fatalf("rerun job: %+v %v", j, err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*), sum(n) FROM job_history`).Scan(&batches, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list(pgstore.JobFilter{})); n != 6 || kept != 3 {
+		t.Fatalf("after the rerun: %d jobs listed, %d kept; want 6 and 3", n, kept)
+	}
+
+	// Retention drops whole batches and their keys.
+	if _, err := s.Pool().Exec(ctx, `UPDATE job_history SET finished_at = now() - interval '30 days'`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.JobPrune(ctx, string(jobstate.Succeeded), 24*time.Hour, 100); err != nil || n != 3 {
+		t.Fatalf("prune: %d %v; want the 3 kept jobs", n, err)
+	}
+	var keys int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM job_keys`).Scan(&keys); err != nil || keys != 3 {
+		t.Fatalf("job_keys: %d %v; want the 3 jobs left in jobs", keys, err)
+	}
+	if _, err := s.JobGet(ctx, ids[0]); !errors.Is(err, pgstore.ErrNotFound) {
+		t.Fatalf("a pruned job: %v, want ErrNotFound", err)
+	}
+}
