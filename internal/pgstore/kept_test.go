@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -161,5 +162,93 @@ func TestSucceededJobsAreKeptInBatches(t *testing.T) {
 	}
 	if _, err := s.JobGet(ctx, ids[0]); !errors.Is(err, pgstore.ErrNotFound) {
 		t.Fatalf("a pruned job: %v, want ErrNotFound", err)
+	}
+}
+
+// JobList pages through jobs and job_history as one id-ordered list,
+// whatever the batches' spans: completions of random subsets make
+// batches whose id spans overlap each other and the jobs left in jobs.
+// Every page size and filter must list exactly what all_jobs holds.
+func TestJobListMergesOverlappingBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	rng := rand.New(rand.NewPCG(12, 5))
+	var recs []pgstore.NewJob
+	for i := range 300 {
+		route := fmt.Sprintf("r%d", i%3)
+		if i%50 == 0 {
+			route = "rare" // sparse: its pages need a window wider than the first
+		}
+		recs = append(recs, pgstore.NewJob{Route: route, Kind: "k", Queue: fmt.Sprintf("q%d", i%2),
+			DedupeKey: fmt.Sprint(i), Key: fmt.Sprintf("cust-%d", i%7), Payload: []byte("{}"), MaxAttempts: 1,
+			Topic: "t", Offset: int64(i)})
+	}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: recs}); err != nil {
+		t.Fatal(err)
+	}
+	var claimed []*pgstore.Claimed
+	for _, q := range []string{"q0", "q1"} {
+		jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: q, Limit: 300, Lease: time.Minute, MaxRuntime: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimed = append(claimed, jobs...)
+	}
+	rng.Shuffle(len(claimed), func(i, j int) { claimed[i], claimed[j] = claimed[j], claimed[i] })
+	// A tenth stay running; the rest end in batches of 1 to 40 random
+	// jobs, mostly succeeding.
+	for rest := claimed[len(claimed)/10:]; len(rest) > 0; {
+		n := min(len(rest), 1+rng.IntN(40))
+		var outs []pgstore.Outcome
+		for _, j := range rest[:n] {
+			o := pgstore.Outcome{ID: j.ID, Token: j.Token, State: jobstate.Succeeded}
+			if rng.IntN(8) == 0 {
+				o.State, o.Error, o.Reason = jobstate.Dead, "x", "permanent"
+			}
+			outs = append(outs, o)
+		}
+		if _, err := s.JobComplete(ctx, outs); err != nil {
+			t.Fatal(err)
+		}
+		rest = rest[n:]
+	}
+	for _, f := range []struct {
+		filter pgstore.JobFilter
+		where  string
+	}{
+		{pgstore.JobFilter{}, `true`},
+		{pgstore.JobFilter{State: jobstate.Succeeded}, `state = 'succeeded'`},
+		{pgstore.JobFilter{State: jobstate.Running}, `state = 'running'`},
+		{pgstore.JobFilter{Queue: "q1"}, `queue = 'q1'`},
+		{pgstore.JobFilter{Route: "r2", State: jobstate.Succeeded}, `route = 'r2' AND state = 'succeeded'`},
+		{pgstore.JobFilter{Key: "cust-3"}, `key = 'cust-3'`},
+		{pgstore.JobFilter{Route: "rare"}, `route = 'rare'`},
+	} {
+		var want []int64
+		if err := s.Pool().QueryRow(ctx, `SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM all_jobs WHERE `+f.where).Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		for _, limit := range []int{1, 3, 7, 50, 1000} {
+			var got []int64
+			page := f.filter
+			page.Limit = limit
+			for {
+				rows, err := s.JobList(ctx, page)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, j := range rows {
+					got = append(got, j.ID)
+				}
+				if len(rows) < limit {
+					break
+				}
+				page.After = rows[len(rows)-1].ID
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s, pages of %d: %d jobs listed, want %d (%v vs %v)", f.where, limit, len(got), len(want), got, want)
+			}
+		}
 	}
 }
