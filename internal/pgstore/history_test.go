@@ -206,4 +206,11 @@ func TestPruningReadsTheDLQByIndex(t *testing.T) {
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM dlq_entries WHERE job_id IS NOT NULL`).Scan(&refs); err != nil || refs != 0 {
 		t.Fatalf("%d entries still name a pruned job (%v)", refs, err)
 	}
+	// And no foreign key does it behind the prune's back: it would also
+	// clear the reference of an entry whose job moved to job_history.
+	var fks int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_constraint
+		WHERE conrelid = 'dlq_entries'::regclass AND contype = 'f'`).Scan(&fks); err != nil || fks != 0 {
+		t.Fatalf("dlq_entries has %d foreign keys (%v), want none", fks, err)
+	}
 }

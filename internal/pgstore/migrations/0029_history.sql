@@ -16,7 +16,10 @@
 -- job_view is a type of its own, not the jobs row type, so that a later
 -- migration may still change jobs: a table column of a table's row type
 -- forbids most ALTER TABLEs of it. It holds every column of jobs but the
--- lease, which means nothing once a job has ended.
+-- lease, which means nothing once a job has ended. A column added to jobs
+-- later is added here too (ALTER TYPE job_view ADD ATTRIBUTE: the jobs
+-- already kept read it as NULL) and to job_as_view and
+-- job_history_restore in functions.sql.
 CREATE TYPE job_view AS (
     id            bigint,
     origin        text,
