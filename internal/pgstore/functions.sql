@@ -525,7 +525,9 @@ CREATE OR REPLACE VIEW all_jobs AS
 -- at most p_limit: JobList's page of job_history. A batch spans the ids
 -- of one completion, so batches overlap; the page is read through a
 -- window of ids that widens until it holds a whole page or reaches the
--- end, so that a page near the start does not read every batch after it.
+-- end, so that a page near the start does not read every batch after it;
+-- a batch whose queues or routes do not name the filter's is skipped
+-- without decompressing it.
 CREATE OR REPLACE FUNCTION job_history_page(p_after bigint, p_until bigint, p_limit integer,
     p_queue text, p_route text) RETURNS SETOF job_view
 LANGUAGE plpgsql STABLE AS $$
@@ -545,6 +547,7 @@ BEGIN
         v_page := ARRAY(
             SELECT r FROM job_history h, unnest(h.jobs) r
             WHERE h.ids && int8range(p_after, v_hi, '(]') AND r.id > p_after AND r.id <= v_hi
+              AND (p_queue IS NULL OR p_queue = ANY(h.queues)) AND (p_route IS NULL OR p_route = ANY(h.routes))
               AND (p_queue IS NULL OR r.queue = p_queue) AND (p_route IS NULL OR r.route = p_route)
             ORDER BY r.id LIMIT p_limit);
         EXIT WHEN cardinality(v_page) >= p_limit OR v_hi >= v_last;

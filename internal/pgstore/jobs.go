@@ -1025,8 +1025,9 @@ const completeSQL = `
 			RETURNING job_as_view(j, 'succeeded', now(), t.result, t.result_type,
 				coalesce(t.span, j.attempt_span)) AS job
 		), h AS (
-			INSERT INTO job_history (ids, finished_at, n, jobs)
-			SELECT int8range(min((job).id), max((job).id), '[]'), now(), count(*), array_agg(job) FROM m
+			INSERT INTO job_history (ids, finished_at, n, queues, routes, jobs)
+			SELECT int8range(min((job).id), max((job).id), '[]'), now(), count(*),
+				array_agg(DISTINCT (job).queue), array_agg(DISTINCT (job).route), array_agg(job) FROM m
 			HAVING count(*) > 0
 		)
 		SELECT token FROM u UNION ALL SELECT (job).token FROM m`
