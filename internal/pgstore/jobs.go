@@ -1164,9 +1164,15 @@ func (s *Store) JobCancel(ctx context.Context, id int64, by string) error {
 				FROM old WHERE j.id = old.id AND old.state IN ('waiting', 'queued', 'running', 'retrying')
 				RETURNING j.id
 			)
-			SELECT old.state FROM old
-			UNION ALL
-			SELECT v.state FROM jobs_by_id(ARRAY[$1::bigint]) v WHERE NOT EXISTS (SELECT 1 FROM old)`, id).Scan(&state)
+			SELECT old.state FROM old`, id).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Not in jobs: kept in job_history if it succeeded. Read in a
+			// statement of its own, whose snapshot is taken after the lock
+			// wait above: a job that a completion moved meanwhile reads
+			// as succeeded, not as the running job the first statement's
+			// snapshot still saw.
+			err = tx.QueryRow(ctx, `SELECT state FROM jobs_by_id(ARRAY[$1::bigint])`, id).Scan(&state)
+		}
 		if err != nil || state.IsFinal() {
 			return err
 		}

@@ -252,3 +252,49 @@ func TestJobListMergesOverlappingBatches(t *testing.T) {
 		}
 	}
 }
+
+// A cancel that waits on a job's row while a completion moves the job
+// to job_history answers as the job ended: a conflict. It must not read
+// the job as it was before the completion (running) and report a cancel
+// that did not happen.
+func TestCancelRacingAKeptCompletionIsAConflict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q",
+		DedupeKey: "d", Payload: []byte("{}"), MaxAttempts: 1, Topic: "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	j := jobs[0]
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, pgstore.CompleteSQL, []int64{j.ID}, []int64{j.Token}, []string{"succeeded"}, []string{""},
+		[]*string{nil}, []int64{0}, [][]byte{nil}, []*string{nil}, []*string{nil}); err != nil {
+		t.Fatal(err)
+	}
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- s.JobCancel(ctx, j.ID, "test") }()
+	// The cancel reaches the row's lock and waits for the completion.
+	testenv.Eventually(t, 10*time.Second, "the cancel to wait on the row", func() bool {
+		var waiting bool
+		err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%cancelled%' AND datname = current_database())`).Scan(&waiting)
+		return err == nil && waiting
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cancelled; !errors.Is(err, pgstore.ErrConflict) {
+		t.Fatalf("cancel after the job succeeded: %v, want ErrConflict", err)
+	}
+	if got, err := s.JobGet(ctx, j.ID); err != nil || got.State != jobstate.Succeeded {
+		t.Fatalf("job: %+v %v, want succeeded", got, err)
+	}
+}
