@@ -731,6 +731,59 @@ func TestHandedOffJobThatWaitedRestartsItsClock(t *testing.T) {
 	}
 }
 
+// The restarts asked for while one is written go out together, and each
+// attempt learns its own answer: a held one is restarted, one whose lease
+// expired meanwhile is lost, whatever the others in its statement.
+func TestRestartsOfWaitingJobsAreAnsweredEach(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 3, 3)
+	ctx := context.Background()
+	release := make(chan struct{})
+	started := make(chan int64, 1)
+	d := start(t, store, 1, time.Minute, workers.HandlerFunc(func(_ context.Context, j *workers.Job) error {
+		started <- j.ID
+		<-release
+		return nil
+	}))
+	defer close(release)
+	<-started // the pool's one worker is busy, and it claims no more
+	jobs := claim(t, store, 2)
+	held, lost := jobs[0], jobs[1]
+	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET started_at = now() - interval '50 seconds',
+		lease_expires_at = CASE WHEN id = $2 THEN now() - interval '1 second' ELSE lease_expires_at END
+		WHERE id = ANY($1)`, []int64{held.ID, lost.ID}, lost.ID); err != nil {
+		t.Fatal(err)
+	}
+	p := d.pools["q"]
+	p.mu.Lock()
+	asks := []restampAsk{{r: p.hold(workerJob(held), time.Now()), done: make(chan error, 1)},
+		{r: p.hold(workerJob(lost), time.Now()), done: make(chan error, 1)}}
+	p.mu.Unlock()
+	p.restamps.mu.Lock()
+	p.restamps.pending = append(p.restamps.pending, asks...) // one batch
+	p.restamps.mu.Unlock()
+	p.restamps.kick <- struct{}{}
+	if err := <-asks[0].done; err != nil {
+		t.Errorf("held attempt: %v, want restarted", err)
+	}
+	if err := <-asks[1].done; !errors.Is(err, pgstore.ErrLeaseLost) {
+		t.Errorf("expired attempt: %v, want %v", err, pgstore.ErrLeaseLost)
+	}
+	var restarted, untouched bool
+	if err := store.Pool().QueryRow(ctx, `SELECT bool_or(id = $1 AND started_at > now() - interval '10 seconds'),
+		bool_or(id = $2 AND started_at < now() - interval '40 seconds') FROM jobs WHERE id IN ($1, $2)`,
+		held.ID, lost.ID).Scan(&restarted, &untouched); err != nil {
+		t.Fatal(err)
+	}
+	if !restarted || !untouched {
+		t.Errorf("held job restarted %v, expired job left alone %v; want both", restarted, untouched)
+	}
+	for _, a := range asks {
+		p.finish(a.r.job.Token)
+	}
+}
+
 // A lane keeps its pool through handoffs only for the handoff window;
 // then its next job queues behind the other keys'. Long lanes fill a
 // one-worker pool's leases (4) with handoff chains; the head of a key

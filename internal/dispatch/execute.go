@@ -54,7 +54,7 @@ func (p *pool) execute(r *running) {
 	if p.env.tracer != nil {
 		ctx, span = p.startAttempt(ctx, job)
 	}
-	// A handed-off job can lose its lease while it waits for a worker.
+	// A job that waited in ready can lose its lease meanwhile.
 	p.restamp(r)
 	err := context.Cause(ctx)
 	if err == nil {

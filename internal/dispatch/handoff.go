@@ -3,11 +3,7 @@ package dispatch
 // The lane handoff: a lane's next job handed to the pool that ran its predecessor.
 
 import (
-	"context"
-	"errors"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/jobstate"
@@ -58,31 +54,4 @@ func (p *pool) adopt(j *workers.Job, chain time.Time) {
 		p.ready = append(p.ready, r)
 	}
 	p.mu.Unlock()
-}
-
-// readyRestamp is how long a handed-off job may wait in ready before its
-// attempt's clock is started again when a worker takes it: the lease is
-// capped at started_at + max_runtime, and a job that waited for a slow
-// handler to finish must not lose that time from its own max_runtime.
-// Shorter waits are not worth a statement.
-const readyRestamp = time.Second
-
-// restamp restarts the attempt's runtime clock of a handed-off job that
-// waited long in ready; a job no longer held has its context cancelled
-// with workers.ErrLeaseLost.
-func (p *pool) restamp(r *running) {
-	if r.waiting.IsZero() || time.Since(r.waiting) < readyRestamp {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.ctx, p.q.Lease/3)
-	defer cancel()
-	err := p.env.store.JobRestart(ctx, r.job.ID, r.job.Token, p.q.Lease, p.q.MaxRuntime, p.env.holder)
-	switch {
-	case errors.Is(err, pgstore.ErrLeaseLost):
-		r.cancel(workers.ErrLeaseLost)
-	case err != nil:
-		// Not knowing is not losing: the job runs on its current lease,
-		// which the heartbeat extends as far as its first clock allows.
-		p.log.Warn("restarting a handed-off job's clock failed", zap.Int64("job_id", r.job.ID), zap.Error(err))
-	}
 }

@@ -92,10 +92,13 @@ type pool struct {
 	// reserved counts the slots asked for by claims in flight, and
 	// prefetching the places in ready they asked for beyond them.
 	reserved, prefetching int
-	// ready holds lane jobs handed off to the pool while every worker was
-	// busy or reserved; the next worker to free takes the first. They
-	// are leased and heartbeated like running jobs.
+	// ready holds jobs claimed beyond the free workers (prefetched) and
+	// lane jobs handed off to the pool while every worker was busy or
+	// reserved; the next worker to free takes the first. They are leased
+	// and heartbeated like running jobs.
 	ready []*running
+	// restamps are the restarts of jobs that waited long in ready.
+	restamps restamps
 	// closed is set when the pool stops claiming: nothing starts after it,
 	// and a job handed off after it is released.
 	closed bool
@@ -117,8 +120,8 @@ type running struct {
 	// chain is when this job's lane began running here without going
 	// through the queue: the claim of the first job of a run of handoffs.
 	chain time.Time
-	// waiting is when a handed-off job began waiting in ready; zero for
-	// a job that started at once.
+	// waiting is when a job began waiting in ready; zero for a job that
+	// started at once.
 	waiting time.Time
 	// returned is set when the handler has returned; its outcome is then
 	// on its way to the completer and a lost lease is the completer's
@@ -137,7 +140,8 @@ func newPool(env poolEnv, log *zap.Logger, q Queue) *pool {
 		overRuntime: fmt.Errorf("max_runtime %s exceeded", q.MaxRuntime),
 		wakeC:       make(chan struct{}, 1), freed: make(chan struct{}, 1), claimsDone: make(chan struct{}),
 		work:   make(chan *running, q.Concurrency),
-		leases: map[int64]*running{}, handoffWindow: laneHandoffWindow}
+		leases: map[int64]*running{}, handoffWindow: laneHandoffWindow,
+		restamps: restamps{kick: make(chan struct{}, 1)}}
 }
 
 // unstarted is how many jobs the pool holds claimed but not started
@@ -155,15 +159,18 @@ func (p *pool) wake() {
 	}
 }
 
-// run heartbeats the pool's leases every lease/3 and claims until the
-// dispatcher stops claiming; claimsDone is closed once no claim can start
-// a job any more.
+// run heartbeats the pool's leases every lease/3, writes its restarts,
+// and claims until the dispatcher stops claiming; claimsDone is closed
+// once no claim can start a job any more.
 func (p *pool) run() {
 	hb := time.NewTicker(p.q.Lease / 3)
 	defer hb.Stop()
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
+	// Leases must keep being extended while in-flight jobs finish during
+	// the grace period; these goroutines stop with jobCtx, after Stop has
+	// waited for the jobs.
+	var leases sync.WaitGroup
+	defer leases.Wait()
+	leases.Go(func() {
 		for {
 			select {
 			case <-p.env.jobCtx.Done():
@@ -172,11 +179,8 @@ func (p *pool) run() {
 				p.heartbeat()
 			}
 		}
-	}()
-	// Leases must keep being extended while in-flight jobs finish during
-	// the grace period; the heartbeat goroutine stops with jobCtx, after
-	// Stop has waited for the jobs.
-	defer func() { <-hbDone }()
+	})
+	leases.Go(p.restampLoop)
 	p.claimLoop()
 	p.close()
 	// Nothing starts after close: the workers end once the attempts

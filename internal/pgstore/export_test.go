@@ -7,6 +7,7 @@ import "context"
 var (
 	CompleteSQL    = completeSQL
 	HeartbeatSQL   = heartbeatSQL
+	RestartSQL     = restartSQL
 	ReleaseSQL     = releaseSQL
 	HeartbeatChunk = heartbeatChunk
 	JobListSQL     = jobListSQL

@@ -328,8 +328,8 @@ func TestJobLeasesNeverOutlastTheShare(t *testing.T) {
 	if _, err := s.JobHeartbeat(ctx, []pgstore.Lease{{ID: jobs[0].ID, Token: jobs[0].Token}}, time.Hour, 2*time.Hour, "h"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.JobRestart(ctx, jobs[1].ID, jobs[1].Token, time.Hour, 2*time.Hour, "h"); err != nil {
-		t.Fatal(err)
+	if kept, err := s.JobRestart(ctx, []pgstore.Lease{{ID: jobs[1].ID, Token: jobs[1].Token}}, time.Hour, 2*time.Hour, "h"); err != nil || !kept[jobs[1].Token] {
+		t.Fatalf("restart kept %v (%v), want the held attempt", kept, err)
 	}
 	var over int
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs j JOIN flow_slots f ON f.route = j.route AND f.holder = 'h'

@@ -741,17 +741,23 @@ func (s *Store) JobCheckpoint(ctx context.Context, id, token int64, data []byte)
 	return s.updateHeld(ctx, `checkpoint = $3`, id, token, data)
 }
 
-// JobRestart starts a held attempt's runtime clock again: started_at is
-// now and the lease runs from now (at most max_runtime), as at a claim.
-// A job handed off to a pool that had no free worker uses it when it
-// finally starts. ErrLeaseLost if the attempt is no longer held.
-// Like a heartbeat, the lease never outlasts holder's share of the route's
-// max_running (slotLeaseCap).
-func (s *Store) JobRestart(ctx context.Context, id, token int64, lease, maxRuntime time.Duration, holder string) error {
-	return s.updateHeld(ctx, `started_at = now(),
-		lease_expires_at = least(now() + least($3::bigint, $4::bigint) * interval '1 millisecond', `+slotLeaseCap("$5")+`)`,
-		id, token, lease.Milliseconds(), maxRuntime.Milliseconds(), holder)
+// JobRestart starts the runtime clocks of held attempts again, in one
+// statement per heartbeat chunk: started_at is now and the lease runs from
+// now (at most max_runtime), as at a claim. A job that waited long in its
+// pool for a worker (handed off, or prefetched) uses it when it finally
+// starts. It returns the tokens of the attempts restarted; any other is no
+// longer held. Like a heartbeat, the lease never outlasts holder's share
+// of the route's max_running (slotLeaseCap).
+func (s *Store) JobRestart(ctx context.Context, leases []Lease, lease, maxRuntime time.Duration, holder string) (map[int64]bool, error) {
+	return s.leasesUpdate(ctx, restartSQL, leases, lease, maxRuntime, holder)
 }
+
+var restartSQL = `
+		UPDATE jobs j SET started_at = now(),
+			lease_expires_at = least(now() + least($3::bigint, $4::bigint) * interval '1 millisecond', ` + slotLeaseCap("$5::text") + `)
+		FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
+		WHERE ` + heldSQL + ` AND coalesce(j.lease_expires_at > now(), false)
+		RETURNING j.token`
 
 // slotLeaseCap is the expiry of the share that holder (an SQL
 // expression) leases of the max_running of the route of the job row j
@@ -788,9 +794,15 @@ func updateHeldSQL(set string) string {
 // must stop.
 // An expired lease is not revived: the rescuer may already be acting on it.
 func (s *Store) JobHeartbeat(ctx context.Context, leases []Lease, lease, maxRuntime time.Duration, holder string) (map[int64]bool, error) {
+	return s.leasesUpdate(ctx, heartbeatSQL, leases, lease, maxRuntime, holder)
+}
+
+// leasesUpdate runs sql (heartbeatSQL, restartSQL) over leases, a chunk
+// at a time, and returns the tokens of the leases it changed.
+func (s *Store) leasesUpdate(ctx context.Context, sql string, leases []Lease, lease, maxRuntime time.Duration, holder string) (map[int64]bool, error) {
 	kept := make(map[int64]bool, len(leases))
 	for ids, tokens := range leaseChunks(leases) {
-		err := s.planned(ctx, collectTokens(kept), heartbeatSQL, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds(), holder)
+		err := s.planned(ctx, collectTokens(kept), sql, ids, tokens, lease.Milliseconds(), maxRuntime.Milliseconds(), holder)
 		if err != nil {
 			return nil, err
 		}

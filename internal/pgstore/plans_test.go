@@ -59,6 +59,7 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 			}{
 				{"complete", pgstore.CompleteSQL, idArr + ", " + tokArr + ", '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::bytea[], '{}'::text[], '{}'::text[]"},
 				{"heartbeat", pgstore.HeartbeatSQL, idArr + ", " + tokArr + ", 60000, 3600000, ''"},
+				{"restart", pgstore.RestartSQL, idArr + ", " + tokArr + ", 60000, 3600000, ''"},
 				{"release", pgstore.ReleaseSQL, idArr + ", " + tokArr},
 				{"held", pgstore.UpdateHeldSQL("started_at = now()"), ids[0] + ", " + tokens[0]},
 				{"cancelled", pgstore.CancelledSQL, idArr + ", " + tokArr},
