@@ -482,13 +482,14 @@ func (e *env) claim(ctx context.Context) error {
 		if err := t.enqueue(ctx, route, 0, n); err != nil {
 			return err
 		}
-		// The state autovacuum keeps a table in: visibility map and
-		// statistics current, no dead index entries from the load.
+		// The state a deployment keeps a table in: visibility map and
+		// statistics current, no dead index entries or unflushed pages
+		// from the load.
 		start := time.Now()
-		if err := t.vacuum(ctx); err != nil {
+		if err := t.settle(ctx); err != nil {
 			return err
 		}
-		e.note("claim: vacuum of %s took %s", t.schema, time.Since(start).Round(time.Millisecond))
+		e.note("claim: settling %s took %s", t.schema, time.Since(start).Round(time.Millisecond))
 	}
 	lat := make([][]time.Duration, len(tables))
 	for i := range e.cfg.Samples + warm {
