@@ -40,7 +40,10 @@
 //     completer, which ends heads by the batch, calls it once per batch
 //     in the same round trip as the outcomes (it reads the heads' states
 //     only once it holds their lanes, so a job whose outcome was stale
-//     changes nothing). Every other path — rescue of an expired lease,
+//     changes nothing). A head that succeeded there has left jobs for
+//     job_history in the same transaction; the completer passes its
+//     route, key and version, and the lane advances from them. Every
+//     other path — rescue of an expired lease,
 //     cancel, expiry, Applier.Apply, re-drive — reaches it through the
 //     AFTER UPDATE trigger jobs_lane_advance, so no code path can forget
 //     it, and DLQ discard calls it directly. The trigger keeps one

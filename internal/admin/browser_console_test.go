@@ -228,7 +228,7 @@ func (c *console) seedLanes(t *testing.T) {
 	seed(t, c.store, jobs, nil)
 	head := claim(t, c.store, "ledger", 1)[0]
 	done, err := c.store.JobComplete(ctx, []pgstore.Outcome{{ID: head.ID, Token: head.Token, State: "dead",
-		Reason: "permanent", Error: "HTTP 409: account frozen", Lane: true}})
+		Reason: "permanent", Error: "HTTP 409: account frozen", Lane: &pgstore.LaneRef{Route: "ledger", Key: "acct-1"}}})
 	if err != nil || !done.Applied[head.Token] {
 		t.Fatalf("kill the lane's head: %v %v", done.Applied, err)
 	}

@@ -657,7 +657,7 @@ func TestHandoffAskedOnlyWithinItsBounds(t *testing.T) {
 	lane := func(queue string, chain time.Duration) *running {
 		return &running{job: &workers.Job{Queue: queue, Ordered: true}, chain: time.Now().Add(-chain)}
 	}
-	done := pgstore.Outcome{Lane: true, State: "succeeded"}
+	done := pgstore.Outcome{Lane: &pgstore.LaneRef{}, State: "succeeded"}
 	for _, c := range []struct {
 		name string
 		r    *running
@@ -665,8 +665,8 @@ func TestHandoffAskedOnlyWithinItsBounds(t *testing.T) {
 		want bool
 	}{
 		{"lane job succeeded", lane("q", 0), done, true},
-		{"lane job dead", lane("q", 0), pgstore.Outcome{Lane: true, State: "dead"}, true},
-		{"lane job retrying", lane("q", 0), pgstore.Outcome{Lane: true, State: "retrying"}, false},
+		{"lane job dead", lane("q", 0), pgstore.Outcome{Lane: &pgstore.LaneRef{}, State: "dead"}, true},
+		{"lane job retrying", lane("q", 0), pgstore.Outcome{Lane: &pgstore.LaneRef{}, State: "retrying"}, false},
 		{"unordered job", lane("q", 0), pgstore.Outcome{State: "succeeded"}, false},
 		{"stolen from another queue", lane("other", 0), done, false},
 		{"lane kept the pool for the whole window", lane("q", laneHandoffWindow), done, false},

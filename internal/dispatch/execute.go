@@ -182,7 +182,10 @@ func (p *pool) invoke(ctx context.Context, job *workers.Job) (err error) {
 // outcome decides what an attempt's error means (SPEC §5 for HTTP; the
 // same rules for Go handlers).
 func (p *pool) outcome(job *workers.Job, err error) pgstore.Outcome {
-	o := pgstore.Outcome{ID: job.ID, Token: job.Token, Lane: job.Ordered}
+	o := pgstore.Outcome{ID: job.ID, Token: job.Token}
+	if job.Ordered {
+		o.Lane = &pgstore.LaneRef{Route: job.Route, Key: job.Key, Version: job.Version}
+	}
 	switch {
 	case err == nil:
 		o.State = jobstate.Succeeded

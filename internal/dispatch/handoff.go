@@ -24,7 +24,7 @@ const laneHandoffWindow = time.Second
 // closing or its queue paused, and never for a route with fleet-wide
 // flow limits (only its locked claim may start its jobs).
 func (p *pool) handoff(r *running, out pgstore.Outcome) *pgstore.Handoff {
-	if !out.Lane || out.State == jobstate.Retrying || r.job.Queue != p.q.Name || time.Since(r.chain) >= p.handoffWindow ||
+	if out.Lane == nil || out.State == jobstate.Retrying || r.job.Queue != p.q.Name || time.Since(r.chain) >= p.handoffWindow ||
 		p.env.paused(p.q.Name) || p.env.limited(p.q.Name, r.job.Route) {
 		return nil
 	}

@@ -65,7 +65,7 @@ func claim(b *testing.B, s *pgstore.Store, limit int, after pgstore.ClaimPositio
 	}
 	outs := make([]pgstore.Outcome, len(jobs))
 	for i, j := range jobs {
-		outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.Lane}
+		outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.LaneRef()}
 	}
 	return outs, last
 }
@@ -196,7 +196,7 @@ func BenchmarkJobCompleteLaneHandoff(b *testing.B) {
 		}
 		outs = outs[:0]
 		for _, j := range done.Next {
-			outs = append(outs, pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: true})
+			outs = append(outs, pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.LaneRef()})
 		}
 	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")

@@ -92,7 +92,7 @@ func handoffs(t *testing.T) handOut {
 		}
 		outs := make([]pgstore.Outcome, len(held))
 		for i, j := range held {
-			outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: true,
+			outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.LaneRef(),
 				Handoff: &pgstore.Handoff{Queue: "q", Lease: time.Hour}}
 		}
 		done, err := s.JobComplete(ctx, outs)

@@ -49,15 +49,19 @@
 //
 // # Where a finished job is kept
 //
-// A job that succeeds outside a lane, the common end, does not stay in
-// jobs: the completion that records it deletes its row (no new version,
-// no index entry) and keeps it, with the rest of its batch's successes,
-// as ONE row of job_history: an lz4-compressed array of job_view, the
-// job as its readers see it, found by the span of the batch's ids. Every
-// other job stays in jobs: running and waiting ones, retried ones, dead
-// ones (the DLQ and re-drive work on the row), every job of a lane
-// (lanes_advance reads an ended head's row) and the few that end another
-// way (cancelled, expired, skipped, coalesced). Readers of a job that may
+// A job that succeeds through the completer, the common end, does not
+// stay in jobs: the completion that records it deletes its row (no new
+// version, no index entry) and keeps it, with the rest of its batch's
+// successes, as ONE row of job_history: an lz4-compressed array of
+// job_view, the job as its readers see it, found by the span of the
+// batch's ids. A lane job's lane then advances in the same transaction
+// from the route, key and version its outcome carries (Outcome.Lane,
+// lanes_advance's p_gone), as its row is gone. Every other job stays in
+// jobs: running and waiting ones, retried ones, dead ones (the DLQ and
+// re-drive work on the row), a lane job that succeeded in its handler's
+// own transaction (JobApply: the per-row trigger advances its lane, and
+// fires on an update, not a delete) and the few that end another way
+// (cancelled, expired, skipped, coalesced). Readers of a job that may
 // have finished read it through jobs_by_id (by id), job_history_page
 // (JobList's pages) or the all_jobs view (operators, tests, the bench);
 // retention drops whole batches with their job_keys rows, and replay

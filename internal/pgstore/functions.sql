@@ -79,6 +79,7 @@ END $$;
 -- The signatures lanes_advance had before (migrations 0002, 0004, 0007).
 DROP FUNCTION IF EXISTS lanes_advance(bigint[]);
 DROP FUNCTION IF EXISTS lanes_advance(bigint[], bigint[], text[], bigint[]);
+DROP FUNCTION IF EXISTS lanes_advance(bigint[], bigint[], text[], bigint[], bigint[]);
 
 -- lanes_advance is THE rule of how a lane's head ends, and what follows,
 -- for a batch of jobs in a constant number of statements. Every path
@@ -108,6 +109,14 @@ DROP FUNCTION IF EXISTS lanes_advance(bigint[], bigint[], text[], bigint[]);
 -- p_lease_ms its lease; claimed as JobClaim claims), else to queued. The result is the handed-off
 -- jobs, each with the id of the head it follows.
 --
+-- A head whose success the same transaction recorded has left jobs for
+-- job_history (pgstore's completeSQL): the completer passes its id, route,
+-- key and version in p_gone_*, and a job of p_gone that jobs no longer
+-- holds ended as succeeded. One that jobs still holds is read from it as
+-- any other (its outcome was stale). A job that left jobs earlier, by
+-- another attempt's success, heads no lane any more: the lanes join below
+-- finds nothing for it.
+--
 -- Its planner settings are its own, for this function only. Every
 -- statement here reads lanes and jobs by key, a few hundred rows per
 -- batch at most, and enable_seqscan = off keeps it that way whatever the
@@ -119,13 +128,17 @@ DROP FUNCTION IF EXISTS lanes_advance(bigint[], bigint[], text[], bigint[]);
 -- set: a completion batch calls it after pgstore's planSQL, and under
 -- that statement's settings it ran the ordered benchmark at 745 jobs/s.
 CREATE OR REPLACE FUNCTION lanes_advance(p_ids bigint[], p_handoff bigint[] DEFAULT '{}',
-    p_queue text[] DEFAULT '{}', p_lease_ms bigint[] DEFAULT '{}', p_discarded bigint[] DEFAULT '{}')
+    p_queue text[] DEFAULT '{}', p_lease_ms bigint[] DEFAULT '{}', p_discarded bigint[] DEFAULT '{}',
+    p_gone_id bigint[] DEFAULT '{}', p_gone_route text[] DEFAULT '{}', p_gone_key text[] DEFAULT '{}',
+    p_gone_version bigint[] DEFAULT '{}')
 RETURNS TABLE (prev_id bigint, job jobs)
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = on SET enable_sort = on AS $$
 DECLARE
     e_id    bigint[];  -- the jobs' lanes, by their (immutable) route and key
     e_route text[];
     e_key   text[];
+    e_gone  bigint[];  -- the version of a job that left jobs as succeeded
+    e_left  boolean[]; -- whether it did
     f_route text[];    -- freed non-strict lanes, with the head that left
     f_key   text[];
     f_prev  bigint[];
@@ -135,9 +148,15 @@ DECLARE
     s_route text[];    -- freed strict lanes
     s_key   text[];
 BEGIN
-    SELECT array_agg(id), array_agg(route), array_agg(key)
-    INTO e_id, e_route, e_key
-    FROM jobs WHERE id = ANY(p_ids) AND lane;
+    SELECT array_agg(id), array_agg(route), array_agg(key), array_agg(version), array_agg(left_jobs)
+    INTO e_id, e_route, e_key, e_gone, e_left
+    FROM (
+        SELECT id, route, key, NULL::bigint AS version, false AS left_jobs FROM jobs WHERE id = ANY(p_ids) AND lane
+        UNION ALL
+        SELECT g.id, g.route, g.key, g.version, true
+        FROM unnest(p_gone_id, p_gone_route, p_gone_key, p_gone_version) AS g(id, route, key, version)
+        WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE id = g.id)
+    ) e;
     IF e_id IS NULL THEN
         RETURN;
     END IF;
@@ -166,8 +185,12 @@ BEGIN
                 WHEN l.blocked THEN 'resume'
             END AS change,
             j.state = 'succeeded' OR l.policy = 'strict' AS applies
-        FROM unnest(e_route, e_key, e_id) AS e(route, key, id)
-        JOIN jobs j ON j.id = e.id
+        FROM unnest(e_route, e_key, e_id, e_gone, e_left) AS e(route, key, id, gone_version, left_jobs)
+        CROSS JOIN LATERAL (
+            SELECT state, version FROM jobs WHERE id = e.id AND NOT e.left_jobs
+            UNION ALL
+            SELECT 'succeeded', e.gone_version WHERE e.left_jobs
+        ) j
         JOIN lanes l ON l.route = e.route AND l.key = e.key AND l.head_job_id = e.id
     ), changed AS (
         UPDATE lanes l SET

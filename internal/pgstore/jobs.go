@@ -883,8 +883,10 @@ type Outcome struct {
 	Error  string
 	// Delay before the next attempt when State is retrying.
 	Delay time.Duration
-	// Lane is set for jobs of ordered routes: ending one advances its lane.
-	Lane bool
+	// Lane is set for jobs of ordered routes: ending one advances its
+	// lane. A success leaves jobs in the statement that records it, and
+	// its lane advances from this (lanes_advance's p_gone).
+	Lane *LaneRef
 	// Handoff, for a lane job, asks for the lane's next job to be handed
 	// to the caller, claimed under this lease, if it belongs to the queue
 	// named. Nil: the next job is queued for any pool to claim.
@@ -895,6 +897,20 @@ type Outcome struct {
 	// Span is the traceparent of the attempt's span, kept for the next
 	// attempt's span to link to; "" (tracing off) keeps the last one.
 	Span string
+}
+
+// LaneRef is a lane job's lane and version, as its outcome carries them.
+type LaneRef struct {
+	Route, Key string
+	Version    *int64
+}
+
+// LaneRef returns the job's LaneRef; nil for a job outside lanes.
+func (c *Claimed) LaneRef() *LaneRef {
+	if !c.Lane {
+		return nil
+	}
+	return &LaneRef{Route: c.Route, Key: c.Key, Version: c.Version}
 }
 
 // Handoff is what a pool asks of a lane's next job: its queue, and the
@@ -933,6 +949,12 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	var spans []*string
 	var laneEnds, handoffs, leases []int64
 	var queues []string
+	var gone struct {
+		ids      []int64
+		routes   []string
+		keys     []string
+		versions []*int64
+	}
 	for i, o := range outs {
 		ids[i], tokens[i], states[i], reasons[i], delays[i] = o.ID, o.Token, string(o.State), o.Reason, o.Delay.Milliseconds()
 		if o.Error != "" {
@@ -948,15 +970,20 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 			}
 			spans[i] = &outs[i].Span
 		}
-		if o.Lane && o.State != jobstate.Retrying {
+		if o.Lane != nil && o.State != jobstate.Retrying {
 			laneEnds = append(laneEnds, o.ID)
+			if o.State == jobstate.Succeeded {
+				gone.ids, gone.routes = append(gone.ids, o.ID), append(gone.routes, o.Lane.Route)
+				gone.keys, gone.versions = append(gone.keys, o.Lane.Key), append(gone.versions, o.Lane.Version)
+			}
 			if o.Handoff != nil {
 				handoffs, queues = append(handoffs, o.ID), append(queues, o.Handoff.Queue)
 				leases = append(leases, o.Handoff.Lease.Milliseconds())
 			}
 		}
 	}
-	args := []any{ids, tokens, states, reasons, errs, delays, results, resultTypes, spans}
+	// gone.ids never nil: see keptSQL.
+	args := []any{ids, tokens, states, reasons, errs, delays, results, resultTypes, spans, append([]int64{}, gone.ids...)}
 	c := Completed{Applied: make(map[int64]bool, n)}
 	readApplied := collectTokens(c.Applied)
 	if len(laneEnds) == 0 {
@@ -978,8 +1005,9 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	}
 	b.Queue(lanes)
 	b.Queue(completeSQL, args...).Query(readApplied)
-	b.Queue(`SELECT `+workerColumns+`, a.prev_id FROM lanes_advance($1, $2, $3, $4) a, LATERAL (SELECT (a.job).*) j`,
-		laneEnds, handoffs, queues, leases).Query(func(rows pgx.Rows) error {
+	b.Queue(`SELECT `+workerColumns+`, a.prev_id FROM lanes_advance($1, $2, $3, $4, p_gone_id => $5,
+		p_gone_route => $6, p_gone_key => $7, p_gone_version => $8) a, LATERAL (SELECT (a.job).*) j`,
+		laneEnds, handoffs, queues, leases, gone.ids, gone.routes, gone.keys, gone.versions).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		c.Next = map[int64]*Claimed{}
 		for rows.Next() {
@@ -1030,8 +1058,8 @@ const completeSQL = `
 			FROM u WHERE u.state = 'dead'
 			ON CONFLICT DO NOTHING
 		), m AS (
-			-- The jobs that succeeded outside a lane leave jobs, kept as
-			-- one job_history row of this batch (migration 0029).
+			-- The jobs that succeeded (keptSQL) leave jobs, kept as one
+			-- job_history row of this batch (migration 0029).
 			DELETE FROM jobs j USING o AS t
 			WHERE ` + heldSQL + ` AND ` + keptSQL + `
 			RETURNING job_as_view(j, 'succeeded', now(), t.result, t.result_type,
@@ -1045,10 +1073,18 @@ const completeSQL = `
 		SELECT token FROM u UNION ALL SELECT (job).token FROM m`
 
 // keptSQL picks, in completeSQL, the outcomes whose job moves to
-// job_history: a success outside a lane. Every other outcome updates its
-// row in place: a retry runs again, a dead job's row is what the DLQ and
-// a re-drive work on, and lanes_advance reads an ended head's row.
-const keptSQL = `(t.state = 'succeeded' AND NOT j.lane)`
+// job_history: a success, of a lane job only where $10 names it. Every
+// other outcome updates its row in place: a retry runs again, and a dead
+// job's row is what the DLQ and a re-drive work on.
+//
+// Why a lane job's success must be named: its lane advances from what
+// JobComplete passes lanes_advance in the same transaction (p_gone), as
+// its row is gone; the per-row trigger, which every other path relies on,
+// fires on an update, not on a delete. A statement run without
+// lanes_advance names none, and its lane successes update in place, for
+// the trigger. The coalesce keeps a NULL array from making an outcome
+// neither kept nor updated.
+const keptSQL = `(t.state = 'succeeded' AND (NOT j.lane OR coalesce(j.id = ANY($10::bigint[]), false)))`
 
 // collectTokens reads a statement's one column of tokens into set.
 func collectTokens(set map[int64]bool) func(pgx.Rows) error {

@@ -14,7 +14,67 @@ import (
 	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
-// A job that succeeds outside a lane leaves jobs for a batch row of
+// A lane job's success through the completer leaves jobs for a batch row
+// too, and its lane advances from the version the outcome carries: under
+// policy newer, the next head is handed off, a version that arrived late
+// (behind a newer running head) is skipped against the applied one, and a stale outcome of the kept
+// head changes nothing.
+func TestLaneSuccessesAreKeptAndAdvanceTheirLanes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	lane := &pgstore.LanePolicy{Policy: "newer", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	ingest := func(offset int64, versions ...int64) {
+		t.Helper()
+		var b pgstore.IngestBatch
+		for i, v := range versions {
+			b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "k", Version: &v,
+				DedupeKey: fmt.Sprintf("v%d", v), Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: offset + int64(i), Lane: lane})
+		}
+		if _, err := s.IngestCommit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ingest(0, 1, 3)
+	heads, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 3, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(heads) != 1 || *heads[0].Version != 1 {
+		t.Fatalf("claim: %d jobs (%v); want the lane's head, version 1", len(heads), err)
+	}
+	v1 := heads[0]
+	done, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: v1.ID, Token: v1.Token, State: jobstate.Succeeded,
+		Lane: v1.LaneRef(), Handoff: &pgstore.Handoff{Queue: "q", Lease: time.Minute}}})
+	v3 := done.Next[v1.ID]
+	if err != nil || !done.Applied[v1.Token] || v3 == nil || *v3.Version != 3 {
+		t.Fatalf("complete version 1: %+v %v; want version 3 handed off", done, err)
+	}
+	ingest(2, 2) // late: behind the running version 3
+	done, err = s.JobComplete(ctx, []pgstore.Outcome{{ID: v3.ID, Token: v3.Token, State: jobstate.Succeeded, Lane: v3.LaneRef()}})
+	if err != nil || !done.Applied[v3.Token] {
+		t.Fatalf("complete version 3: %+v %v", done, err)
+	}
+	// The stale outcome: version 1's attempt again, its job kept.
+	if done, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: v1.ID, Token: v1.Token, State: jobstate.Succeeded,
+		Lane: v1.LaneRef()}}); err != nil || len(done.Applied) != 0 {
+		t.Fatalf("stale outcome: %+v %v; want nothing applied", done, err)
+	}
+	var inJobs, kept []string
+	var head *int64
+	var last int64
+	if err := s.Pool().QueryRow(ctx, `SELECT
+		(SELECT array_agg(dedupe_key || ':' || state ORDER BY id) FROM jobs),
+		(SELECT array_agg(dedupe_key || ':' || state ORDER BY id) FROM job_history h, unnest(h.jobs) j),
+		(SELECT head_job_id FROM lanes WHERE route = 'r' AND key = 'k'),
+		(SELECT last_version FROM lanes WHERE route = 'r' AND key = 'k')`).Scan(&inJobs, &kept, &head, &last); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(inJobs, []string{"v2:skipped"}) || !slices.Equal(kept, []string{"v1:succeeded", "v3:succeeded"}) ||
+		head != nil || last != 3 {
+		t.Fatalf("jobs %v, kept %v, lane head %v, last version %d; want [v2:skipped], [v1:succeeded v3:succeeded], free, 3",
+			inJobs, kept, head, last)
+	}
+}
+
+// A job that succeeds leaves jobs for a batch row of
 // job_history (migration 0029), and every reader still finds it there:
 // the status API with its result and payload, the listings (merged with
 // jobs in id order, a page at a time, by key), the dedupe lookup and the
@@ -276,7 +336,7 @@ func TestCancelRacingAKeptCompletionIsAConflict(t *testing.T) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	if _, err := tx.Exec(ctx, pgstore.CompleteSQL, []int64{j.ID}, []int64{j.Token}, []string{"succeeded"}, []string{""},
-		[]*string{nil}, []int64{0}, [][]byte{nil}, []*string{nil}, []*string{nil}); err != nil {
+		[]*string{nil}, []int64{0}, [][]byte{nil}, []*string{nil}, []*string{nil}, []int64{}); err != nil {
 		t.Fatal(err)
 	}
 	cancelled := make(chan error, 1)

@@ -37,7 +37,7 @@ type laneEnd struct {
 func complete(t *testing.T, s *pgstore.Store, head *pgstore.Claimed, state jobstate.State, reason string) {
 	t.Helper()
 	c, err := s.JobComplete(context.Background(), []pgstore.Outcome{{ID: head.ID, Token: head.Token,
-		State: state, Reason: reason, Error: "boom", Lane: true}})
+		State: state, Reason: reason, Error: "boom", Lane: head.LaneRef()}})
 	if err != nil || !c.Applied[head.Token] {
 		t.Fatalf("complete %s: %v %v", state, c.Applied, err)
 	}
@@ -48,7 +48,7 @@ func complete(t *testing.T, s *pgstore.Store, head *pgstore.Claimed, state jobst
 func completeRowByRow(t *testing.T, s *pgstore.Store, head *pgstore.Claimed, state jobstate.State, reason string) {
 	t.Helper()
 	tag, err := s.Pool().Exec(context.Background(), pgstore.CompleteSQL, []int64{head.ID}, []int64{head.Token},
-		[]string{string(state)}, []string{reason}, []string{"boom"}, []int64{0}, [][]byte{nil}, []*string{nil}, []*string{nil})
+		[]string{string(state)}, []string{reason}, []string{"boom"}, []int64{0}, [][]byte{nil}, []*string{nil}, []*string{nil}, []int64{})
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("complete %s row by row: %v %v", state, tag, err)
 	}
@@ -266,7 +266,7 @@ func laneSnapshot(t *testing.T, s *pgstore.Store) map[string]string {
 	rows, err := s.Pool().Query(context.Background(), `
 		SELECT l.route, format('head=%s last=%s blocked=%s gap=%s jobs=%s', l.head_job_id, l.last_version, l.blocked,
 			l.gap_since IS NOT NULL,
-			(SELECT string_agg(j.state || ':' || j.attempts, ',' ORDER BY j.src_offset) FROM jobs j WHERE j.route = l.route))
+			(SELECT string_agg(j.state || ':' || j.attempts, ',' ORDER BY j.src_offset) FROM all_jobs j WHERE j.route = l.route))
 		FROM lanes l`)
 	if err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ func TestStaleLaneHeadOutcomeChangesNothing(t *testing.T) {
 		var a, b string
 		var h int64
 		err := s.Pool().QueryRow(ctx, `SELECT
-			(SELECT state FROM jobs WHERE dedupe_key = 'a'), (SELECT state FROM jobs WHERE dedupe_key = 'b'),
+			(SELECT state FROM all_jobs WHERE dedupe_key = 'a'), (SELECT state FROM all_jobs WHERE dedupe_key = 'b'),
 			(SELECT coalesce(head_job_id, 0) FROM lanes WHERE route = 'r' AND key = 'cust-1')`).Scan(&a, &b, &h)
 		if err != nil {
 			t.Fatal(err)
@@ -67,7 +67,8 @@ func TestStaleLaneHeadOutcomeChangesNothing(t *testing.T) {
 		return a, b, h
 	}
 
-	done, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head, Token: stale, State: "succeeded", Lane: true}})
+	lane := &pgstore.LaneRef{Route: "r", Key: "cust-1"}
+	done, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head, Token: stale, State: "succeeded", Lane: lane}})
 	if err != nil || len(done.Applied) != 0 {
 		t.Fatalf("stale outcome: applied %v, %v", done.Applied, err)
 	}
@@ -76,8 +77,8 @@ func TestStaleLaneHeadOutcomeChangesNothing(t *testing.T) {
 	}
 
 	done, err = s.JobComplete(ctx, []pgstore.Outcome{
-		{ID: head, Token: stale, State: "dead", Reason: "permanent", Error: "stale", Lane: true},
-		{ID: head, Token: live, State: "succeeded", Lane: true},
+		{ID: head, Token: stale, State: "dead", Reason: "permanent", Error: "stale", Lane: lane},
+		{ID: head, Token: live, State: "succeeded", Lane: lane},
 	})
 	if err != nil || len(done.Applied) != 1 || !done.Applied[live] {
 		t.Fatalf("batch of a stale and a live outcome: applied %v, %v; want only token %d", done.Applied, err, live)
@@ -104,11 +105,11 @@ func TestRerunOfALaneJobWaitsForItsTurn(t *testing.T) {
 		}
 		var keys []string
 		for _, j := range jobs {
-			if _, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: "succeeded", Lane: true}}); err != nil {
+			if _, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.LaneRef()}}); err != nil {
 				t.Fatal(err)
 			}
 			var k string
-			if err := s.Pool().QueryRow(ctx, `SELECT dedupe_key FROM jobs WHERE id = $1`, j.ID).Scan(&k); err != nil {
+			if err := s.Pool().QueryRow(ctx, `SELECT dedupe_key FROM all_jobs WHERE id = $1`, j.ID).Scan(&k); err != nil {
 				t.Fatal(err)
 			}
 			keys = append(keys, k)
@@ -169,8 +170,8 @@ func TestLaneHandoff(t *testing.T) {
 	}
 
 	done, err := s.JobComplete(ctx, []pgstore.Outcome{
-		{ID: a1.ID, Token: a1.Token, State: "succeeded", Lane: true, Handoff: &pgstore.Handoff{Queue: "q", Lease: time.Minute}},
-		{ID: b1.ID, Token: b1.Token, State: "succeeded", Lane: true},
+		{ID: a1.ID, Token: a1.Token, State: "succeeded", Lane: a1.LaneRef(), Handoff: &pgstore.Handoff{Queue: "q", Lease: time.Minute}},
+		{ID: b1.ID, Token: b1.Token, State: "succeeded", Lane: b1.LaneRef()},
 	})
 	if err != nil || len(done.Applied) != 2 {
 		t.Fatalf("complete: applied %v, %v", done.Applied, err)
@@ -192,7 +193,7 @@ func TestLaneHandoff(t *testing.T) {
 
 	// A pool of another queue gets nothing: the job is queued for its own.
 	done, err = s.JobComplete(ctx, []pgstore.Outcome{
-		{ID: a2.ID, Token: a2.Token, State: "succeeded", Lane: true, Handoff: &pgstore.Handoff{Queue: "other", Lease: time.Minute}},
+		{ID: a2.ID, Token: a2.Token, State: "succeeded", Lane: a2.LaneRef(), Handoff: &pgstore.Handoff{Queue: "other", Lease: time.Minute}},
 	})
 	if err != nil || !done.Applied[a2.Token] || len(done.Next) != 0 {
 		t.Fatalf("complete a2: applied %v, next %v, %v; want applied, nothing handed off", done.Applied, done.Next, err)

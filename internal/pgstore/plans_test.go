@@ -57,7 +57,7 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 			for i, c := range []struct {
 				name, sql, args string
 			}{
-				{"complete", pgstore.CompleteSQL, idArr + ", " + tokArr + ", '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::bytea[], '{}'::text[], '{}'::text[]"},
+				{"complete", pgstore.CompleteSQL, idArr + ", " + tokArr + ", '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::bytea[], '{}'::text[], '{}'::text[], '{}'::bigint[]"},
 				{"heartbeat", pgstore.HeartbeatSQL, idArr + ", " + tokArr + ", 60000, 3600000, ''"},
 				{"restart", pgstore.RestartSQL, idArr + ", " + tokArr + ", 60000, 3600000, ''"},
 				{"release", pgstore.ReleaseSQL, idArr + ", " + tokArr},
@@ -289,7 +289,7 @@ func TestLanesAdvanceJoinsByKey(t *testing.T) {
 					ids, tokens, states = append(ids, j.ID), append(tokens, j.Token), append(states, "succeeded")
 				}
 				if _, err := tx.Exec(ctx, pgstore.CompleteSQL, ids, tokens, states, make([]string, len(ids)),
-					make([]*string, len(ids)), make([]int64, len(ids)), make([][]byte, len(ids)), make([]*string, len(ids)), []*string(nil)); err != nil {
+					make([]*string, len(ids)), make([]int64, len(ids)), make([][]byte, len(ids)), make([]*string, len(ids)), []*string(nil), []int64{}); err != nil {
 					t.Fatal(err)
 				}
 				before = scans()

@@ -62,7 +62,7 @@ func TestRunAtHoldsTheJobAndItsLane(t *testing.T) {
 			head = j
 		}
 	}
-	done, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head.ID, Token: head.Token, State: jobstate.Succeeded, Lane: true,
+	done, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head.ID, Token: head.Token, State: jobstate.Succeeded, Lane: head.LaneRef(),
 		Handoff: &pgstore.Handoff{Queue: "q", Lease: time.Minute}}})
 	if err != nil || !done.Applied[head.Token] {
 		t.Fatalf("complete the head: %+v %v", done, err)

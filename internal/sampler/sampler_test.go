@@ -42,7 +42,7 @@ func TestSamplerRefreshesTheGauges(t *testing.T) {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}
 	if _, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: jobs[0].ID, Token: jobs[0].Token, State: "dead",
-		Reason: "permanent", Error: "no", Lane: true}}); err != nil {
+		Reason: "permanent", Error: "no", Lane: jobs[0].LaneRef()}}); err != nil {
 		t.Fatal(err)
 	}
 	m := metrics.New(prometheus.NewRegistry())
