@@ -205,7 +205,7 @@ func (e *env) claimBatch(ctx context.Context, q string, limit int) (int, time.Du
 	}
 	outs := make([]pgstore.Outcome, len(jobs))
 	for i, j := range jobs {
-		outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded"}
+		outs[i] = pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.LaneRef()}
 	}
 	done, err := e.store.JobComplete(ctx, outs)
 	if err == nil && len(done.Applied) != len(outs) {
