@@ -885,7 +885,8 @@ type Outcome struct {
 	Delay time.Duration
 	// Lane is set for jobs of ordered routes: ending one advances its
 	// lane. A success leaves jobs in the statement that records it, and
-	// its lane advances from this (lanes_advance's p_gone).
+	// its lane advances from this (lanes_advance's p_gone), so it must be
+	// the job's own, as its claim returned it (Claimed.LaneRef).
 	Lane *LaneRef
 	// Handoff, for a lane job, asks for the lane's next job to be handed
 	// to the caller, claimed under this lease, if it belongs to the queue
