@@ -685,6 +685,23 @@ func TestHandoffAskedOnlyWithinItsBounds(t *testing.T) {
 	}
 }
 
+// busyPool ingests n jobs and starts a pool of one worker whose handler
+// holds it until release is closed; it returns once the worker is busy,
+// when the pool claims no more. started receives the id of each job the
+// handler runs.
+func busyPool(t *testing.T, store *pgstore.Store, n int) (d *Dispatcher, release chan struct{}, started chan int64) {
+	t.Helper()
+	enqueue(t, store, n, 3)
+	release, started = make(chan struct{}), make(chan int64, n)
+	d = start(t, store, 1, time.Minute, workers.HandlerFunc(func(_ context.Context, j *workers.Job) error {
+		started <- j.ID
+		<-release
+		return nil
+	}))
+	<-started
+	return d, release, started
+}
+
 // A handed-off job that waited in its pool for a worker longer than
 // readyRestamp counts its max_runtime from when its handler starts, not
 // from the handoff: the lease is capped at started_at + max_runtime, and
@@ -692,16 +709,8 @@ func TestHandoffAskedOnlyWithinItsBounds(t *testing.T) {
 func TestHandedOffJobThatWaitedRestartsItsClock(t *testing.T) {
 	t.Parallel()
 	store := testenv.MigratedStore(t)
-	enqueue(t, store, 2, 3)
 	ctx := context.Background()
-	release := make(chan struct{})
-	started := make(chan int64, 2)
-	d := start(t, store, 1, time.Minute, workers.HandlerFunc(func(_ context.Context, j *workers.Job) error {
-		started <- j.ID
-		<-release
-		return nil
-	}))
-	<-started // the pool's one worker is busy
+	d, release, started := busyPool(t, store, 2)
 	// The other job, claimed as a handoff claims it, as if handed off
 	// a minute ago.
 	jobs := claim(t, store, 1)
@@ -737,17 +746,9 @@ func TestHandedOffJobThatWaitedRestartsItsClock(t *testing.T) {
 func TestRestartsOfWaitingJobsAreAnsweredEach(t *testing.T) {
 	t.Parallel()
 	store := testenv.MigratedStore(t)
-	enqueue(t, store, 3, 3)
 	ctx := context.Background()
-	release := make(chan struct{})
-	started := make(chan int64, 1)
-	d := start(t, store, 1, time.Minute, workers.HandlerFunc(func(_ context.Context, j *workers.Job) error {
-		started <- j.ID
-		<-release
-		return nil
-	}))
+	d, release, _ := busyPool(t, store, 3)
 	defer close(release)
-	<-started // the pool's one worker is busy, and it claims no more
 	jobs := claim(t, store, 2)
 	held, lost := jobs[0], jobs[1]
 	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET started_at = now() - interval '50 seconds',
