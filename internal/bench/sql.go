@@ -125,9 +125,9 @@ type txCounts struct {
 // Why the checkpoint: a point that bulk-loads a million rows writes in
 // seconds the WAL of hours of a deployment, and the checkpoint that WAL
 // starts ran under the point's claims, each of which waits for its own
-// WAL flush. With 1M future jobs the claim p99 was 1.5-1.9 × the empty
-// table's, and 0.8-1.0 × with max_wal_size raised so that no checkpoint
-// ran (bench --scale --only future, two runs each).
+// WAL flush. With 1M future jobs the claim p99 was 1.9-2.1 × the empty
+// table's round by round, and 0.87-1.27 × with max_wal_size raised so
+// that no checkpoint ran (bench --scale --only future, two rounds each).
 func (e *env) settle(ctx context.Context) error {
 	if _, err := e.store.Pool().Exec(ctx, `VACUUM (ANALYZE) jobs, lanes`); err != nil {
 		return err
