@@ -29,10 +29,16 @@ func randomName(prefix string) string {
 
 // route is the unordered Go-handler route all figures start from: the
 // record key is the job key, the dedupe key is the record's unique `id`.
-// Figures change what they measure (Ordered, Target) on a copy.
+// Figures change what they measure (Ordered, Target) on a copy. A round
+// after the first (--repeat) gets a topic of its own: the bench's topics
+// are never reused, so each round ingests from a fresh one.
 func (e *env) route(name string) config.Route {
+	topic := e.schema + "_" + name
+	if e.round > 1 {
+		topic += fmt.Sprintf("_r%d", e.round)
+	}
 	return config.Route{
-		Topic:  e.schema + "_" + name,
+		Topic:  topic,
 		Kind:   "bench." + name,
 		Queue:  queue,
 		Dedupe: config.FieldRef{Field: "id"},
