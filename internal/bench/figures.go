@@ -34,6 +34,10 @@ func (e *env) ingest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The figure includes the group join and first fetch, as work's
+	// includes its start; the rate after them is the note's, as the
+	// payload curve's figure.
+	e.note("ingest: %.0f records/s after the first batch", float64(r.steadyRecords)/r.steady.Seconds())
 	e.report("ingest_records_per_s", float64(n)/r.ingest.Seconds(), "records/s")
 	e.report("copy_rows_per_s", float64(n)/r.copied.Seconds(), "rows/s")
 	return nil
