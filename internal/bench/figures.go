@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	switchyard "github.com/switchyard-dev/switchyard"
@@ -27,7 +28,8 @@ import (
 
 // ingest: records already in Kafka → committed job rows with stored
 // offsets, by the engine with role ingest from a fresh group; then the
-// same rows by plain COPY into the same (emptied) tables.
+// same rows by plain COPY into the same (emptied) tables, in the order
+// ingest stored them, and once more in record order for the note.
 func (e *env) ingest(ctx context.Context) error {
 	n := e.cfg.Records
 	r, err := e.ingestAndCopy(ctx, "ingest", n)
@@ -38,6 +40,8 @@ func (e *env) ingest(ctx context.Context) error {
 	// includes its start; the rate after them is the note's, as the
 	// payload curve's figure.
 	e.note("ingest: %.0f records/s after the first batch", float64(r.steadyRecords)/r.steady.Seconds())
+	e.note("copy: %.0f rows/s in the order ingest stored them; %.0f rows/s in record order (dedupe keys ascending)",
+		float64(n)/r.copied.Seconds(), float64(n)/r.copiedInRecordOrder.Seconds())
 	e.report("ingest_records_per_s", float64(n)/r.ingest.Seconds(), "records/s")
 	e.report("copy_rows_per_s", float64(n)/r.copied.Seconds(), "rows/s")
 	return nil
@@ -52,13 +56,25 @@ type ingestTimes struct {
 	// and first fetch, which a small run would otherwise be mostly.
 	steady        time.Duration
 	steadyRecords int64
-	// copied is the COPY of the same rows.
-	copied time.Duration
+	// copied is the COPY of the same rows in the order ingest stored
+	// them; copiedInRecordOrder the COPY of them in record order.
+	copied, copiedInRecordOrder time.Duration
 }
 
 // ingestAndCopy produces n records of the current shape to a new topic
 // (route name), then times the engine ingesting them and COPY loading
-// the same rows.
+// the same rows, in the order ingest stored them and in record order.
+//
+// Why the order matters. Records are spread over the topic's partitions
+// and a poll holds a run of each, so ingest stores dedupe keys in several
+// interleaved ascending runs; in record order they ascend, and every
+// insert into the dedupe index lands on its rightmost leaf, which
+// Postgres reaches without descending the tree. That alone made the COPY
+// 13-14 % faster (bench --only ingest, two rounds: 105.7k and 107.1k
+// rows/s against 93.1k and 92.1k with each poll's worth of rows grouped
+// by partition), an order no consumer of a partitioned topic sees. So
+// the figure's COPY loads the rows in the order ingest stored them (its
+// job ids), and the note gives the record-order COPY beside it.
 func (e *env) ingestAndCopy(ctx context.Context, name string, n int) (t ingestTimes, err error) {
 	route := e.route(name)
 	if err := e.createTopic(ctx, route.Topic); err != nil {
@@ -116,20 +132,64 @@ func (e *env) ingestAndCopy(ctx context.Context, name string, n int) (t ingestTi
 	if err != nil {
 		return t, err
 	}
-	jobRows, keyRows := copyRows(jobs)
-	if err := e.reset(ctx); err != nil {
+	stored, err := e.ingestOrder(ctx, jobs)
+	if err != nil {
 		return t, err
 	}
-	start = time.Now()
-	rows, err := e.copyJobs(ctx, jobRows, keyRows)
-	t.copied = time.Since(start)
-	if err != nil {
-		return t, fmt.Errorf("copy: %w", err)
+	if t.copied, err = e.timeCopy(ctx, stored); err != nil {
+		return t, err
 	}
-	if rows != int64(n) {
-		return t, fmt.Errorf("copy: %d rows copied, want %d", rows, n)
+	if t.copiedInRecordOrder, err = e.timeCopy(ctx, jobs); err != nil {
+		return t, err
 	}
 	return t, nil
+}
+
+// ingestOrder returns jobs in the order ingest stored them: by the ids
+// the ingested rows of their dedupe keys got.
+func (e *env) ingestOrder(ctx context.Context, jobs []pgstore.NewJob) ([]pgstore.NewJob, error) {
+	rows, err := e.store.Pool().Query(ctx, `SELECT dedupe_key FROM job_keys ORDER BY job_id`)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	byKey := make(map[string]*pgstore.NewJob, len(jobs))
+	for i := range jobs {
+		byKey[jobs[i].DedupeKey] = &jobs[i]
+	}
+	out := make([]pgstore.NewJob, 0, len(jobs))
+	for _, k := range keys {
+		j := byKey[k]
+		if j == nil {
+			return nil, fmt.Errorf("ingest stored dedupe key %q, which no record has", k)
+		}
+		out = append(out, *j)
+	}
+	if len(out) != len(jobs) {
+		return nil, fmt.Errorf("ingest stored %d jobs of %d records", len(out), len(jobs))
+	}
+	return out, nil
+}
+
+// timeCopy empties the tables and times copyJobs loading jobs.
+func (e *env) timeCopy(ctx context.Context, jobs []pgstore.NewJob) (time.Duration, error) {
+	jobRows, keyRows := copyRows(jobs)
+	if err := e.reset(ctx); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	rows, err := e.copyJobs(ctx, jobRows, keyRows)
+	took := time.Since(start)
+	if err != nil {
+		return 0, fmt.Errorf("copy: %w", err)
+	}
+	if rows != int64(len(jobs)) {
+		return 0, fmt.Errorf("copy: %d rows copied, want %d", rows, len(jobs))
+	}
+	return took, nil
 }
 
 // expectQueued checks that the bench queue holds exactly n queued jobs.
