@@ -508,8 +508,9 @@ func (e *env) scaleLeases(ctx context.Context, x int) ([]figure, error) {
 		figure{metric: "efficiency", value: figures[0].value / ideal, unit: "ratio"}), nil
 }
 
-// scalePayload: ingest against COPY of the same rows, by payload size;
-// each point moves about the same bytes (up to cfg.Records records).
+// scalePayload: ingest against COPY of the same rows (in the order
+// ingest stored them, as ingest_records_per_s), by payload size; each
+// point moves about the same bytes (up to cfg.Records records).
 // Ingest is timed after its first batch (ingestTimes.steady): the group
 // join would otherwise weigh on the large payloads' short runs alone.
 func (e *env) scalePayload(ctx context.Context, x int) ([]figure, error) {
@@ -518,7 +519,7 @@ func (e *env) scalePayload(ctx context.Context, x int) ([]figure, error) {
 	e.useShape(shape{keys: e.cfg.Keys, stride: 1, pad: strings.Repeat("x", max(0, x-80))})
 	n := min(e.cfg.Records, budget/x)
 	// A topic per round: the bench's topics are never reused.
-	t, err := e.ingestAndCopy(ctx, fmt.Sprintf("payload%d_%d", x, len(e.topics)), n)
+	t, err := e.ingestAndCopy(ctx, fmt.Sprintf("payload%d_%d", x, len(e.topics)), n, false)
 	if err != nil {
 		return nil, err
 	}
