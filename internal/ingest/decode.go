@@ -536,11 +536,7 @@ func validJSON(v []byte) bool {
 	for i := 0; i < len(v); i++ {
 		switch v[i] {
 		case '"': // skip the string: brackets in it do not nest
-			for i++; i < len(v) && v[i] != '"'; i++ {
-				if v[i] == '\\' {
-					i++
-				}
-			}
+			i = stringEnd(v, i)
 		case '[', '{':
 			if depth++; depth > maxNesting {
 				return false
@@ -550,6 +546,29 @@ func validJSON(v []byte) bool {
 		}
 	}
 	return gjson.ValidBytes(v)
+}
+
+// stringEnd is the index of the quote that closes the string opened at
+// v[open], or len(v) if none does: the next quote after an even number
+// of backslashes. Found by IndexByte rather than byte by byte, it skips
+// a large value's long strings at memchr's speed; the byte loop was a
+// sixth of decoding 10-100 KB records (bench --scale --only payload
+// --cpuprofile).
+func stringEnd(v []byte, open int) int {
+	for i := open + 1; ; i++ {
+		j := bytes.IndexByte(v[i:], '"')
+		if j < 0 {
+			return len(v)
+		}
+		i += j
+		escapes := 0
+		for k := i - 1; v[k] == '\\'; k-- {
+			escapes++
+		}
+		if escapes%2 == 0 {
+			return i
+		}
+	}
 }
 
 // notJSON says why a value json.Valid refused is not JSON, as decoding it

@@ -26,6 +26,10 @@ func FuzzFieldsReadAsEncodingJSONDoes(f *testing.F) {
 		`{"a":{"b":"x"},"a":3}`, `{"a.b":"dot"}`, "{\"a\":\"\x00\"}", `{"a":"x\"y"}`, strings.Repeat("[", 10001), strings.Repeat("[", 10000) + strings.Repeat("]", 10000),
 		strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000), `{"a":"[[[\"]]]"}`, `{"a":1e}`, `{"a":-}`, `{"a":1.}`,
 		`{"a":.5}`, `{"a":+1}`, `{"a":0x1}`, `{"a":1E+2}`, `{"a":"\x"}`, `{"a":"\u12"}`, "{\"a\":\"\t\"}", `{"a" :1 }`, "\ufeff{}",
+		// A string's end after escaped backslashes: the brackets after it
+		// nest past the bound, and only an exact end tells.
+		`{"a":"\\"}`, `{"a":"\\\"[["}`, `["\\",` + strings.Repeat("[", 10000) + strings.Repeat("]", 10001),
+		`["\\\"",` + strings.Repeat("[", 10000) + strings.Repeat("]", 10001), `{"a":"x`,
 	} {
 		f.Add([]byte(v), "a")
 		f.Add([]byte(v), "a.b")
