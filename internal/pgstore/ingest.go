@@ -594,9 +594,11 @@ func drawJobIDs(ctx context.Context, tx pgx.Tx, n int) ([]int64, time.Time, erro
 // queueJobIDs is drawJobIDs as a statement of batch b, which sets ids and
 // now.
 func queueJobIDs(b *pgx.Batch, n int, ids *[]int64, now *time.Time) {
-	// One row, not n: reading a large poll's ids as rows, each with its
-	// own copy of now(), cost more than drawing them.
-	b.Queue(`SELECT array_agg(nextval('jobs_id_seq')), now() FROM generate_series(1, $1)`, n).QueryRow(func(r pgx.Row) error {
+	// One row of an array, not n rows each with its own copy of now().
+	// Sorted, so that the batch's ids follow its record order, which
+	// coalescing relies on (the newest job of a key is its highest id).
+	b.Queue(`SELECT array_agg(id ORDER BY id), now() FROM (SELECT nextval('jobs_id_seq') AS id FROM generate_series(1, $1)) ids`,
+		n).QueryRow(func(r pgx.Row) error {
 		return r.Scan(ids, now)
 	})
 }
