@@ -307,4 +307,12 @@ func TestSmallAndLargeBatchesStoreTheSameRows(t *testing.T) {
 		t.Fatalf("small batch rows\n%s\nlarge batch rows\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	t.Logf("e.g. %s", got[3])
+	// A large batch's ids follow its records' order, which coalescing
+	// relies on (the newest unstarted job of a key is its highest id).
+	var inOrder bool
+	if err := s.Pool().QueryRow(ctx, `SELECT coalesce(bool_and(prev < src_offset), false) FROM (
+			SELECT src_offset, lag(src_offset) OVER (ORDER BY id) AS prev FROM jobs WHERE route = 'large') o
+		WHERE prev IS NOT NULL`).Scan(&inOrder); err != nil || !inOrder {
+		t.Fatalf("the large batch's ids do not follow its records' order (%v)", err)
+	}
 }
