@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,13 +24,10 @@ func TestApplyAfterTheLeaseIsLost(t *testing.T) {
 		DedupeKey: "1", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t"}}}); err != nil {
 		t.Fatal(err)
 	}
-	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: time.Minute, MaxRuntime: time.Hour})
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("claim: %v %v", jobs, err)
-	}
-	stale := &workers.Job{ID: jobs[0].ID, Token: jobs[0].Token + 1000}
+	j := testenv.ClaimOne(t, s, "q")
+	stale := &workers.Job{ID: j.ID, Token: j.Token + 1000}
 	called := false
-	err = switchyard.NewApplierForTest(s).Apply(ctx, stale, func(context.Context, pgx.Tx) error { called = true; return nil })
+	err := switchyard.NewApplierForTest(s).Apply(ctx, stale, func(context.Context, pgx.Tx) error { called = true; return nil })
 	if !errors.Is(err, workers.ErrLeaseLost) || called {
 		t.Fatalf("Apply with a lost lease: %v (fn called: %v), want workers.ErrLeaseLost and fn not called", err, called)
 	}

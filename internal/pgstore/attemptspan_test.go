@@ -3,7 +3,6 @@ package pgstore_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
@@ -24,11 +23,7 @@ func TestAttemptSpanReachesTheNextClaim(t *testing.T) {
 	}
 	claim := func() *pgstore.Claimed {
 		t.Helper()
-		jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: time.Minute, MaxRuntime: time.Hour})
-		if err != nil || len(jobs) != 1 {
-			t.Fatalf("claim: %v %v", jobs, err)
-		}
-		return jobs[0]
+		return testenv.ClaimOne(t, s, "q")
 	}
 	retry := func(j *pgstore.Claimed, span string) {
 		t.Helper()

@@ -56,10 +56,7 @@ func TestCoalesceKeepsTheNewestUnstartedJobOfAKey(t *testing.T) {
 	if got := states("r", "a"); len(got["queued"]) != 1 || got["queued"][0] != 5 || len(got["coalesced"]) != 4 {
 		t.Fatalf("key a: %v; want offset 5 queued, 4 coalesced", got)
 	}
-	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: time.Minute, MaxRuntime: time.Hour})
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("claim: %v %v", jobs, err)
-	}
+	testenv.ClaimOne(t, s, "q")
 	ingest("r", "a", nil, 1) // 6: the running job 5 stays
 	if got := states("r", "a"); len(got["running"]) != 1 || len(got["queued"]) != 1 || got["queued"][0] != 6 {
 		t.Fatalf("key a after a claim: %v; want 5 running and 6 queued", got)

@@ -18,16 +18,13 @@ import (
 func killJob(t *testing.T, s *pgstore.Store) (jobID, entryID int64) {
 	t.Helper()
 	ctx := context.Background()
-	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: time.Minute, MaxRuntime: time.Hour})
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("claim: %v %v", jobs, err)
-	}
-	c, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: jobs[0].ID, Token: jobs[0].Token, State: jobstate.Dead,
+	j := testenv.ClaimOne(t, s, "q")
+	c, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: jobstate.Dead,
 		Reason: "permanent", Error: "HTTP 422"}})
-	if err != nil || !c.Applied[jobs[0].Token] {
+	if err != nil || !c.Applied[j.Token] {
 		t.Fatalf("complete dead: %v %v", c.Applied, err)
 	}
-	return jobs[0].ID, dlqEntryOf(t, s, jobs[0].ID)
+	return j.ID, dlqEntryOf(t, s, j.ID)
 }
 
 // A re-driven DLQ entry stays, with the job it revived and that job's

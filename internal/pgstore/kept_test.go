@@ -325,11 +325,7 @@ func TestCancelRacingAKeptCompletionIsAConflict(t *testing.T) {
 		DedupeKey: "d", Payload: []byte("{}"), MaxAttempts: 1, Topic: "t"}}}); err != nil {
 		t.Fatal(err)
 	}
-	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: time.Minute, MaxRuntime: time.Hour})
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("claim: %v %v", jobs, err)
-	}
-	j := jobs[0]
+	j := testenv.ClaimOne(t, s, "q")
 	tx, err := s.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -190,6 +190,18 @@ func MigratedStore(t testing.TB) *pgstore.Store {
 	return Store(t, Schema(t))
 }
 
+// ClaimOne claims the one runnable job of queue under a minute's lease,
+// failing the test unless exactly one was claimed.
+func ClaimOne(t testing.TB, s *pgstore.Store, queue string) *pgstore.Claimed {
+	t.Helper()
+	jobs, _, err := s.JobClaim(context.Background(), pgstore.JobClaimParams{Queue: queue, Limit: 1,
+		Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	return jobs[0]
+}
+
 // Topic is Shared(t).Topic(t, partitions).
 func Topic(t testing.TB, partitions int32) string {
 	t.Helper()
