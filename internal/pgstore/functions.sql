@@ -142,6 +142,7 @@ DECLARE
     f_route text[];    -- freed non-strict lanes, with the head that left
     f_key   text[];
     f_prev  bigint[];
+    f_last  bigint[];  -- and their last applied version from now on
     v_route text[];    -- freed versioned lanes, with their last applied version
     v_key   text[];
     v_last  bigint[];
@@ -176,7 +177,7 @@ BEGIN
     -- commit.
     WITH h AS MATERIALIZED (
         -- By primary key only, whatever the statistics say.
-        SELECT e.route, e.key, e.id, j.version,
+        SELECT e.route, e.key, e.id, j.version, l.policy, l.last_version,
             CASE
                 WHEN e.id = ANY(p_discarded) AND j.state = 'dead' THEN 'leave'
                 WHEN j.state IN ('succeeded', 'skipped', 'cancelled', 'expired', 'coalesced') THEN 'end'
@@ -192,24 +193,31 @@ BEGIN
             SELECT 'succeeded', e.gone_version WHERE e.left_jobs
         ) j
         JOIN lanes l ON l.route = e.route AND l.key = e.key AND l.head_job_id = e.id
+    ), c AS (
+        -- What each change leaves in the lane: its last applied version,
+        -- and whether the lane is written later, once, with its next head
+        -- (a freed non-strict lane: one row version a job, not two).
+        SELECT route, key, id, policy, change,
+            CASE WHEN change = 'end' AND applies AND version IS NOT NULL
+                THEN greatest(last_version, version) ELSE last_version END AS last_version,
+            change IN ('end', 'leave') AND policy <> 'strict' AS deferred
+        FROM h WHERE change IS NOT NULL
     ), changed AS (
         UPDATE lanes l SET
-            blocked = (h.change = 'block'),
-            head_job_id = CASE WHEN h.change IN ('block', 'resume') THEN l.head_job_id END,
-            last_version = CASE WHEN h.change = 'end' AND h.applies AND h.version IS NOT NULL
-                THEN greatest(l.last_version, h.version) ELSE l.last_version END
-        FROM h
-        WHERE l.route = h.route AND l.key = h.key AND l.head_job_id = h.id AND h.change IS NOT NULL
-        RETURNING l.route, l.key, l.policy, l.last_version, h.change, h.id
+            blocked = (c.change = 'block'),
+            head_job_id = CASE WHEN c.change IN ('block', 'resume') THEN l.head_job_id END,
+            last_version = c.last_version
+        FROM c
+        WHERE l.route = c.route AND l.key = c.key AND l.head_job_id = c.id AND NOT c.deferred
     )
-    SELECT array_agg(route) FILTER (WHERE policy <> 'strict'), array_agg(key) FILTER (WHERE policy <> 'strict'),
-        array_agg(id) FILTER (WHERE policy <> 'strict'),
+    SELECT array_agg(route) FILTER (WHERE deferred), array_agg(key) FILTER (WHERE deferred),
+        array_agg(id) FILTER (WHERE deferred), array_agg(last_version) FILTER (WHERE deferred),
         array_agg(route) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
         array_agg(key) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
         array_agg(last_version) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
         array_agg(route) FILTER (WHERE policy = 'strict'), array_agg(key) FILTER (WHERE policy = 'strict')
-    INTO f_route, f_key, f_prev, v_route, v_key, v_last, s_route, s_key
-    FROM changed WHERE change IN ('end', 'leave');
+    INTO f_route, f_key, f_prev, f_last, v_route, v_key, v_last, s_route, s_key
+    FROM c WHERE change IN ('end', 'leave');
 
     IF v_route IS NOT NULL THEN
         WITH skipped AS (
@@ -226,19 +234,19 @@ BEGIN
     IF f_route IS NOT NULL THEN
         RETURN QUERY
         WITH nxt AS (
-            -- Each freed lane's next waiting job. lease_ms is set when the
-            -- pool that ran the head takes it (a job of its queue that may
-            -- run now: one whose run_at is ahead waits, queued, holding
-            -- its lane).
-            SELECT f.route, f.key, f.prev, w.id,
+            -- Each freed lane, with its next waiting job if it has one.
+            -- lease_ms is set when the pool that ran the head takes it (a
+            -- job of its queue that may run now: one whose run_at is ahead
+            -- waits, queued, holding its lane).
+            SELECT f.route, f.key, f.prev, f.last, w.id,
                 CASE WHEN w.queue = h.queue AND w.scheduled_at <= now() THEN h.lease_ms END AS lease_ms
-            FROM unnest(f_route, f_key, f_prev) AS f(route, key, prev)
-            CROSS JOIN LATERAL (
+            FROM unnest(f_route, f_key, f_prev, f_last) AS f(route, key, prev, last)
+            LEFT JOIN LATERAL (
                 SELECT id, queue, scheduled_at FROM jobs
                 WHERE route = f.route AND key = f.key AND state = 'waiting'
                 ORDER BY version NULLS FIRST, src_offset, id
                 LIMIT 1
-            ) w
+            ) w ON true
             LEFT JOIN unnest(p_handoff, p_queue, p_lease_ms) AS h(prev, queue, lease_ms) ON h.prev = f.prev
         ), q AS (
             -- Re-checked under the row lock the update takes: a job
@@ -249,19 +257,26 @@ BEGIN
             -- statistics made the planner scan every such row per batch).
             UPDATE jobs j SET state = 'queued', scheduled_at = greatest(j.scheduled_at, now())
             FROM nxt WHERE j.id = nxt.id AND nxt.lease_ms IS NULL AND coalesce(j.state, '') = 'waiting'
-            RETURNING j.route, j.key, j.id
+            RETURNING j.id
         ), handed AS (
             -- Handed off: claimed here, as JobClaim claims.
             UPDATE jobs j SET scheduled_at = now(), {{claim "j" "nxt.lease_ms"}}
             FROM nxt WHERE j.id = nxt.id AND nxt.lease_ms IS NOT NULL AND coalesce(j.state, '') = 'waiting'
-            RETURNING j AS job, j.route, j.key, j.id
+            RETURNING j AS job, j.id
         ), promoted AS (
-            SELECT route, key, id FROM q UNION ALL SELECT route, key, id FROM handed
+            SELECT id FROM q UNION ALL SELECT id FROM handed
+        ), heads AS (
+            -- Each freed lane's head from now on: none when no job was
+            -- promoted. A hashed lookup: joined to the lanes on their key,
+            -- the planner expects ten rows from each side and nests loops
+            -- over them (seen: 100 x 100 text comparisons).
+            SELECT route, key, last, CASE WHEN id IN (SELECT id FROM promoted) THEN id END AS id FROM nxt
         ), u AS (
-            -- Joined on the lane's key: the planner expects ten rows from
-            -- each side and would nest loops over them (seen: 80 x 80 scans).
-            UPDATE lanes l SET head_job_id = p.id, gap_since = NULL
-            FROM promoted p WHERE l.route = p.route AND l.key = p.key
+            -- Each freed lane written once: its next head and the version
+            -- its ended head applied.
+            UPDATE lanes l SET head_job_id = n.id, blocked = false, last_version = n.last,
+                gap_since = CASE WHEN n.id IS NULL THEN l.gap_since END
+            FROM heads n WHERE l.route = n.route AND l.key = n.key
         )
         SELECT nxt.prev, handed.job FROM handed JOIN nxt ON nxt.id = handed.id;
     END IF;

@@ -202,3 +202,64 @@ func TestLaneHandoff(t *testing.T) {
 		t.Fatalf("a3 row %+v; want queued, no attempt, the lane's head", r)
 	}
 }
+
+// A lane's next job cancelled while the lane advances onto it: the
+// promotion finds it waiting in its snapshot, waits for the cancel's row
+// lock, re-checks the state and leaves it alone. The lane must then have
+// no head at all, not the cancelled job: a cancelled head would hold the
+// lane for ever. (lanes_advance writes a freed lane once, with whichever
+// job it actually promoted.)
+func TestLaneSkipsANextJobCancelledAsItAdvances(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	ingestLane(t, s, func(string) string { return "cust-1" }, "a", "b")
+	head := testenv.ClaimOne(t, s, "q")
+	var next int64
+	if err := s.Pool().QueryRow(ctx, `SELECT id FROM jobs WHERE dedupe_key = 'b'`).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+
+	cancel, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel.Rollback(ctx)
+	var canceller int32
+	if err := cancel.QueryRow(ctx, `UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = $1
+		RETURNING pg_backend_pid()`, next).Scan(&canceller); err != nil {
+		t.Fatal(err)
+	}
+	completed := make(chan error, 1)
+	go func() {
+		_, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head.ID, Token: head.Token, State: "succeeded", Lane: head.LaneRef()}})
+		completed <- err
+	}()
+	// The completion is past its probe once it waits for the cancel.
+	deadline := time.Now().Add(10 * time.Second)
+	for blocked := false; !blocked; {
+		if time.Now().After(deadline) {
+			t.Fatal("the completion never waited for the cancel's row lock")
+		}
+		if err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE $1::int = ANY(pg_blocking_pids(pid)))`, canceller).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cancel.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-completed; err != nil {
+		t.Fatal(err)
+	}
+	var headNow int64
+	var state string
+	if err := s.Pool().QueryRow(ctx, `SELECT coalesce((SELECT head_job_id FROM lanes WHERE route = 'r' AND key = 'cust-1'), 0),
+		(SELECT state FROM all_jobs WHERE id = $1)`, next).Scan(&headNow, &state); err != nil {
+		t.Fatal(err)
+	}
+	if headNow != 0 || state != "cancelled" {
+		t.Fatalf("lane head %d, next job %s; want no head and the job cancelled", headNow, state)
+	}
+}
