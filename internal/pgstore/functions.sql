@@ -149,27 +149,27 @@ DECLARE
     s_route text[];    -- freed strict lanes
     s_key   text[];
 BEGIN
+    -- The heads among the jobs, their lanes locked in (route, key) order,
+    -- as every other path locks them, so that concurrent batches and
+    -- ingest cannot deadlock. A job that is not its lane's head takes no
+    -- lock at all.
     SELECT array_agg(id), array_agg(route), array_agg(key), array_agg(version), array_agg(left_jobs)
     INTO e_id, e_route, e_key, e_gone, e_left
     FROM (
-        SELECT id, route, key, NULL::bigint AS version, false AS left_jobs FROM jobs WHERE id = ANY(p_ids) AND lane
-        UNION ALL
-        SELECT g.id, g.route, g.key, g.version, true
-        FROM unnest(p_gone_id, p_gone_route, p_gone_key, p_gone_version) AS g(id, route, key, version)
-        WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE id = g.id)
-    ) e;
+        SELECT e.* FROM (
+            SELECT id, route, key, NULL::bigint AS version, false AS left_jobs FROM jobs WHERE id = ANY(p_ids) AND lane
+            UNION ALL
+            SELECT g.id, g.route, g.key, g.version, true
+            FROM unnest(p_gone_id, p_gone_route, p_gone_key, p_gone_version) AS g(id, route, key, version)
+            WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE id = g.id)
+        ) e
+        JOIN lanes l ON l.route = e.route AND l.key = e.key AND l.head_job_id = e.id
+        ORDER BY l.route, l.key
+        FOR UPDATE OF l
+    ) heads;
     IF e_id IS NULL THEN
         RETURN;
     END IF;
-
-    -- Lanes are locked in (route, key) order, as every other path locks
-    -- them, so that concurrent batches and ingest cannot deadlock. A job
-    -- that is not its lane's head takes no lock at all.
-    PERFORM 1 FROM lanes l
-    JOIN unnest(e_route, e_key, e_id) AS e(route, key, id)
-        ON l.route = e.route AND l.key = e.key AND l.head_job_id = e.id
-    ORDER BY l.route, l.key
-    FOR UPDATE OF l;
 
     -- The jobs' states are read only now, under the lane locks: every
     -- other path that changes a head's state (rescue, cancel, re-drive)
