@@ -419,7 +419,9 @@ const Reserved = "reserved"
 
 // QueueStats reads depth by state (and Reserved) and the oldest runnable
 // age for every queue. Terminal states other than dead are not counted: they grow
-// without bound and are history, not depth.
+// without bound and are history, not depth. The depth, and the oldest
+// waiting age counted with it, may be a count reused while depthReuse
+// allows; everything else is read afresh.
 func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	out := map[string]*QueueStat{}
 	get := func(q string) *QueueStat {
@@ -428,40 +430,22 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 		}
 		return out[q]
 	}
-	// One branch per partial index, so that each count reads only the
-	// rows of its states and never the finished history (one query over
-	// all five states read the whole table: a parallel seq scan of every
-	// retained job on each sample).
-	rows, err := s.pool.Query(ctx, `
-		SELECT queue, state, count(*), 0::float8 FROM jobs WHERE state IN ('queued', 'retrying') GROUP BY queue, state
-		UNION ALL SELECT queue, 'running', count(*), 0 FROM jobs WHERE state = 'running' GROUP BY queue
-		UNION ALL SELECT queue, 'waiting', count(*), extract(epoch FROM now() - min(created_at)) FROM jobs
-			WHERE state = 'waiting' GROUP BY queue
-		UNION ALL SELECT queue, 'dead', count(*), 0 FROM jobs WHERE state = 'dead' GROUP BY queue
-		UNION ALL SELECT queue, 'reserved', sum(reserved), 0 FROM reservations
-			WHERE updated_at > now() - interval '`+reservationsFresh+`' GROUP BY queue`)
+	depth, err := s.queueDepth(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var q, st string
-	var n int64
-	var waitingAge float64
-	_, err = pgx.ForEachRow(rows, []any{&q, &st, &n, &waitingAge}, func() error {
-		qs := get(q)
-		qs.Jobs[st] = n
-		if st == string(jobstate.Waiting) {
-			qs.OldestWaitingAgeSeconds = waitingAge
+	for _, d := range depth {
+		qs := get(d.queue)
+		qs.Jobs[d.state] = d.n
+		if d.state == string(jobstate.Waiting) {
+			qs.OldestWaitingAgeSeconds = d.waitingAge
 		}
-		switch st {
+		switch d.state {
 		case string(jobstate.Running):
-			qs.Running = n
+			qs.Running = d.n
 		case string(jobstate.Dead):
-			qs.Dead = n
+			qs.Dead = d.n
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	// Reserved jobs are running rows no handler runs yet: reported apart.
 	for _, qs := range out {
@@ -473,7 +457,7 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	// The oldest runnable job of each queue is the first entry of its
 	// range of the claim index: the queues are found by skipping from one
 	// to the next in that index, so the cost is per queue, not per job.
-	rows, err = s.pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		WITH RECURSIVE q(queue) AS (
 			(SELECT queue FROM jobs WHERE state IN ('queued', 'retrying') ORDER BY queue LIMIT 1)
 			UNION ALL
@@ -491,6 +475,8 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 	if err != nil {
 		return nil, err
 	}
+	var q string
+	var n int64
 	var age float64
 	_, err = pgx.ForEachRow(rows, []any{&q, &age}, func() error {
 		get(q).OldestRunnableAgeSeconds = age
@@ -522,6 +508,71 @@ func (s *Store) QueueStats(ctx context.Context) (map[string]*QueueStat, error) {
 		return nil
 	})
 	return out, err
+}
+
+// depthCount is a count of a queue's jobs by state (QueueStats), and
+// until when it may stand for a new one.
+type depthCount struct {
+	rows  []depthRow
+	until time.Time
+}
+
+type depthRow struct {
+	queue, state string
+	n            int64
+	waitingAge   float64 // the oldest waiting job's age, for state waiting
+}
+
+// depthReuse is how long a count of the jobs by state that took took is
+// reused. The count reads every active job: a backlog of millions makes it
+// take seconds, and the sampler of every process asks every few seconds,
+// as does each open dashboard. Reused for twenty times its duration, it
+// takes at most a twentieth of the time of one connection, however often
+// it is asked; a count under 50 ms is never reused, so the depth stays
+// exact wherever counting is cheap.
+func depthReuse(took time.Duration) time.Duration {
+	if took < 50*time.Millisecond {
+		return 0
+	}
+	return 20 * took
+}
+
+// queueDepth counts the jobs of every queue by state (and Reserved), or
+// returns the last count while depthReuse allows. Callers that arrive
+// during a count wait for it rather than start their own.
+func (s *Store) queueDepth(ctx context.Context) ([]depthRow, error) {
+	s.depthMu.Lock()
+	defer s.depthMu.Unlock()
+	if time.Now().Before(s.depth.until) {
+		return s.depth.rows, nil
+	}
+	start := time.Now()
+	// One branch per partial index, so that each count reads only the
+	// rows of its states and never the finished history (one query over
+	// all five states read the whole table: a parallel seq scan of every
+	// retained job on each sample).
+	rows, err := s.pool.Query(ctx, `
+		SELECT queue, state, count(*), 0::float8 FROM jobs WHERE state IN ('queued', 'retrying') GROUP BY queue, state
+		UNION ALL SELECT queue, 'running', count(*), 0 FROM jobs WHERE state = 'running' GROUP BY queue
+		UNION ALL SELECT queue, 'waiting', count(*), extract(epoch FROM now() - min(created_at)) FROM jobs
+			WHERE state = 'waiting' GROUP BY queue
+		UNION ALL SELECT queue, 'dead', count(*), 0 FROM jobs WHERE state = 'dead' GROUP BY queue
+		UNION ALL SELECT queue, 'reserved', sum(reserved), 0 FROM reservations
+			WHERE updated_at > now() - interval '`+reservationsFresh+`' GROUP BY queue`)
+	if err != nil {
+		return nil, err
+	}
+	var out []depthRow
+	var d depthRow
+	_, err = pgx.ForEachRow(rows, []any{&d.queue, &d.state, &d.n, &d.waitingAge}, func() error {
+		out = append(out, d)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.depth = depthCount{rows: out, until: time.Now().Add(s.depthReuse(time.Since(start)))}
+	return out, nil
 }
 
 // parkedCountSQL counts the parked DLQ entries by queue and reason. It is

@@ -1,6 +1,9 @@
 package pgstore
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The batch statements whose plans TestBatchStatementsJoinByPrimaryKey
 // checks.
@@ -44,3 +47,13 @@ func (s *Store) IngestCareful() bool { return s.ingestCareful.Load() }
 
 // SetIngestCareful sets which path the next IngestCommit takes first.
 func (s *Store) SetIngestCareful(careful bool) { s.ingestCareful.Store(careful) }
+
+// DepthReuse is the rule QueueStats reuses a depth count by.
+var DepthReuse = depthReuse
+
+// SetDepthReuse replaces the store's reuse rule and forgets its last count.
+func (s *Store) SetDepthReuse(reuse func(took time.Duration) time.Duration) {
+	s.depthMu.Lock()
+	defer s.depthMu.Unlock()
+	s.depthReuse, s.depth = reuse, depthCount{}
+}

@@ -49,6 +49,10 @@ type Store struct {
 	groupCursors map[string]string // see groupCursor
 
 	ingestCareful atomic.Bool // the last batch needed IngestCommit's careful path
+
+	depthMu    sync.Mutex
+	depth      depthCount                             // QueueStats' last count of the jobs by state
+	depthReuse func(took time.Duration) time.Duration // how long a count that took so long is reused
 }
 
 // Config opens a Store.
@@ -108,7 +112,7 @@ func open(ctx context.Context, cfg Config, settings map[string]string) (*Store, 
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", redact(err))
 	}
-	return &Store{pool: pool, schema: cfg.Schema}, nil
+	return &Store{pool: pool, schema: cfg.Schema, depthReuse: depthReuse}, nil
 }
 
 // Unavailable reports whether err means the database cannot be reached
