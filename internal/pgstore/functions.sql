@@ -134,7 +134,7 @@ CREATE OR REPLACE FUNCTION lanes_advance(p_ids bigint[], p_handoff bigint[] DEFA
 RETURNS TABLE (prev_id bigint, job jobs)
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_bitmapscan = on SET enable_sort = on AS $$
 DECLARE
-    e_id    bigint[];  -- the jobs' lanes, by their (immutable) route and key
+    e_id    bigint[];  -- the heads among the jobs, with their lanes' (immutable) route and key
     e_route text[];
     e_key   text[];
     e_gone  bigint[];  -- the version of a job that left jobs as succeeded
