@@ -523,8 +523,8 @@ type depthRow struct {
 	waitingAge   float64 // the oldest waiting job's age, for state waiting
 }
 
-// depthReuse is how long a count of the jobs by state that took took is
-// reused. The count reads every active job: a backlog of millions makes it
+// depthReuse says how long a count of the jobs by state is reused, from
+// how long it took. The count reads every active job: a backlog of millions makes it
 // take seconds, and the sampler of every process asks every few seconds,
 // as does each open dashboard. Reused for twenty times its duration, it
 // takes at most a twentieth of the time of one connection, however often
@@ -538,8 +538,8 @@ func depthReuse(took time.Duration) time.Duration {
 }
 
 // queueDepth counts the jobs of every queue by state (and Reserved), or
-// returns the last count while depthReuse allows. Callers that arrive
-// during a count wait for it rather than start their own.
+// returns the last count while depthReuse allows. One count runs at a
+// time: a caller that arrives during a slow one gets its result.
 func (s *Store) queueDepth(ctx context.Context) ([]depthRow, error) {
 	s.depthMu.Lock()
 	defer s.depthMu.Unlock()
