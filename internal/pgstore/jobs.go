@@ -1032,6 +1032,13 @@ const completeSQL = `
 			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[],
 				$7::bytea[], $8::text[], $9::text[])
 				AS t(id, token, state, reason, err, delay_ms, result, result_type, span)
+		), m AS (
+			-- The jobs that succeeded (keptSQL) leave jobs, kept as one
+			-- job_history row of this batch (migration 0029).
+			DELETE FROM jobs j USING o AS t
+			WHERE ` + heldSQL + ` AND ` + keptSQL + `
+			RETURNING job_as_view(j, 'succeeded', now(), t.result, t.result_type,
+				coalesce(t.span, j.attempt_span)) AS job
 		), u AS (
 			UPDATE jobs j SET state = t.state,
 				result = t.result, result_type = t.result_type,
@@ -1043,7 +1050,10 @@ const completeSQL = `
 				errors = CASE WHEN t.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(
 					jsonb_build_object('attempt', j.attempts, 'error', left(t.err, 1024), 'at', now())) END
 			FROM o AS t
-			WHERE ` + heldSQL + ` AND NOT ` + keptSQL + `
+			-- Only what m did not take, so that a success is looked up
+			-- once, not twice (ids are never NULL, so NOT IN is exact,
+			-- and it filters o through a hash of m before any lookup).
+			WHERE t.id NOT IN (SELECT (job).id FROM m) AND ` + heldSQL + ` AND NOT ` + keptSQL + `
 			-- What the DLQ entry of a dead job needs; its bytes for dead
 			-- jobs only, as no other row needs them.
 			RETURNING j.id, j.token, j.state, j.route, j.queue, j.src_topic, j.src_partition, j.src_offset,
@@ -1058,13 +1068,6 @@ const completeSQL = `
 				u.attempts, coalesce(u.last_error, ''), u.errors, u.payload, u.header_keys, u.header_values
 			FROM u WHERE u.state = 'dead'
 			ON CONFLICT DO NOTHING
-		), m AS (
-			-- The jobs that succeeded (keptSQL) leave jobs, kept as one
-			-- job_history row of this batch (migration 0029).
-			DELETE FROM jobs j USING o AS t
-			WHERE ` + heldSQL + ` AND ` + keptSQL + `
-			RETURNING job_as_view(j, 'succeeded', now(), t.result, t.result_type,
-				coalesce(t.span, j.attempt_span)) AS job
 		), h AS (
 			INSERT INTO job_history (ids, finished_at, n, queues, routes, jobs)
 			SELECT int8range(min((job).id), max((job).id), '[]'), now(), count(*),
