@@ -111,11 +111,18 @@ DROP FUNCTION IF EXISTS lanes_advance(bigint[], bigint[], text[], bigint[], bigi
 --
 -- A head whose success the same transaction recorded has left jobs for
 -- job_history (pgstore's completeSQL): the completer passes its id, route,
--- key and version in p_gone_*, and a job of p_gone that jobs no longer
--- holds ended as succeeded. One that jobs still holds is read from it as
--- any other (its outcome was stale). A job that left jobs earlier, by
--- another attempt's success, heads no lane any more: the lanes join below
--- finds nothing for it.
+-- key and version in p_gone_* (and not in p_ids: each is looked up once),
+-- and a job of p_gone that jobs no longer holds ended as succeeded. One
+-- that jobs still holds is read from it as any other (its outcome was
+-- stale). A job that left jobs earlier, by another attempt's success,
+-- heads no lane any more: the lanes join below finds nothing for it.
+--
+-- The lanes locked first are read and written after by their row's
+-- position (ctid), not their key: no other transaction can move a row we
+-- hold locked, and this function writes each one once, last. (Each later
+-- statement descended lanes_pkey by text key for every lane again: with
+-- a gone head's second lookup, a fifth of the buffers lanes_advance
+-- touched in bench --only ordered; docs/performance.md.)
 --
 -- Its planner settings are its own, for this function only. Every
 -- statement here reads lanes and jobs by key, a few hundred rows per
@@ -139,10 +146,12 @@ DECLARE
     e_key   text[];
     e_gone  bigint[];  -- the version of a job that left jobs as succeeded
     e_left  boolean[]; -- whether it did
+    e_lane  tid[];     -- and their lane rows, locked
     f_route text[];    -- freed non-strict lanes, with the head that left
     f_key   text[];
     f_prev  bigint[];
     f_last  bigint[];  -- and their last applied version from now on
+    f_lane  tid[];
     v_route text[];    -- freed versioned lanes, with their last applied version
     v_key   text[];
     v_last  bigint[];
@@ -153,15 +162,16 @@ BEGIN
     -- as every other path locks them, so that concurrent batches and
     -- ingest cannot deadlock. A job that is not its lane's head takes no
     -- lock at all.
-    SELECT array_agg(id), array_agg(route), array_agg(key), array_agg(version), array_agg(left_jobs)
-    INTO e_id, e_route, e_key, e_gone, e_left
+    SELECT array_agg(id), array_agg(route), array_agg(key), array_agg(version), array_agg(left_jobs),
+        array_agg(lane)
+    INTO e_id, e_route, e_key, e_gone, e_left, e_lane
     FROM (
-        SELECT e.* FROM (
+        SELECT e.*, l.ctid AS lane FROM (
             SELECT id, route, key, NULL::bigint AS version, false AS left_jobs FROM jobs WHERE id = ANY(p_ids) AND lane
             UNION ALL
-            SELECT g.id, g.route, g.key, g.version, true
+            SELECT g.id, g.route, g.key, g.version, j.id IS NULL
             FROM unnest(p_gone_id, p_gone_route, p_gone_key, p_gone_version) AS g(id, route, key, version)
-            WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE id = g.id)
+            LEFT JOIN jobs j ON j.id = g.id
         ) e
         JOIN lanes l ON l.route = e.route AND l.key = e.key AND l.head_job_id = e.id
         ORDER BY l.route, l.key
@@ -177,7 +187,7 @@ BEGIN
     -- commit.
     WITH h AS MATERIALIZED (
         -- By primary key only, whatever the statistics say.
-        SELECT e.route, e.key, e.id, j.version, l.policy, l.last_version,
+        SELECT e.route, e.key, e.id, e.lane, j.version, l.policy, l.last_version,
             CASE
                 WHEN e.id = ANY(p_discarded) AND j.state = 'dead' THEN 'leave'
                 WHEN j.state IN ('succeeded', 'skipped', 'cancelled', 'expired', 'coalesced') THEN 'end'
@@ -186,18 +196,18 @@ BEGIN
                 WHEN l.blocked THEN 'resume'
             END AS change,
             j.state = 'succeeded' OR l.policy = 'strict' AS applies
-        FROM unnest(e_route, e_key, e_id, e_gone, e_left) AS e(route, key, id, gone_version, left_jobs)
+        FROM unnest(e_route, e_key, e_id, e_gone, e_left, e_lane) AS e(route, key, id, gone_version, left_jobs, lane)
         CROSS JOIN LATERAL (
             SELECT state, version FROM jobs WHERE id = e.id AND NOT e.left_jobs
             UNION ALL
             SELECT 'succeeded', e.gone_version WHERE e.left_jobs
         ) j
-        JOIN lanes l ON l.route = e.route AND l.key = e.key AND l.head_job_id = e.id
+        JOIN lanes l ON l.ctid = e.lane
     ), c AS (
         -- What each change leaves in the lane: its last applied version,
         -- and whether the lane is written later, once, with its next head
         -- (a freed non-strict lane: one row version a job, not two).
-        SELECT route, key, id, policy, change,
+        SELECT route, key, id, lane, policy, change,
             CASE WHEN change = 'end' AND applies AND version IS NOT NULL
                 THEN greatest(last_version, version) ELSE last_version END AS last_version,
             change IN ('end', 'leave') AND policy <> 'strict' AS deferred
@@ -208,15 +218,16 @@ BEGIN
             head_job_id = CASE WHEN c.change IN ('block', 'resume') THEN l.head_job_id END,
             last_version = c.last_version
         FROM c
-        WHERE l.route = c.route AND l.key = c.key AND l.head_job_id = c.id AND NOT c.deferred
+        WHERE l.ctid = c.lane AND NOT c.deferred
     )
     SELECT array_agg(route) FILTER (WHERE deferred), array_agg(key) FILTER (WHERE deferred),
         array_agg(id) FILTER (WHERE deferred), array_agg(last_version) FILTER (WHERE deferred),
+        array_agg(lane) FILTER (WHERE deferred),
         array_agg(route) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
         array_agg(key) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
         array_agg(last_version) FILTER (WHERE policy = 'newer' AND last_version IS NOT NULL),
         array_agg(route) FILTER (WHERE policy = 'strict'), array_agg(key) FILTER (WHERE policy = 'strict')
-    INTO f_route, f_key, f_prev, f_last, v_route, v_key, v_last, s_route, s_key
+    INTO f_route, f_key, f_prev, f_last, f_lane, v_route, v_key, v_last, s_route, s_key
     FROM c WHERE change IN ('end', 'leave');
 
     IF v_route IS NOT NULL THEN
@@ -238,9 +249,9 @@ BEGIN
             -- lease_ms is set when the pool that ran the head takes it (a
             -- job of its queue that may run now: one whose run_at is ahead
             -- waits, queued, holding its lane).
-            SELECT f.route, f.key, f.prev, f.last, w.id,
+            SELECT f.route, f.key, f.prev, f.last, f.lane, w.id,
                 CASE WHEN w.queue = h.queue AND w.scheduled_at <= now() THEN h.lease_ms END AS lease_ms
-            FROM unnest(f_route, f_key, f_prev, f_last) AS f(route, key, prev, last)
+            FROM unnest(f_route, f_key, f_prev, f_last, f_lane) AS f(route, key, prev, last, lane)
             LEFT JOIN LATERAL (
                 SELECT id, queue, scheduled_at FROM jobs
                 WHERE route = f.route AND key = f.key AND state = 'waiting'
@@ -270,13 +281,13 @@ BEGIN
             -- promoted. A hashed lookup: joined to the lanes on their key,
             -- the planner expects ten rows from each side and nests loops
             -- over them (seen: 100 x 100 text comparisons).
-            SELECT route, key, last, CASE WHEN id IN (SELECT id FROM promoted) THEN id END AS id FROM nxt
+            SELECT lane, last, CASE WHEN id IN (SELECT id FROM promoted) THEN id END AS id FROM nxt
         ), u AS (
             -- Each freed lane written once: its next head and the version
             -- its ended head applied.
             UPDATE lanes l SET head_job_id = n.id, blocked = false, last_version = n.last,
                 gap_since = CASE WHEN n.id IS NULL THEN l.gap_since END
-            FROM heads n WHERE l.route = n.route AND l.key = n.key
+            FROM heads n WHERE l.ctid = n.lane
         )
         SELECT nxt.prev, handed.job FROM handed JOIN nxt ON nxt.id = handed.id;
     END IF;

@@ -948,7 +948,7 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	// spans stays nil while no outcome has one (tracing off): NULL, which
 	// unnest pads with NULLs, costs nothing.
 	var spans []*string
-	var laneEnds, handoffs, leases []int64
+	var ended, handoffs, leases []int64
 	var queues []string
 	var gone struct {
 		ids      []int64
@@ -972,10 +972,13 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 			spans[i] = &outs[i].Span
 		}
 		if o.Lane != nil && o.State != jobstate.Retrying {
-			laneEnds = append(laneEnds, o.ID)
+			// A success leaves jobs (keptSQL): lanes_advance learns of it
+			// from gone, and only from there (see its comment).
 			if o.State == jobstate.Succeeded {
 				gone.ids, gone.routes = append(gone.ids, o.ID), append(gone.routes, o.Lane.Route)
 				gone.keys, gone.versions = append(gone.keys, o.Lane.Key), append(gone.versions, o.Lane.Version)
+			} else {
+				ended = append(ended, o.ID)
 			}
 			if o.Handoff != nil {
 				handoffs, queues = append(handoffs, o.ID), append(queues, o.Handoff.Queue)
@@ -987,7 +990,7 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	args := []any{ids, tokens, states, reasons, errs, delays, results, resultTypes, spans, append([]int64{}, gone.ids...)}
 	c := Completed{Applied: make(map[int64]bool, n)}
 	readApplied := collectTokens(c.Applied)
-	if len(laneEnds) == 0 {
+	if len(ended)+len(gone.ids) == 0 {
 		if err := s.planned(ctx, readApplied, completeSQL, args...); err != nil {
 			return Completed{}, err
 		}
@@ -1008,7 +1011,7 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	b.Queue(completeSQL, args...).Query(readApplied)
 	b.Queue(`SELECT `+workerColumns+`, a.prev_id FROM lanes_advance($1, $2, $3, $4, p_gone_id => $5,
 		p_gone_route => $6, p_gone_key => $7, p_gone_version => $8) a, LATERAL (SELECT (a.job).*) j`,
-		laneEnds, handoffs, queues, leases, gone.ids, gone.routes, gone.keys, gone.versions).Query(func(rows pgx.Rows) error {
+		ended, handoffs, queues, leases, gone.ids, gone.routes, gone.keys, gone.versions).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		c.Next = map[int64]*Claimed{}
 		for rows.Next() {

@@ -280,20 +280,34 @@ func TestLanesAdvanceJoinsByKey(t *testing.T) {
 				}
 				return out
 			}
-			// Five batches of heads ending, as the completer sends them.
+			// Five batches of heads ending, as the completer sends them:
+			// updated in place (the trigger's path), or, every other
+			// batch, one dead in place and the rest gone to job_history
+			// (p_gone, the completer's path).
 			var before, after map[string]int64
 			for b := range 5 {
-				var ids, tokens []int64
-				var states []string
+				var ids, tokens, versions []int64
+				var states, reasons, routes, keys []string
 				for _, j := range jobs[b*100 : (b+1)*100] {
 					ids, tokens, states = append(ids, j.ID), append(tokens, j.Token), append(states, "succeeded")
+					reasons, routes, keys, versions = append(reasons, ""), append(routes, j.Route), append(keys, j.Key), append(versions, *j.Version)
 				}
-				if _, err := tx.Exec(ctx, pgstore.CompleteSQL, ids, tokens, states, make([]string, len(ids)),
-					make([]*string, len(ids)), make([]int64, len(ids)), make([][]byte, len(ids)), make([]*string, len(ids)), []*string(nil), []int64{}); err != nil {
+				gone := b%2 == 1
+				kept := []int64{}
+				if gone {
+					states[0], reasons[0], kept = "dead", "permanent", ids[1:]
+				}
+				if _, err := tx.Exec(ctx, pgstore.CompleteSQL, ids, tokens, states, reasons,
+					make([]*string, len(ids)), make([]int64, len(ids)), make([][]byte, len(ids)), make([]*string, len(ids)), []*string(nil), kept); err != nil {
 					t.Fatal(err)
 				}
 				before = scans()
-				if _, err := tx.Exec(ctx, `SELECT lanes_advance($1)`, ids); err != nil {
+				advance, args := `SELECT lanes_advance($1)`, []any{ids}
+				if gone {
+					advance = `SELECT lanes_advance($1, p_gone_id => $2, p_gone_route => $3, p_gone_key => $4, p_gone_version => $5)`
+					args = []any{ids[:1], ids[1:], routes[1:], keys[1:], versions[1:]}
+				}
+				if _, err := tx.Exec(ctx, advance, args...); err != nil {
 					t.Fatal(err)
 				}
 				after = scans()
@@ -301,6 +315,10 @@ func TestLanesAdvanceJoinsByKey(t *testing.T) {
 					if d := n - before[name]; d > 0 && !allowed[name] {
 						t.Errorf("%s, batch %d: lanes_advance scanned %s %d times", mode, b, name, d)
 					}
+				}
+				var held int
+				if err := tx.QueryRow(ctx, `SELECT count(*) FROM lanes WHERE head_job_id = ANY($1)`, ids).Scan(&held); err != nil || held != 0 {
+					t.Fatalf("%s, batch %d: %d lanes still held by the ended heads (%v)", mode, b, held, err)
 				}
 			}
 			if after["jobs_pkey"] == before["jobs_pkey"] {
