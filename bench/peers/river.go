@@ -17,7 +17,8 @@ import (
 )
 
 type noopArgs struct {
-	N int `json:"n"`
+	N    int    `json:"n"`
+	Note string `json:"note"`
 }
 
 func (noopArgs) Kind() string { return "noop" }
@@ -71,11 +72,12 @@ func runRiver(ctx context.Context, c config) (map[string]float64, error) {
 	}
 
 	const batch = 5000
+	pad := note(c.payload)
 	start := time.Now()
 	for i := 0; i < c.jobs; i += batch {
 		params := make([]river.InsertManyParams, 0, batch)
 		for j := i; j < min(i+batch, c.jobs); j++ {
-			params = append(params, river.InsertManyParams{Args: noopArgs{N: j}})
+			params = append(params, river.InsertManyParams{Args: noopArgs{N: j, Note: pad}})
 		}
 		if _, err := client.InsertManyFast(ctx, params); err != nil {
 			return nil, fmt.Errorf("insert: %w", err)

@@ -29,7 +29,7 @@ func runGraphile(ctx context.Context, c config) (map[string]float64, error) {
 	cmd.Dir = c.graphileDir
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+c.databaseURL, "SCHEMA="+schemaName("peers_graphile"),
 		"JOBS="+strconv.Itoa(c.jobs), "CONCURRENCY="+strconv.Itoa(c.concurrency),
-		"MAX_CONNS="+strconv.Itoa(c.maxConns), "MODE=batched")
+		"MAX_CONNS="+strconv.Itoa(c.maxConns), "MODE=batched", "NOTE="+note(c.payload))
 	return figures(cmd, "graphile_jobs_per_s", "graphile_insert_jobs_per_s")
 }
 

@@ -7,7 +7,10 @@
 // MODE=batched is graphile-worker's fast configuration (a local queue that
 // one query refills, completions batched); MODE=plain is its defaults.
 //
-// Environment: DATABASE_URL, SCHEMA, JOBS, CONCURRENCY, MAX_CONNS, MODE.
+// NOTE pads each job's payload, {n, note}, to the size the other systems'
+// jobs carry (bench/peers computes it).
+//
+// Environment: DATABASE_URL, SCHEMA, JOBS, CONCURRENCY, MAX_CONNS, MODE, NOTE.
 import { EventEmitter } from "node:events";
 import pg from "pg";
 import { Logger, makeWorkerUtils, run, runMigrations } from "graphile-worker";
@@ -23,6 +26,7 @@ const jobs = Number(env("JOBS", "200000"));
 const concurrency = Number(env("CONCURRENCY", "64"));
 const maxConns = Number(env("MAX_CONNS", "20"));
 const mode = env("MODE", "batched");
+const note = process.env.NOTE ?? "";
 // The batched mode is the one compared: graphile_jobs_per_s.
 const suffix = mode === "batched" ? "" : `_${mode}`;
 if (!/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`SCHEMA ${schema} is not a plain identifier`);
@@ -46,7 +50,7 @@ try {
   for (let i = 0; i < jobs; i += batch) {
     const specs = [];
     for (let j = i; j < Math.min(i + batch, jobs); j++) {
-      specs.push({ identifier: "noop", payload: { n: j } });
+      specs.push({ identifier: "noop", payload: { n: j, note } });
     }
     await utils.addJobs(specs);
   }
