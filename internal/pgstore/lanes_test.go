@@ -263,3 +263,61 @@ func TestLaneSkipsANextJobCancelledAsItAdvances(t *testing.T) {
 		t.Fatalf("lane head %d, next job %s; want no head and the job cancelled", headNow, state)
 	}
 }
+
+// A lane whose row another transaction updates (its settings changed by
+// an ingest of a reconfigured route) while lanes_advance waits for its
+// lock still advances: the row is followed to its latest version, and
+// lanes_advance reaches it after by that version's position.
+func TestLaneRowUpdatedWhileItAdvancesStillAdvances(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	ingestLane(t, s, func(string) string { return "cust-1" }, "a", "b")
+	head := testenv.ClaimOne(t, s, "q")
+	var next int64
+	if err := s.Pool().QueryRow(ctx, `SELECT id FROM jobs WHERE dedupe_key = 'b'`).Scan(&next); err != nil {
+		t.Fatal(err)
+	}
+
+	reconfigure, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reconfigure.Rollback(ctx)
+	var updater int32
+	if err := reconfigure.QueryRow(ctx, `UPDATE lanes SET gap_timeout = gap_timeout + interval '1 minute'
+		WHERE route = 'r' AND key = 'cust-1' RETURNING pg_backend_pid()`).Scan(&updater); err != nil {
+		t.Fatal(err)
+	}
+	completed := make(chan error, 1)
+	go func() {
+		_, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head.ID, Token: head.Token, State: "succeeded", Lane: head.LaneRef()}})
+		completed <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for blocked := false; !blocked; {
+		if time.Now().After(deadline) {
+			t.Fatal("the completion never waited for the lane's row lock")
+		}
+		if err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE $1::int = ANY(pg_blocking_pids(pid)))`, updater).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := reconfigure.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-completed; err != nil {
+		t.Fatal(err)
+	}
+	var headNow int64
+	var state string
+	if err := s.Pool().QueryRow(ctx, `SELECT coalesce((SELECT head_job_id FROM lanes WHERE route = 'r' AND key = 'cust-1'), 0),
+		(SELECT state FROM jobs WHERE id = $1)`, next).Scan(&headNow, &state); err != nil {
+		t.Fatal(err)
+	}
+	if headNow != next || state != "queued" {
+		t.Fatalf("lane head %d, next job %d %s; want the next job queued as the head", headNow, next, state)
+	}
+}
