@@ -217,12 +217,13 @@ func TestClaimSettingsEndWithTheClaim(t *testing.T) {
 }
 
 // lanes_advance's statements join the ended heads to jobs and lanes by
-// key, with custom plans (which see a batch's length: they had scanned
-// all lanes for 100 ends) and generic ones, and statistics taken while
-// nothing had run: no sequential scan of either table, and no index but the primary keys
-// and the waiting-jobs index (a plan through the partial index of
-// finished or running rows compared every such row with every id). Its
-// statements are inside a function, so this reads what they scanned
+// key (and the lanes, once locked, by position), with custom plans (which
+// see a batch's length: they had scanned all lanes for 100 ends) and
+// generic ones, and statistics taken while nothing had run: no sequential
+// scan of either table, and no index but the primary keys and the
+// waiting-jobs index (a plan through the partial index of finished or
+// running rows compared every such row with every id). Its statements
+// are inside a function, so this reads what they scanned
 // (pg_stat_get_xact_numscans) rather than their plans.
 func TestLanesAdvanceJoinsByKey(t *testing.T) {
 	t.Parallel()
