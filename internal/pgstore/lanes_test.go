@@ -211,56 +211,10 @@ func TestLaneHandoff(t *testing.T) {
 // job it actually promoted.)
 func TestLaneSkipsANextJobCancelledAsItAdvances(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s := testenv.MigratedStore(t)
-	ingestLane(t, s, func(string) string { return "cust-1" }, "a", "b")
-	head := testenv.ClaimOne(t, s, "q")
-	var next int64
-	if err := s.Pool().QueryRow(ctx, `SELECT id FROM jobs WHERE dedupe_key = 'b'`).Scan(&next); err != nil {
-		t.Fatal(err)
-	}
-
-	cancel, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cancel.Rollback(ctx)
-	var canceller int32
-	if err := cancel.QueryRow(ctx, `UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = $1
-		RETURNING pg_backend_pid()`, next).Scan(&canceller); err != nil {
-		t.Fatal(err)
-	}
-	completed := make(chan error, 1)
-	go func() {
-		_, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head.ID, Token: head.Token, State: "succeeded", Lane: head.LaneRef()}})
-		completed <- err
-	}()
-	// The completion is past its probe once it waits for the cancel.
-	deadline := time.Now().Add(10 * time.Second)
-	for blocked := false; !blocked; {
-		if time.Now().After(deadline) {
-			t.Fatal("the completion never waited for the cancel's row lock")
-		}
-		if err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE $1::int = ANY(pg_blocking_pids(pid)))`, canceller).Scan(&blocked); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := cancel.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-completed; err != nil {
-		t.Fatal(err)
-	}
-	var headNow int64
-	var state string
-	if err := s.Pool().QueryRow(ctx, `SELECT coalesce((SELECT head_job_id FROM lanes WHERE route = 'r' AND key = 'cust-1'), 0),
-		(SELECT state FROM all_jobs WHERE id = $1)`, next).Scan(&headNow, &state); err != nil {
-		t.Fatal(err)
-	}
-	if headNow != 0 || state != "cancelled" {
-		t.Fatalf("lane head %d, next job %s; want no head and the job cancelled", headNow, state)
+	next, head, state := advanceBehind(t, `UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = $1
+		RETURNING pg_backend_pid()`)
+	if head != 0 || state != "cancelled" {
+		t.Fatalf("lane head %d, next job %d %s; want no head and the job cancelled", head, next, state)
 	}
 }
 
@@ -270,54 +224,62 @@ func TestLaneSkipsANextJobCancelledAsItAdvances(t *testing.T) {
 // lanes_advance reaches it after by that version's position.
 func TestLaneRowUpdatedWhileItAdvancesStillAdvances(t *testing.T) {
 	t.Parallel()
+	next, head, state := advanceBehind(t, `UPDATE lanes SET gap_timeout = gap_timeout + interval '1 minute'
+		WHERE route = 'r' AND key = 'cust-1' AND $1::bigint IS NOT NULL RETURNING pg_backend_pid()`)
+	if head != next || state != "queued" {
+		t.Fatalf("lane head %d, next job %d %s; want the next job queued as the head", head, next, state)
+	}
+}
+
+// advanceBehind ingests a lane of two jobs, claims its head and completes
+// it while another transaction, which ran block (given the next job's id,
+// returning its backend's pid), holds a row the completion needs: once the
+// completion waits for it, that transaction commits, and the completion
+// must then succeed. It returns the next job's id, the lane's head after
+// (0: none) and the next job's state.
+func advanceBehind(t *testing.T, block string) (next, head int64, state string) {
+	t.Helper()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
 	ingestLane(t, s, func(string) string { return "cust-1" }, "a", "b")
-	head := testenv.ClaimOne(t, s, "q")
-	var next int64
+	ended := testenv.ClaimOne(t, s, "q")
 	if err := s.Pool().QueryRow(ctx, `SELECT id FROM jobs WHERE dedupe_key = 'b'`).Scan(&next); err != nil {
 		t.Fatal(err)
 	}
-
-	reconfigure, err := s.Pool().Begin(ctx)
+	tx, err := s.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer reconfigure.Rollback(ctx)
-	var updater int32
-	if err := reconfigure.QueryRow(ctx, `UPDATE lanes SET gap_timeout = gap_timeout + interval '1 minute'
-		WHERE route = 'r' AND key = 'cust-1' RETURNING pg_backend_pid()`).Scan(&updater); err != nil {
+	defer tx.Rollback(ctx)
+	var pid int32
+	if err := tx.QueryRow(ctx, block, next).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
 	completed := make(chan error, 1)
 	go func() {
-		_, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: head.ID, Token: head.Token, State: "succeeded", Lane: head.LaneRef()}})
+		_, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: ended.ID, Token: ended.Token, State: "succeeded", Lane: ended.LaneRef()}})
 		completed <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for blocked := false; !blocked; {
 		if time.Now().After(deadline) {
-			t.Fatal("the completion never waited for the lane's row lock")
+			t.Fatal("the completion never waited for the other transaction's row lock")
 		}
 		if err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE $1::int = ANY(pg_blocking_pids(pid)))`, updater).Scan(&blocked); err != nil {
+			WHERE $1::int = ANY(pg_blocking_pids(pid)))`, pid).Scan(&blocked); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := reconfigure.Commit(ctx); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-completed; err != nil {
 		t.Fatal(err)
 	}
-	var headNow int64
-	var state string
 	if err := s.Pool().QueryRow(ctx, `SELECT coalesce((SELECT head_job_id FROM lanes WHERE route = 'r' AND key = 'cust-1'), 0),
-		(SELECT state FROM jobs WHERE id = $1)`, next).Scan(&headNow, &state); err != nil {
+		(SELECT state FROM all_jobs WHERE id = $1)`, next).Scan(&head, &state); err != nil {
 		t.Fatal(err)
 	}
-	if headNow != next || state != "queued" {
-		t.Fatalf("lane head %d, next job %d %s; want the next job queued as the head", headNow, next, state)
-	}
+	return next, head, state
 }
