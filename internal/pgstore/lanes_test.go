@@ -224,7 +224,8 @@ func TestLaneSkipsANextJobCancelledAsItAdvances(t *testing.T) {
 // lanes_advance reaches it after by that version's position.
 func TestLaneRowUpdatedWhileItAdvancesStillAdvances(t *testing.T) {
 	t.Parallel()
-	// The next job's id ($1) only says which lane: the one of cust-1.
+	// advanceBehind passes the next job's id; this statement names the lane
+	// itself, and only mentions $1 so that the argument is used.
 	next, head, state := advanceBehind(t, `UPDATE lanes SET gap_timeout = gap_timeout + interval '1 minute'
 		WHERE route = 'r' AND key = 'cust-1' AND $1::bigint IS NOT NULL RETURNING pg_backend_pid()`)
 	if head != next || state != "queued" {
