@@ -57,10 +57,13 @@ func (s State) Valid() bool { return slices.Contains(All, s) }
 func (s State) IsFinal() bool { return slices.Contains(Final, s) }
 
 // Join lists states for messages: "waiting, queued, …".
-func Join(states []State) string {
+func Join(states []State) string { return strings.Join(Strings(states), ", ") }
+
+// Strings returns the states' names, in order.
+func Strings(states []State) []string {
 	words := make([]string, len(states))
 	for i, s := range states {
 		words[i] = string(s)
 	}
-	return strings.Join(words, ", ")
+	return words
 }

@@ -182,13 +182,10 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if f.Limit < 1 || f.Limit > 1000 {
 			return usagef("--limit: %d is not between 1 and 1000", f.Limit)
 		}
-		if f.State = jobstate.State(*state); f.State != "" && !f.State.Valid() {
-			var all []string
-			for _, st := range jobstate.All {
-				all = append(all, string(st))
-			}
-			return usagef("--state: %q is not a job state%s (valid: %s)", *state, didYouMean(*state, all), jobstate.Join(jobstate.All))
+		if err := checkOneOf("state", "a job state", *state, jobstate.Strings(jobstate.All)); err != nil {
+			return err
 		}
+		f.State = jobstate.State(*state)
 		cfg, err := loadConfig(fs, *cfgPath, true, stderr)
 		if err != nil {
 			return err
