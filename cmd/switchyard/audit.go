@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"slices"
 	"strings"
 	"time"
 
@@ -64,12 +63,11 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() != 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if f.Limit < 1 || f.Limit > 1000 {
-		return usagef("--limit: %d is not between 1 and 1000", f.Limit)
+	if err := checkLimit(f.Limit); err != nil {
+		return err
 	}
-	if f.Action != "" && !slices.Contains(pgstore.AuditActions, f.Action) {
-		return usagef("--action: %q is not an action%s (valid: %s)", f.Action, didYouMean(f.Action, pgstore.AuditActions),
-			strings.Join(pgstore.AuditActions, ", "))
+	if err := checkOneOf("action", "an action", f.Action, pgstore.AuditActions); err != nil {
+		return err
 	}
 	store, _, err := openStore(ctx, fs, *cfgPath, stderr)
 	if err != nil {

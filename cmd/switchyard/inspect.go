@@ -68,6 +68,14 @@ func checkOneOf(flagName, what, value string, valid []string) error {
 	return usagef("--%s: %q is not %s%s (valid: %s)", flagName, value, what, didYouMean(value, valid), strings.Join(valid, ", "))
 }
 
+// checkLimit checks a listing's --limit: a page holds 1 to 1000 rows.
+func checkLimit(limit int) error {
+	if limit < 1 || limit > 1000 {
+		return usagef("--limit: %d is not between 1 and 1000", limit)
+	}
+	return nil
+}
+
 // routeNames are the config's route names, sorted.
 func routeNames(cfg *config.Config) []string {
 	var out []string
@@ -179,8 +187,8 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if fs.NArg() != 0 {
 			return usagef("unexpected argument %q", fs.Arg(0))
 		}
-		if f.Limit < 1 || f.Limit > 1000 {
-			return usagef("--limit: %d is not between 1 and 1000", f.Limit)
+		if err := checkLimit(f.Limit); err != nil {
+			return err
 		}
 		if err := checkOneOf("state", "a job state", *state, jobstate.Strings(jobstate.All)); err != nil {
 			return err
@@ -347,8 +355,8 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if fs.NArg() != 0 {
 			return usagef("unexpected argument %q", fs.Arg(0))
 		}
-		if f.Limit < 1 || f.Limit > 1000 {
-			return usagef("--limit: %d is not between 1 and 1000", f.Limit)
+		if err := checkLimit(f.Limit); err != nil {
+			return err
 		}
 		if err := checkOneOf("reason", "a DLQ reason", f.Reason, dlq.Reasons); err != nil {
 			return err
