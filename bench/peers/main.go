@@ -17,7 +17,7 @@
 // figure is N over the time from starting the workers to the last
 // completion being durable. Each system runs in a schema of its own,
 // dropped afterwards, and after a CHECKPOINT where the role may run one
-// (settle).
+// (checkpoint).
 package main
 
 import (
@@ -205,6 +205,8 @@ func checkpoint(ctx context.Context, url string) error {
 	})
 }
 
+// withConn runs f on a connection of its own to url. (The query of
+// mayCheckpoint is internal/bench's too: this module cannot import it.)
 func withConn(ctx context.Context, url string, f func(*pgx.Conn) error) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
