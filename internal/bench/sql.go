@@ -16,18 +16,36 @@ import (
 // bench store, whose search_path is the bench schema.
 
 // reset empties every table of the bench schema except the records of
-// what migrate applied, whatever tables later migrations add (lanes, ...).
+// what migrate applied, whatever tables later migrations add (lanes, ...),
+// then checkpoints where the role may, so that each figure starts a
+// checkpoint cycle of its own.
+//
+// Why the checkpoint: a figure's load and burn-down write about 370 MB of
+// WAL (200,000 work jobs), so with max_wal_size at its default (1 GB) a
+// checkpoint starts every few figures, and without this one where it
+// fell depended on which figures ran before (a full run, `--only
+// ordered`, the peers' harness). Once one starts, the next change of each
+// page writes the whole page to the WAL first. Starting each figure at a
+// checkpoint makes it pay for its own WAL only, as bench/peers does for
+// each system. The spread of `bench --only work` did not move with it
+// (2026-12-06, eight runs mirrored against the build without it): what
+// spread the figures was the clock (burnDown), and after that the
+// machine.
 func (e *env) reset(ctx context.Context) error {
 	var tables string
 	err := e.store.Pool().QueryRow(ctx, `
 		SELECT coalesce(string_agg(quote_ident(tablename), ', '), '') FROM pg_tables
 		WHERE schemaname = current_schema() AND tablename NOT IN ('schema_migrations', 'schema_functions', 'attempt_key')`).Scan(&tables)
-	if err != nil || tables == "" {
+	if err != nil {
 		return err
 	}
-	// The names come from the catalog and are quoted by quote_ident.
-	_, err = e.store.Pool().Exec(ctx, `TRUNCATE `+tables+` RESTART IDENTITY CASCADE`)
-	return err
+	if tables != "" {
+		// The names come from the catalog and are quoted by quote_ident.
+		if _, err := e.store.Pool().Exec(ctx, `TRUNCATE `+tables+` RESTART IDENTITY CASCADE`); err != nil {
+			return err
+		}
+	}
+	return e.checkpoint(ctx)
 }
 
 // copyColumns are the jobs columns ingest writes, after the id.
@@ -132,6 +150,12 @@ func (e *env) settle(ctx context.Context) error {
 	if _, err := e.store.Pool().Exec(ctx, `VACUUM (ANALYZE) jobs, lanes`); err != nil {
 		return err
 	}
+	return e.checkpoint(ctx)
+}
+
+// checkpoint runs a CHECKPOINT where the bench's role may, and nothing
+// where it may not (the header line says which).
+func (e *env) checkpoint(ctx context.Context) error {
 	may, err := e.mayCheckpoint(ctx)
 	if err != nil || !may {
 		return err
@@ -170,11 +194,11 @@ func (e *env) serverInfo(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	settle := "CHECKPOINT after each load (settle)"
+	settle := "CHECKPOINT before each figure's load and after each settle"
 	if may, err := e.mayCheckpoint(ctx); err != nil {
 		return "", err
 	} else if !may {
-		settle = "no CHECKPOINT after loads: the role is not in pg_checkpoint, and a point may time its own load's checkpoint"
+		settle = "no CHECKPOINT between figures: the role is not in pg_checkpoint, and a figure may run through the checkpoint of the WAL before it"
 	}
 	return fmt.Sprintf("postgres %s fsync=%s synchronous_commit=%s shared_buffers=%s; %s", version, fsync, commit, buffers, settle), nil
 }
