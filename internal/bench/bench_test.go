@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-dev/switchyard/internal/metrics"
 )
 
 func TestSelectGroups(t *testing.T) {
@@ -88,5 +92,28 @@ func TestRepeatedFiguresReportTheirMedians(t *testing.T) {
 	e.summary()
 	if want := "# grouped/work ratio 0.450 (target ≥ 0.8: MISSED, the median of the rounds' [0.450 1.800 0.400])"; !strings.Contains(out.String(), want) {
 		t.Errorf("summary:\n%s\nwant the line %q", out.String(), want)
+	}
+}
+
+// A burn-down's clock stops on the engine's own count of successes: the
+// count is read from the metric the dispatcher writes, summed over
+// kinds, and a dead job ends the wait with an error rather than a stall.
+func TestSucceededReadsTheEnginesOutcomes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	m.DeclareKinds("a", "b")
+	e := &env{registry: reg}
+	m.JobAttempts.WithLabelValues("a", "succeeded").Add(2)
+	m.JobAttempts.WithLabelValues("b", "succeeded").Add(1)
+	m.JobAttempts.WithLabelValues("a", "retry").Add(5)
+	if got, done, err := e.succeeded(4); got != 3 || done || err != nil {
+		t.Errorf("succeeded(4) = %d, %v, %v; want 3, false, nil", got, done, err)
+	}
+	if got, done, err := e.succeeded(3); got != 3 || !done || err != nil {
+		t.Errorf("succeeded(3) = %d, %v, %v; want 3, true, nil", got, done, err)
+	}
+	m.JobAttempts.WithLabelValues("b", "dead").Inc()
+	if _, _, err := e.succeeded(3); err == nil || !strings.Contains(err.Error(), "1 jobs ended dead") {
+		t.Errorf("a dead job: err = %v", err)
 	}
 }
