@@ -60,6 +60,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 	}
+	c.GC = paceGC(ctx)
 	if c.Scale {
 		// The processes curve starts this binary with `run`.
 		exe, err := os.Executable()

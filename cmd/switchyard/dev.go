@@ -117,6 +117,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	log := devLogger(stderr, *verbose)
+	log.Debug("garbage collector", zap.String("pace", paceGC(ctx)))
 	// Before anything starts: a port in use would otherwise only show
 	// once the broker, Postgres and the banner were up.
 	if err := portFree(*httpAddr); err != nil {

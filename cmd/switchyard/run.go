@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	switchyard "github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/internal/gcbudget"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
@@ -105,11 +106,22 @@ func runRun(ctx context.Context, args []string, _, stderr io.Writer) error {
 		log.Info("an environment variable overrides the config file",
 			zap.String("variable", o.variable), zap.String("field", o.field), zap.String("file", *cfgPath))
 	}
+	log.Info("garbage collector", zap.String("pace", paceGC(ctx)))
 	eng, err := switchyard.New(cfg, switchyard.Options{Logger: log, Role: *role, ResetOffsets: *reset})
 	if err != nil {
 		return usageError{err.Error()}
 	}
 	return serve(ctx, eng, log, cfg.ShutdownGrace.D())
+}
+
+// paceGC paces the garbage collector of a long-running command
+// (internal/gcbudget) and says how it runs.
+func paceGC(ctx context.Context) string {
+	if gcbudget.Start(ctx) {
+		return fmt.Sprintf("GOGC=%d, soft memory limit max(%d MiB, twice the live heap + what is not heap); "+
+			"set GOGC or GOMEMLIMIT to choose", gcbudget.Percent, gcbudget.Floor>>20)
+	}
+	return fmt.Sprintf("as the environment chose: GOGC=%q GOMEMLIMIT=%q", os.Getenv("GOGC"), os.Getenv("GOMEMLIMIT"))
 }
 
 // serve starts the engine and stops it on SIGTERM/SIGINT (I7): the first

@@ -88,6 +88,9 @@ type Config struct {
 	// Executable is the switchyard binary the processes curve starts;
 	// empty skips that curve.
 	Executable string
+	// GC says how the process's garbage collector is paced, for the
+	// context lines (the command sets it; the engine's CPU depends on it).
+	GC string
 	// Only names the figures (or groups) to run, or with Scale the
 	// curves; empty runs them all.
 	Only []string

@@ -600,6 +600,9 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func (e *env) printContext(ctx context.Context) error {
 	e.note("switchyard bench: %s %s/%s, %d CPUs (%s), load average %s", runtime.Version(), runtime.GOOS,
 		runtime.GOARCH, runtime.NumCPU(), cpuModel(), loadAverage())
+	if e.cfg.GC != "" {
+		e.note("gc: %s", e.cfg.GC)
+	}
 	info, err := e.serverInfo(ctx)
 	if err != nil {
 		return err
