@@ -14,9 +14,9 @@
 // Floor, or twice the live heap plus what is not heap (stacks, the
 // runtime's own), whichever is larger. Under Floor the collector runs at
 // GOGC=300; a heap that would pass it is collected at Floor; a live heap
-// over half of Floor gets the room the default gives it, and never less,
-// so a large deployment (thousands of leases, large payloads) is paced as
-// it would be without this package.
+// of more than about 40 MiB gets the room the default gives it, and never
+// less, so a large deployment (thousands of leases, large payloads) is
+// paced as it would be without this package.
 package gcbudget
 
 import (
@@ -77,18 +77,18 @@ func Limit(u Usage) int64 {
 	return int64(max(Floor, 2*u.Live+u.NotHeap+slack))
 }
 
-var samples = []metrics.Sample{
-	{Name: "/gc/heap/live:bytes"},
-	{Name: "/memory/classes/total:bytes"},
-	{Name: "/memory/classes/heap/released:bytes"},
-	{Name: "/memory/classes/heap/objects:bytes"},
-	{Name: "/memory/classes/heap/unused:bytes"},
-	{Name: "/memory/classes/heap/free:bytes"},
-}
-
 // read samples the runtime. A metric this Go does not have reads as 0,
-// which leaves the limit at Floor or above.
+// which leaves the limit at Floor or above. The samples are its own, as
+// two commands run in one process (tests) may read at once.
 func read() Usage {
+	samples := []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"},
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/unused:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+	}
 	metrics.Read(samples)
 	v := make([]uint64, len(samples))
 	for i, s := range samples {
