@@ -118,8 +118,8 @@ func runRun(ctx context.Context, args []string, _, stderr io.Writer) error {
 // (internal/gcbudget) and says how it runs.
 func paceGC(ctx context.Context) string {
 	if gcbudget.Start(ctx) {
-		return fmt.Sprintf("GOGC=%d, soft memory limit max(%d MiB, twice the live heap + what is not heap); "+
-			"set GOGC or GOMEMLIMIT to choose", gcbudget.Percent, gcbudget.Floor>>20)
+		return fmt.Sprintf("GOGC %d..%d after each collection, so that the next starts at %d MiB or twice the live heap; "+
+			"set GOGC or GOMEMLIMIT to choose", gcbudget.MinPercent, gcbudget.MaxPercent, gcbudget.Floor>>20)
 	}
 	return fmt.Sprintf("as the environment chose: GOGC=%q GOMEMLIMIT=%q", os.Getenv("GOGC"), os.Getenv("GOMEMLIMIT"))
 }

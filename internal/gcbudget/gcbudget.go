@@ -9,99 +9,103 @@
 // --only work` ran 418 collections, 1.2 s of CPU for 200,000 jobs, on a
 // machine whose Postgres needed that CPU. GOGC=300 alone: 115 collections
 // and 0.33 s, work +15 % on the medians of eight runs mirrored, but the
-// peak RSS during ingest rose from 96–102 to 156–175 MiB. So the percent
-// is raised, and a soft memory limit follows the live heap every second:
-// Floor, or twice the live heap plus what is not heap (stacks, the
-// runtime's own), whichever is larger. Under Floor the collector runs at
-// GOGC=300; a heap that would pass it is collected at Floor; a live heap
-// of more than about 40 MiB gets the room the default gives it, and never
-// less, so a large deployment (thousands of leases, large payloads) is
-// paced as it would be without this package.
+// peak RSS during ingest rose from 96–102 to 156–175 MiB.
+//
+// How: after every collection the percent is set from the live heap it
+// left, so that the next one starts at Floor, within 100..300: a live heap
+// under a quarter of Floor is collected at four times its size (GOGC=300),
+// one between a quarter and a half of it at Floor, and one over half of it
+// at twice its size, as at Go's default. The collector never runs more
+// often than the default, and the heap never grows past Floor or twice the
+// live heap, whichever is larger, by more than one cycle's growth. (A soft
+// memory limit following the live heap was measured first: the limit
+// counts the heap's free spans too, so it bound before the default's pace
+// would have, and large records' ingest was collected more often than at
+// the default: peak RSS 124–140 MiB against the default's 166–199 in
+// `bench --scale --only payload`.)
 package gcbudget
 
 import (
 	"context"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"time"
 )
 
 const (
-	// Percent is the GOGC the process runs at under Floor.
-	Percent = 300
-	// Floor is the memory limit while the live heap is small.
+	// Floor is the heap a small live heap may grow to before a
+	// collection.
 	Floor = 100 << 20
-	// slack is room for a heap's free and fragmented spans above twice
-	// its live bytes, so that a large heap's limit never binds before
-	// the default's pace would have.
-	slack = 16 << 20
-	// every is how often the limit follows the live heap.
-	every = time.Second
+	// MinPercent and MaxPercent bound the percent: never below Go's
+	// default, never above three times the heap's live bytes of growth.
+	MinPercent, MaxPercent = 100, 300
 )
 
-// Start applies the budget and follows the live heap until ctx ends. It
-// reports whether it did: not when GOGC or GOMEMLIMIT is set.
+// Start paces the collector until ctx ends. It reports whether it does:
+// not when GOGC or GOMEMLIMIT is set.
 func Start(ctx context.Context) bool {
 	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
 		return false
 	}
-	debug.SetGCPercent(Percent)
-	follow := func() { debug.SetMemoryLimit(Limit(read())) }
-	follow()
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				follow()
-			}
-		}
-	}()
+	p := &pacer{ctx: ctx, percent: MaxPercent}
+	debug.SetGCPercent(MaxPercent)
+	p.arm()
 	return true
 }
 
-// Usage is what the limit is computed from: the live heap after the last
-// collection, and the memory the limit counts that is not heap (stacks,
-// the runtime's metadata, ...).
-type Usage struct {
-	Live, NotHeap uint64
+// Percent is the GOGC for a heap that a collection left with live bytes
+// live: the next collection then starts at Floor, within MinPercent and
+// MaxPercent. Unknown (0: no collection yet) is MaxPercent.
+func Percent(live uint64) int {
+	if live == 0 {
+		return MaxPercent
+	}
+	// In float: Floor*100/live - 100 is negative for a live heap over
+	// Floor, which unsigned arithmetic would wrap.
+	return int(min(MaxPercent, max(MinPercent, float64(Floor)*100/float64(live)-100)))
 }
 
-// Limit is the soft memory limit for u: Floor, or twice the live heap
-// plus what is not heap plus slack, whichever is larger.
-func Limit(u Usage) int64 {
-	return int64(max(Floor, 2*u.Live+u.NotHeap+slack))
+// pacer sets the percent after each collection. Its state is touched
+// only by the runtime's cleanup goroutine, one call at a time.
+type pacer struct {
+	ctx     context.Context
+	percent int
 }
 
-// read samples the runtime. A metric this Go does not have reads as 0,
-// which leaves the limit at Floor or above. The samples are its own, as
-// two commands run in one process (tests) may read at once.
-func read() Usage {
-	samples := []metrics.Sample{
-		{Name: "/gc/heap/live:bytes"},
-		{Name: "/memory/classes/total:bytes"},
-		{Name: "/memory/classes/heap/released:bytes"},
-		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/unused:bytes"},
-		{Name: "/memory/classes/heap/free:bytes"},
+// sentinel is allocated to become garbage: its cleanup runs after the
+// collection that found it unreachable. The pointer keeps it off the tiny
+// allocator, whose objects' cleanups may never run.
+type sentinel struct {
+	_ *sentinel
+	_ [8]byte
+}
+
+// arm schedules cycle to run after the next collection.
+func (p *pacer) arm() {
+	runtime.AddCleanup(new(sentinel), (*pacer).cycle, p)
+}
+
+// cycle sets the percent from the live heap the last collection left and
+// arms itself for the next one, until ctx ends.
+func (p *pacer) cycle() {
+	if p.ctx.Err() != nil {
+		return
 	}
-	metrics.Read(samples)
-	v := make([]uint64, len(samples))
-	for i, s := range samples {
-		if s.Value.Kind() == metrics.KindUint64 {
-			v[i] = s.Value.Uint64()
-		}
+	if next := Percent(live()); next != p.percent {
+		p.percent = next
+		debug.SetGCPercent(next)
 	}
-	live, total, released, objects, unused, free := v[0], v[1], v[2], v[3], v[4], v[5]
-	// What the limit counts (total - released) that the heap's spans do
-	// not hold; never negative.
-	var notHeap uint64
-	if counted, heap := total-min(released, total), objects+unused+free; counted > heap {
-		notHeap = counted - heap
+	p.arm()
+}
+
+// live is the heap's live bytes as the last collection measured them (0
+// before the first, or where this Go does not have the metric).
+func live() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
 	}
-	return Usage{Live: live, NotHeap: notHeap}
+	return s[0].Value.Uint64()
 }

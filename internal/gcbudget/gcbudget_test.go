@@ -5,33 +5,26 @@ import (
 	"runtime"
 	"runtime/debug"
 	"testing"
+	"time"
 )
 
-func TestLimitIsFloorUntilTheHeapNeedsMore(t *testing.T) {
+func TestPercentStartsTheNextCollectionAtFloor(t *testing.T) {
 	for _, c := range []struct {
-		u    Usage
-		want int64
+		live uint64
+		want int
 	}{
-		{Usage{}, Floor},
-		{Usage{Live: 20 << 20, NotHeap: 8 << 20}, Floor},
-		// Twice the live heap and what is not heap, with slack: the room
-		// the default pace gives a large heap.
-		{Usage{Live: 1 << 30, NotHeap: 80 << 20}, 2<<30 + 80<<20 + slack},
+		{0, MaxPercent},            // no collection yet
+		{10 << 20, MaxPercent},     // 4 × 10 MiB is under Floor
+		{25 << 20, 300},            // 4 × 25 MiB is Floor
+		{40 << 20, 150},            // 2.5 × 40 MiB is Floor
+		{50 << 20, MinPercent},     // 2 × 50 MiB is Floor
+		{1 << 30, MinPercent},      // a large heap: Go's default
+		{Floor * 10, MinPercent},   // never below the default
+		{Floor / 1000, MaxPercent}, // never above MaxPercent
 	} {
-		if got := Limit(c.u); got != c.want {
-			t.Errorf("Limit(%+v) = %d, want %d", c.u, got, c.want)
+		if got := Percent(c.live); got != c.want {
+			t.Errorf("Percent(%d MiB) = %d, want %d", c.live>>20, got, c.want)
 		}
-	}
-}
-
-// The runtime's figures are readable on this Go: a live heap (known
-// after a collection) and some memory that is not heap (every goroutine
-// has a stack).
-func TestReadSeesTheRuntime(t *testing.T) {
-	runtime.GC()
-	u := read()
-	if u.Live == 0 || u.NotHeap == 0 {
-		t.Errorf("read() = %+v: a metric is missing", u)
 	}
 }
 
@@ -44,7 +37,7 @@ func TestStartLeavesAChosenSettingAlone(t *testing.T) {
 			before := debug.SetGCPercent(-1)
 			debug.SetGCPercent(before)
 			if Start(context.Background()) {
-				t.Errorf("Start applied the budget with %s=%s", env, value)
+				t.Errorf("Start paced the collector with %s=%s", env, value)
 			}
 			if after := debug.SetGCPercent(before); after != before {
 				t.Errorf("GOGC moved from %d to %d", before, after)
@@ -53,24 +46,44 @@ func TestStartLeavesAChosenSettingAlone(t *testing.T) {
 	}
 }
 
-func TestStartAppliesTheBudget(t *testing.T) {
+// After a collection the percent follows the heap it left: a live heap
+// of more than half of Floor is collected at Go's default pace.
+func TestTheCollectorFollowsTheLiveHeap(t *testing.T) {
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
-	oldPercent, oldLimit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
-	debug.SetGCPercent(oldPercent)
-	t.Cleanup(func() {
-		debug.SetGCPercent(oldPercent)
-		debug.SetMemoryLimit(oldLimit)
-	})
+	old := debug.SetGCPercent(-1)
+	debug.SetGCPercent(old)
+	t.Cleanup(func() { debug.SetGCPercent(old) })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if !Start(ctx) {
 		t.Fatal("Start did nothing with neither GOGC nor GOMEMLIMIT set")
 	}
-	if got := debug.SetGCPercent(Percent); got != Percent {
-		t.Errorf("GOGC = %d, want %d", got, Percent)
+	if got := gcPercent(); got != MaxPercent {
+		t.Fatalf("GOGC = %d at start, want %d", got, MaxPercent)
 	}
-	if got := debug.SetMemoryLimit(-1); got < Floor {
-		t.Errorf("memory limit = %d, want at least Floor (%d)", got, Floor)
+	held := make([]byte, 3*Floor/4) // a live heap of three quarters of Floor
+	deadline := time.Now().Add(10 * time.Second)
+	for gcPercent() != MinPercent && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond) // the cleanup runs on its own goroutine
 	}
+	if got := gcPercent(); got != MinPercent {
+		t.Errorf("GOGC = %d with %d MiB live, want %d", got, len(held)>>20, MinPercent)
+	}
+	runtime.KeepAlive(held)
+	held = nil
+	for gcPercent() != MaxPercent && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := gcPercent(); got != MaxPercent {
+		t.Errorf("GOGC = %d once the heap is small again, want %d", got, MaxPercent)
+	}
+}
+
+func gcPercent() int {
+	p := debug.SetGCPercent(-1)
+	debug.SetGCPercent(p)
+	return p
 }
