@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	switchyard "github.com/switchyard-dev/switchyard"
@@ -279,20 +280,15 @@ func (f *firstError) get() error {
 // has committed), done once n have; a dead job is an error, as in
 // queueDrained.
 func (e *env) succeeded(n int) (int64, bool, error) {
-	families, err := e.registry.Gather()
+	series, err := e.gathered("switchyard_job_attempts_total")
 	if err != nil {
 		return 0, false, err
 	}
 	by := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() != "switchyard_job_attempts_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" {
-					by[l.GetValue()] += m.GetCounter().GetValue()
-				}
+	for _, m := range series {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "outcome" {
+				by[l.GetValue()] += m.GetCounter().GetValue()
 			}
 		}
 	}
@@ -306,21 +302,33 @@ func (e *env) succeeded(n int) (int64, bool, error) {
 // histogram reads a histogram of the engine started last: its count of
 // observations and their sum.
 func (e *env) histogram(name string) (uint64, float64, error) {
-	families, err := e.registry.Gather()
+	series, err := e.gathered(name)
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		var n uint64
-		var sum float64
-		for _, m := range f.GetMetric() {
-			n += m.GetHistogram().GetSampleCount()
-			sum += m.GetHistogram().GetSampleSum()
-		}
-		return n, sum, nil
+	if series == nil {
+		return 0, 0, fmt.Errorf("no %s", name)
 	}
-	return 0, 0, fmt.Errorf("no %s", name)
+	var n uint64
+	var sum float64
+	for _, m := range series {
+		n += m.GetHistogram().GetSampleCount()
+		sum += m.GetHistogram().GetSampleSum()
+	}
+	return n, sum, nil
+}
+
+// gathered is the series of the named metric of the engine started last;
+// nil when it has none.
+func (e *env) gathered(name string) ([]*dto.Metric, error) {
+	families, err := e.registry.Gather()
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric(), nil
+		}
+	}
+	return nil, nil
 }
