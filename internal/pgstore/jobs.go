@@ -138,10 +138,22 @@ var claimUnlimitedSQL = claimStatement(
 // claimStatement is a claim of at most $2 runnable jobs of queue $1 that
 // meet where, in claim order, leased for least($3, $4) ms: claimUnlimited
 // and claimCapped.
+//
+// The update reaches the rows c locked by their ctid (a Tid Scan), not by
+// id: a descent of jobs_pkey per job was a tenth of the claim
+// (JobClaimComplete 13% / 2% / 7% faster, three pairs in turn). A ctid
+// names the row version c locked, and no one else can write it until the
+// claim commits. One case differs from a join by id: a row that another
+// transaction changed (and committed) after the statement's snapshot but
+// that is still runnable is locked in its new version, which the
+// snapshot cannot see, so the update passes over it. It stays queued,
+// its lock ends with the claim's transaction, and the claim comes back
+// short, which makes the pool's next claim start from the queue's
+// beginning (ClaimPosition).
 func claimStatement(where string) string {
 	return `
 	WITH c AS (
-		SELECT id FROM jobs
+		SELECT ctid FROM jobs
 		WHERE queue = $1 AND state IN ('queued', 'retrying') AND scheduled_at <= now() AND ` + where + `
 		  AND NOT EXISTS (SELECT 1 FROM paused WHERE kind = 'queue' AND name = $1)
 		ORDER BY scheduled_at, id
@@ -149,7 +161,7 @@ func claimStatement(where string) string {
 		FOR UPDATE SKIP LOCKED
 	)
 	UPDATE jobs j SET ` + claimSet("j", "least($3::bigint, $4::bigint)") + `
-	WHERE j.id = ANY(ARRAY(SELECT id FROM c))
+	WHERE j.ctid = ANY(ARRAY(SELECT ctid FROM c))
 	RETURNING ` + workerColumns
 }
 
@@ -157,8 +169,8 @@ func claimStatement(where string) string {
 // heartbeat, release, the held-job updates) in its batch: one implicit
 // transaction, to which the settings are local. The statement then runs a
 // plan made once per connection, and always the same one: a claim walks
-// its claim index from the position, locks and updates by primary key; a
-// batch joins its ids to jobs by primary key, in id order.
+// its claim index from the position, locks, and updates what it locked by
+// ctid; a batch joins its ids to jobs by primary key, in id order.
 //
 // Why: a claim's custom plan took 0.35 ms of planning per call, a fifth
 // of its 1.75 ms (pg_stat_statements, track_planning, bench --only work),

@@ -170,8 +170,8 @@ func TestClaimPlanWalksTheClaimIndex(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := plannedPlan(ctx, t, conn, "claim", c.sql, c.args)
-			if !strings.Contains(p, "Index Scan using "+c.index) || !strings.Contains(p, "Index Scan using jobs_pkey") {
-				t.Errorf("the claim does not walk %s and update by primary key:\n%s", c.index, p)
+			if !strings.Contains(p, "Index Scan using "+c.index) || !strings.Contains(p, "Tid Scan") {
+				t.Errorf("the claim does not walk %s and update what it locked by ctid:\n%s", c.index, p)
 			}
 			for _, bad := range []string{"Seq Scan", "Bitmap", "Sort"} {
 				if strings.Contains(p, bad) {
