@@ -26,6 +26,9 @@ var (
 	PlanSQL           = planSQL
 	ClaimUnlimitedSQL = claimUnlimitedSQL
 	ClaimCappedSQL    = claimCappedSQL
+	ClaimWindowSQL    = claimWindowSQL
+	ClaimGroupedSQL   = claimGroupedSQL
+	ClaimOneGroupSQL  = claimOneGroupSQL
 )
 
 // MigrateTo applies the migrations up to last, for tests of a migration

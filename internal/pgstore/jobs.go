@@ -491,7 +491,7 @@ func claimLimitedStatement(candidates, left string) string {
 	), ` + candidates + `
 	), claimed AS (
 		UPDATE jobs j SET ` + claimSet("j", "least($3::bigint, $4::bigint)") + `
-		FROM c WHERE j.id = c.id
+		FROM c WHERE j.ctid = c.ctid -- as claimStatement's, for the same reason
 		RETURNING ` + workerColumns + `, j.scheduled_at, j.grp
 	), rate AS (
 		INSERT INTO flow_rates AS f (route, tat)
@@ -521,7 +521,7 @@ func claimLimitedStatement(candidates, left string) string {
 func claimWalkStatement(groups string) string {
 	return `g(grp) AS (` + groups + `
 	), c AS (
-		SELECT t.id FROM g
+		SELECT t.id, t.ctid FROM g
 		CROSS JOIN LATERAL (
 			SELECT CASE WHEN $6::int > 0 THEN $6::int - (SELECT count(*) FROM jobs r
 				WHERE r.route = $5 AND r.grp = g.grp AND r.state = 'running' AND r.grp IS NOT NULL
@@ -529,7 +529,7 @@ func claimWalkStatement(groups string) string {
 				ELSE $2::int END AS n
 		) gr
 		CROSS JOIN LATERAL (
-			SELECT id FROM jobs j
+			SELECT id, ctid FROM jobs j
 			WHERE j.route = $5 AND j.grp = g.grp AND j.state IN ('queued', 'retrying') AND j.grp IS NOT NULL
 			  AND j.scheduled_at <= now() AND j.queue = $1 AND (j.scheduled_at, j.id) > ($11::timestamptz, $12::bigint)
 			ORDER BY j.scheduled_at, j.id
@@ -597,7 +597,7 @@ var (
 		-- plan merge-joined a scan of all of jobs' primary key, 9 ms), and
 		-- only those that can be taken (a row locked meanwhile is passed
 		-- over, not replaced: the claim comes back short by it).
-		SELECT j.id FROM unnest(ARRAY(SELECT id FROM ranked WHERE candidate AND nth <= $6::int
+		SELECT j.id, j.ctid FROM unnest(ARRAY(SELECT id FROM ranked WHERE candidate AND nth <= $6::int
 			ORDER BY scheduled_at, id LIMIT (SELECT n FROM room))) WITH ORDINALITY AS r(id, ord)
 		JOIN jobs j ON j.id = r.id
 		WHERE j.state IN ('queued', 'retrying')

@@ -182,6 +182,33 @@ func TestClaimPlanWalksTheClaimIndex(t *testing.T) {
 	}
 }
 
+// A limited route's claims, like the queue's, update the rows their
+// candidates locked by ctid (pgstore's claimStatement says why), through
+// a Tid Scan per candidate, and read no table whole.
+func TestLimitedClaimsUpdateWhatTheyLocked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	conn := queuedJobs(ctx, t, s, 2000)
+	if _, err := conn.Exec(ctx, `UPDATE jobs SET grp = key`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `ANALYZE jobs`); err != nil {
+		t.Fatal(err)
+	}
+	const args = "'q', 50, 60000, 60000, 'r', 1, 0, 0, '', '{}', '-infinity', 0"
+	for name, sql := range map[string]string{"claim_window": pgstore.ClaimWindowSQL, "claim_grouped": pgstore.ClaimGroupedSQL,
+		"claim_one_group": pgstore.ClaimOneGroupSQL} {
+		p := plannedPlan(ctx, t, conn, name, sql, args)
+		if !strings.Contains(p, "TID Cond: (ctid = c.ctid)") {
+			t.Errorf("the %s claim does not update what it locked by ctid:\n%s", name, p)
+		}
+		if strings.Contains(p, "Seq Scan") {
+			t.Errorf("the %s claim's plan has a Seq Scan:\n%s", name, p)
+		}
+	}
+}
+
 // The settings claimPlanSQL makes are local to the claim's implicit
 // transaction: every connection a claim ran on plans the statements
 // after it with sequential scans, bitmap scans and sorts allowed, and
