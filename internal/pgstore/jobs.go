@@ -140,16 +140,18 @@ var claimUnlimitedSQL = claimStatement(
 // and claimCapped.
 //
 // The update reaches the rows c locked by their ctid (a Tid Scan), not by
-// id: a descent of jobs_pkey per job was a tenth of the claim
-// (JobClaimComplete 13% / 2% / 7% faster, three pairs in turn). A ctid
-// names the row version c locked, and no one else can write it until the
-// claim commits. One case differs from a join by id: a row that another
+// id, which cost a descent of jobs_pkey per job (without it,
+// JobClaimComplete ran 2-13% faster and bench --only work 8-9% on the
+// medians of mirrored runs: docs/performance.md). A ctid names the row
+// version c locked, and no one else can write it until the claim
+// commits. One case differs from a join by id: a row that another
 // transaction changed (and committed) after the statement's snapshot but
 // that is still runnable is locked in its new version, which the
-// snapshot cannot see, so the update passes over it. It stays queued,
-// its lock ends with the claim's transaction, and the claim comes back
-// short, which makes the pool's next claim start from the queue's
-// beginning (ClaimPosition).
+// snapshot cannot see, so the update passes over it. It stays queued, its
+// lock ends with the claim's transaction, and the claim comes back short:
+// the pool's next claim starts from the queue's beginning (ClaimPosition),
+// or, for a limited route held back by its limits, the dispatcher's look
+// back behind its position finds it.
 func claimStatement(where string) string {
 	return `
 	WITH c AS (
