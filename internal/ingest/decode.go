@@ -460,29 +460,105 @@ func (s source) text(rec *kgo.Record, p part) (string, *problem) {
 	}
 }
 
-// lookup walks a dotted path through the JSON objects of value. Where an
-// object repeats a key the last one counts, as in encoding/json (and so
-// in every dedupe key ingest ever stored).
+// lookup walks a dotted path through the JSON objects of value, a value
+// validJSON accepted. Where an object repeats a key the last one counts,
+// as in encoding/json (and so in every dedupe key ingest ever stored).
+// Only the members' keys are read on the way, the other values skipped by
+// their quotes and brackets, and only the value found is parsed: parsing
+// the whole object for each field (gjson's ForEach over a copy of the
+// value) was half of decoding a 10-100 KB record.
 func lookup(value []byte, path []string) (gjson.Result, bool) {
-	cur := gjson.ParseBytes(value)
 	for _, seg := range path {
-		if !cur.IsObject() {
+		v, ok := member(value, seg)
+		if !ok {
 			return gjson.Result{}, false
 		}
-		var next gjson.Result
-		found := false
-		cur.ForEach(func(k, v gjson.Result) bool {
-			if k.Str == seg {
-				next, found = v, true
-			}
-			return true
-		})
-		if !found {
-			return gjson.Result{}, false
-		}
-		cur = next
+		value = v
 	}
-	return cur, true
+	return gjson.ParseBytes(value), true
+}
+
+// member is the raw value of the last member named name of the JSON
+// object that v holds, or false if v holds no object or the object no
+// such member.
+func member(v []byte, name string) ([]byte, bool) {
+	i := skipSpace(v, 0)
+	if i == len(v) || v[i] != '{' {
+		return nil, false
+	}
+	var found []byte
+	ok := false
+	for i = skipSpace(v, i+1); i < len(v) && v[i] == '"'; {
+		end := stringEnd(v, i)
+		if end == len(v) {
+			return nil, false
+		}
+		key := v[i : end+1]
+		i = skipSpace(v, end+1)
+		if i == len(v) || v[i] != ':' {
+			return nil, false
+		}
+		start := skipSpace(v, i+1)
+		stop := valueEnd(v, start)
+		if keyIs(key, name) {
+			found, ok = v[start:stop], true
+		}
+		if i = skipSpace(v, stop); i < len(v) && v[i] == ',' {
+			i = skipSpace(v, i+1)
+		}
+	}
+	return found, ok
+}
+
+// keyIs reports whether the quoted JSON string key reads as name; only a
+// key with escapes is decoded to tell.
+func keyIs(key []byte, name string) bool {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return string(key[1:len(key)-1]) == name
+	}
+	return gjson.ParseBytes(key).Str == name
+}
+
+// valueEnd is the index just past the JSON value that starts at v[i].
+func valueEnd(v []byte, i int) int {
+	if i == len(v) {
+		return i
+	}
+	switch v[i] {
+	case '"':
+		return min(stringEnd(v, i)+1, len(v))
+	case '{', '[':
+		depth := 0
+		for ; i < len(v); i++ {
+			switch v[i] {
+			case '"':
+				i = stringEnd(v, i)
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(v)
+	}
+	for ; i < len(v); i++ { // a number, true, false or null
+		switch v[i] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			return i
+		}
+	}
+	return i
+}
+
+// skipSpace is the index of the first byte from v[i] on that is not JSON
+// white space.
+func skipSpace(v []byte, i int) int {
+	for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == '\r' || v[i] == '\n') {
+		i++
+	}
+	return i
 }
 
 // exactString reports whether a JSON string literal decodes without

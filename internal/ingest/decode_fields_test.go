@@ -30,6 +30,10 @@ func FuzzFieldsReadAsEncodingJSONDoes(f *testing.F) {
 		// nest past the bound, and only an exact end tells.
 		`{"a":"\\"}`, `{"a":"\\\"[["}`, `["\\",` + strings.Repeat("[", 10000) + strings.Repeat("]", 10001),
 		`["\\\"",` + strings.Repeat("[", 10000) + strings.Repeat("]", 10001), `{"a":"x`,
+		// lookup reads only the members' keys: values passed over, nested
+		// or not, must not be mistaken for members, whatever they hold.
+		` { "b" : { "a" : 1 } , "a" : [ {"a":2} ] , "c" : "\"a\":3" } `, `{"b":["a",{"a":{"b":1}}],"a":{"b":"y"}}`,
+		`{"\u0061":{"b":1},"a\"":2}`, `{"a":{"b":1,"b":{"c":2}}}`, `{"a":true,"a":null}`, `{"a":{"b":1}}` + "\n",
 	} {
 		f.Add([]byte(v), "a")
 		f.Add([]byte(v), "a.b")
