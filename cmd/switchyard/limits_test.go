@@ -188,3 +188,53 @@ routes:
 		t.Fatalf("never %d starts in a window of %s: the limit was never reached, so the test proved nothing", limit, per)
 	}
 }
+
+// TestThrottledPoolWaitsForRoom: a pool whose workers are idle while
+// every group of its route is at max_running claims again when a worker
+// frees or the limit's retry is due, not at once: it once followed each
+// throttled claim with another, some 2,000 a second, each under the
+// route's lock. Once a group's job ends, its next one still starts, and
+// every job succeeds.
+func TestThrottledPoolWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	const perTenant, hold = 3, 2 * time.Second
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, 4)
+	tg := newTarget(t)
+	tg.setBehaviour(func(r *http.Request, _ call) int {
+		select {
+		case <-time.After(hold):
+		case <-r.Context().Done():
+		}
+		return 0
+	})
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 8, lease: 10s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, group: {field: tenant, max_running: 1}, dedupe: {field: id}, target: {http: {url: %q, timeout: 10s}}}
+`, topic, tg.URL())})
+	p := startRun(t, "run", cfg)
+	addr := adminAddr(t, p)
+	testenv.Produce(t, topic, append(tenantRecords("A", perTenant), tenantRecords("B", perTenant)...)...)
+	testenv.Eventually(t, 30*time.Second, "one job of each tenant running", func() bool {
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'running'`) == 2
+	})
+	// Both groups are at their cap and six workers idle for the rest of
+	// the first jobs' two seconds: a claim each limit retry (50 ms) is
+	// some 20 a second.
+	time.Sleep(300 * time.Millisecond)
+	before := metricSum(t, addr, "switchyard_flow_throttled_total")
+	time.Sleep(time.Second)
+	throttled := metricSum(t, addr, "switchyard_flow_throttled_total") - before
+	t.Logf("%.0f throttled claims in one second with both groups at their cap", throttled)
+	if throttled > 50 {
+		t.Fatalf("%.0f throttled claims in one second while no room could free: the pool claims in a busy loop", throttled)
+	}
+	testenv.Eventually(t, 30*time.Second, "every job to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 2*perTenant
+	})
+	if n := len(tg.received()); n != 2*perTenant {
+		t.Fatalf("the target received %d calls for %d jobs", n, 2*perTenant)
+	}
+}
