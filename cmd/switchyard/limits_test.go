@@ -238,3 +238,56 @@ routes:
 		t.Fatalf("the target received %d calls for %d jobs", n, 2*perTenant)
 	}
 }
+
+// TestIdleProcessStaysQuiet: a process with a capped route and nothing
+// to do leases its route's slots at the pace of its polls and renewals,
+// not in a loop: each lease woke every pool, whose claim found the route
+// dry and shrank the share (a lease), and the next found no room and
+// asked for it again (a lease, a wake-up), some 100 lease writes a
+// second. Jobs that arrive then still run, every one, within the cap.
+func TestIdleProcessStaysQuiet(t *testing.T) {
+	t.Parallel()
+	const total, maxRunning = 20, 2
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, 4)
+	tg := newTarget(t)
+	var flight inFlight
+	tg.setBehaviour(func(*http.Request, call) int {
+		flight.enter("all")
+		defer flight.leave("all")
+		time.Sleep(20 * time.Millisecond)
+		return 0
+	})
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 8, lease: 10s}
+routes:
+  - {topic: %q, kind: k, queue: q, max_running: %d, dedupe: {field: id}, target: {http: {url: %q, timeout: 5s}}}
+`, topic, maxRunning, tg.URL())})
+	p := startRun(t, "run", cfg)
+	adminAddr(t, p) // started
+	// Lease writes land in the table's statistics within a second of
+	// their commit; the window starts and ends after a settle.
+	writes := func() int {
+		return count(t, store, `SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0)::int FROM pg_stat_user_tables
+			WHERE schemaname = current_schema() AND relname = 'flow_slots'`)
+	}
+	time.Sleep(2 * time.Second)
+	before := writes()
+	time.Sleep(3 * time.Second)
+	n := writes() - before
+	t.Logf("%d slot lease writes in three idle seconds", n)
+	// A poll a second that finds no room activates the route and leases
+	// (the share grows), its claim finds nothing and the share shrinks
+	// (a second lease): some 6 in three seconds.
+	if n > 20 {
+		t.Fatalf("%d slot lease writes in three idle seconds: the process leases in a loop", n)
+	}
+	testenv.Produce(t, topic, tenantRecords("A", total)...)
+	testenv.Eventually(t, 30*time.Second, "every job to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
+	})
+	if peak := flight.peaks()["all"]; peak > maxRunning {
+		t.Fatalf("%d requests in flight at once, over max_running %d", peak, maxRunning)
+	}
+}

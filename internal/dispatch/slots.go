@@ -55,6 +55,9 @@ type routeSlots struct {
 	// the route, or a start that found no slot; cleared by a claim that
 	// came back short of it.
 	active bool
+	// refused: a start found no slot since the last lease was sent; the
+	// lease that follows wakes the pools, whose refused starts wait.
+	refused bool
 }
 
 // slotsGap is the least time between two leases: a kick waits for it.
@@ -111,7 +114,7 @@ func (s *slots) take(route string, lease time.Duration) (ok, took bool) {
 		r.inUse++
 		return true, true
 	}
-	r.active = true
+	r.active, r.refused = true, true
 	s.kickLocked()
 	return false, false
 }
@@ -209,6 +212,8 @@ func (s *slots) run(stop <-chan struct{}) {
 func (s *slots) lease() {
 	s.mu.Lock()
 	asks := make([]pgstore.SlotAsk, 0, len(s.routes))
+	was := make(map[string]int, len(s.routes))
+	refused := false
 	for _, route := range slices.Sorted(maps.Keys(s.routes)) {
 		r := s.routes[route]
 		want := r.inUse
@@ -216,6 +221,9 @@ func (s *slots) lease() {
 			want = r.cap
 		}
 		r.leasing, r.sent = true, r.inUse
+		was[route] = r.share
+		refused = refused || r.refused
+		r.refused = false
 		asks = append(asks, pgstore.SlotAsk{Route: route, Cap: r.cap, Want: want, InUse: r.inUse})
 	}
 	s.mu.Unlock()
@@ -223,6 +231,7 @@ func (s *slots) lease() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.every)
 	defer cancel()
 	shares, err := s.store.FlowSlotsLease(ctx, s.holder, asks, s.ttl)
+	grew := false
 	s.mu.Lock()
 	for route, r := range s.routes {
 		r.leasing = false
@@ -231,15 +240,22 @@ func (s *slots) lease() {
 			continue
 		}
 		r.share, r.until = shares[route], sent.Add(s.ttl)
+		grew = grew || r.share > was[route]
 	}
 	s.mu.Unlock()
 	if err != nil {
 		s.log.Warn("leasing max_running slots failed", zap.Error(err))
 		return
 	}
-	// Starts refused while the lease was in flight wait in ready: wake the
-	// pools, whether or not a share grew.
-	s.wake()
+	// A share that grew has room to claim for, and starts refused before
+	// the lease wait in ready: wake the pools. Only then: a lease that
+	// woke them each time kept an idle process busy, its claim finding
+	// the route dry and shrinking the share (a lease), the next finding
+	// no room and asking for it again (a lease, a wake-up), some 70
+	// times a second (TestIdleProcessStaysQuiet).
+	if grew || refused {
+		s.wake()
+	}
 }
 
 // release gives back every share (at stop, once no handler runs).
