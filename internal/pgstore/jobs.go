@@ -341,8 +341,9 @@ const (
 // back short, it walks its groups from the one after the last this
 // process walked to, each from its start (a group held at its cap keeps
 // old jobs behind any position), then from the first group again. Passes
-// stop once the rate has no room left. When a limit held the claim back,
-// it is named to p.Throttled.
+// stop once the rate has no room left, or once a pass came back short
+// with no runnable job of the route left. When a limit held the claim
+// back, it is named to p.Throttled.
 func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string, limit int) ([]*Claimed, ClaimPosition, error) {
 	l := p.Limits[route]
 	var jobs []*Claimed
@@ -368,7 +369,11 @@ func (s *Store) claimLimited(ctx context.Context, p JobClaimParams, route string
 	var rateRoom *int
 	var left *bool
 	for _, ps := range passes {
-		if len(jobs) >= limit || (rateRoom != nil && *rateRoom <= 0) {
+		// A pass that came back short and left nothing runnable (left is
+		// false; NULL after a full pass) leaves nothing for the walk: it
+		// would take the route's lock again to find no job, as it did for
+		// every claim of a grouped route that kept up with its records.
+		if len(jobs) >= limit || (rateRoom != nil && *rateRoom <= 0) || (left != nil && !*left) {
 			break
 		}
 		walk := ps.sql == claimGroupedSQL
