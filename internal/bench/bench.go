@@ -228,15 +228,16 @@ func selectGroups(only []string) ([]group, error) {
 // env is what every figure shares: the bench schema and its store, the
 // Kafka client, what to clean up, and the results so far.
 type env struct {
-	cfg     Config
-	schema  string
-	store   *pgstore.Store
-	kafka   *kgo.Client
-	admin   *kadm.Client
-	topics  []string // created; deleted by teardown
-	groups  []string // consumer groups used; deleted by teardown
-	results map[string]float64
-	rssKiB  int64 // highest RSS seen while engine components ran
+	cfg      Config
+	schema   string
+	store    *pgstore.Store
+	kafka    *kgo.Client
+	admin    *kadm.Client
+	topics   []string // created; deleted by teardown
+	groups   []string // consumer groups used; deleted by teardown
+	results  map[string]float64
+	rssKiB   int64         // highest RSS seen while engine components ran
+	phaseCPU time.Duration // the CPU time the process spent in the last withRSS
 	// siblings are further schemas of this run, dropped by teardown.
 	siblings []*env
 	// calls counts handler calls (Go or HTTP) of the engine run at hand.

@@ -223,6 +223,8 @@ func (e *env) burnDown(ctx context.Context, figure string, route config.Route, n
 	e.note("%s: %d claim statements (%.1f jobs each), %d completion statements (%.1f jobs each), %d jobs handed off by them",
 		figure, txs.claims, float64(claimed)/float64(max(txs.claims, 1)),
 		txs.completions, float64(txs.jobs)/float64(max(txs.completions, 1)), txs.handedOff)
+	e.note("%s: the process used %.1f µs of CPU a job (user and system, start to stop)", figure,
+		float64(e.phaseCPU.Microseconds())/float64(n))
 	e.report(figure, float64(n)/elapsed.Seconds(), "jobs/s")
 	return nil
 }

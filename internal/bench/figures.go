@@ -127,7 +127,8 @@ func (e *env) ingestAndCopy(ctx context.Context, name string, n int, recordOrder
 	if err != nil {
 		return t, err
 	}
-	e.note("%s: %d transactions (%.0f records each)", name, txs.inserts, float64(n)/float64(txs.inserts))
+	e.note("%s: %d transactions (%.0f records each); the process used %.1f µs of CPU a record", name, txs.inserts,
+		float64(n)/float64(txs.inserts), float64(e.phaseCPU.Microseconds())/float64(n))
 	e.note("%s: first batch committed %s after Start (group join, first fetch)", name, first.Round(time.Millisecond))
 
 	jobs, err := e.jobs(route, 0, n)
