@@ -20,7 +20,7 @@
 #   SWITCHYARD_LOCAL_DIR  data root         (default /tmp/switchyard-local)
 #   KAFKA_PORT            PLAINTEXT port    (default 19092)
 #   KAFKA_CONTROLLER_PORT CONTROLLER port   (default 19093)
-#   KAFKA_HEAP_OPTS       broker heap       (default -Xmx512m -Xms256m)
+#   KAFKA_HEAP_OPTS       broker heap       (default -Xmx1g -Xms1g, Kafka's own)
 #   KAFKA_START_TIMEOUT   seconds to wait for the broker (default 90)
 #   KAFKA_CLUSTER_ID      cluster id used when formatting (default fixed)
 #   JAVA_HOME / MVN       java and maven to use (default: from PATH)
@@ -47,7 +47,12 @@ LOCK_FILE="$LOCAL_ROOT/.kafka.lock"
 
 KAFKA_PORT="${KAFKA_PORT:-19092}"
 KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
-KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xmx512m -Xms256m}"
+# Kafka's own default heap (kafka-server-start.sh). With 512m/256m the
+# young generation filled every ~2.4 s at 1,000 records/s and each
+# collection paused the broker 7-18 ms, where bench e2e's slow records
+# clustered; at 1g its young collections took 8-20 ms a run instead of
+# 56-76 (docs/performance.md, "e2e measured after a warm-up load").
+KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xmx1g -Xms1g}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 # How long the controller waits for the broker's heartbeat before fencing
 # it. A node is both here, so a stall of the whole process (disk, CPU
