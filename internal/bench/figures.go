@@ -475,8 +475,8 @@ const warmups = 10
 // warmLoad is how long the offered load runs before it is measured. A
 // process that just started opens its Postgres connections, prepares
 // its statements and grows its stacks and buffers under the first
-// second of load (p99 over 30 ms there, where the steady load's is
-// under 10): the figures are of a steady load, the warm-up's are noted.
+// second of load (a p99 of 13-27 ms over the warm-up, 7-10 ms after
+// it): the figures are of a steady load, the warm-up's are noted.
 const warmLoad = 2 * time.Second
 
 // offer warms the engine up, then produces records at cfg.Rate, each

@@ -12,12 +12,12 @@ import (
 
 // withRSS runs fn while sampling the process's resident set size every
 // 50ms, notes the phase's peak and keeps the highest for
-// dispatcher_rss_mib_max, and keeps the CPU time the process spent in fn
-// (e.phaseCPU): on two shared cores, what the process spends is what
-// Postgres does not get, and it moves less from run to run than jobs/s. The engine runs inside this process, so this is
+// dispatcher_rss_mib_max. The engine runs inside this process, so this is
 // the dispatcher's RSS plus the little the bench holds meanwhile; memory
 // the bench freed beforehand (records it built) is handed back to the OS
-// first so that it does not count.
+// first so that it does not count. It also keeps the CPU time the
+// process spent in fn (e.phaseCPU): on two shared cores, what the
+// process spends is what Postgres does not get.
 func (e *env) withRSS(phase string, fn func() error) error {
 	debug.FreeOSMemory()
 	stop, done := make(chan struct{}), make(chan int64)
