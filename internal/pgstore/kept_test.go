@@ -354,3 +354,40 @@ func TestCancelRacingAKeptCompletionIsAConflict(t *testing.T) {
 		t.Fatalf("job: %+v %v, want succeeded", got, err)
 	}
 }
+
+// ANALYZE of job_history leaves its jobs column out (migration 0030):
+// its element statistics took seconds of a core for a sample of the
+// table's rows, and no statement plans by them. The columns readers
+// filter by keep theirs.
+func TestHistoryAnalyzeSkipsItsJobsArray(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{
+		{Route: "r", Kind: "k", Queue: "q", DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 1},
+		{Route: "r", Kind: "k", Queue: "q", DedupeKey: "d2", Payload: []byte(`{}`), MaxAttempts: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	claimed, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 2, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(claimed) != 2 {
+		t.Fatalf("claim: %d %v", len(claimed), err)
+	}
+	var outs []pgstore.Outcome
+	for _, j := range claimed {
+		outs = append(outs, pgstore.Outcome{ID: j.ID, Token: j.Token, State: jobstate.Succeeded})
+	}
+	if _, err := s.JobComplete(ctx, outs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `ANALYZE job_history`); err != nil {
+		t.Fatal(err)
+	}
+	var analyzed []string
+	if err := s.Pool().QueryRow(ctx, `SELECT array_agg(attname::text ORDER BY attname) FROM pg_stats
+		WHERE schemaname = current_schema() AND tablename = 'job_history'`).Scan(&analyzed); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(analyzed, "jobs") || !slices.Contains(analyzed, "finished_at") || !slices.Contains(analyzed, "queues") {
+		t.Fatalf("job_history's columns with statistics: %v; want finished_at and queues, not jobs", analyzed)
+	}
+}
