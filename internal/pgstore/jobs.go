@@ -723,14 +723,17 @@ type claimedRows struct {
 	hv    [][]byte
 	dest  []any
 	names map[string]string
+	// The targets of kind, queue, route and topic, made with the rest.
+	kind, queue, route, topic sharedText
 }
 
 // newClaimedRows scans workerColumns into its row, then extra.
 func newClaimedRows(extra ...any) *claimedRows {
 	c := &claimedRows{names: map[string]string{}}
 	j := &c.row
-	c.dest = append([]any{&j.ID, c.shared(&j.Kind), c.shared(&j.Queue), c.shared(&j.Route), &j.Key, &j.Version,
-		&j.Attempt, &j.MaxAttempts, &j.Token, &j.Payload, &c.hk, &c.hv, c.shared(&j.Source.Topic), &j.Source.Partition,
+	c.kind, c.queue, c.route, c.topic = c.shared(&j.Kind), c.shared(&j.Queue), c.shared(&j.Route), c.shared(&j.Source.Topic)
+	c.dest = append([]any{&j.ID, &c.kind, &c.queue, &c.route, &j.Key, &j.Version,
+		&j.Attempt, &j.MaxAttempts, &j.Token, &j.Payload, &c.hk, &c.hv, &c.topic, &j.Source.Partition,
 		&j.Source.Offset, &j.CreatedAt, &j.Lane, &j.Checkpoint, &j.ScheduledAt, &j.ArrivedAt, &j.AttemptSpan}, extra...)
 	return c
 }
@@ -753,7 +756,7 @@ func (c *claimedRows) scan(r pgx.Row) (*Claimed, error) {
 
 // shared is a scan target that stores a text column's value in dst as the
 // string the statement's other rows got for the same value.
-func (c *claimedRows) shared(dst *string) *sharedText { return &sharedText{names: c.names, dst: dst} }
+func (c *claimedRows) shared(dst *string) sharedText { return sharedText{names: c.names, dst: dst} }
 
 type sharedText struct {
 	names map[string]string
