@@ -30,7 +30,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&c.Future, "future", 1_000_000, "jobs scheduled a day ahead for the third claim latency figure")
 	fs.IntVar(&c.Concurrency, "concurrency", 64, "worker pool size of work, http, ordered and e2e")
 	fs.IntVar(&c.RawLoops, "raw-loops", 2, "concurrent claim+complete loops of raw_claim")
-	fs.IntVar(&c.Rate, "rate", 1000, "e2e offered load, records/s")
+	fs.IntVar(&c.Rate, "rate", 1000, "e2e offered load, records/s (with --scale: the processes curve's, jobs/s)")
 	fs.DurationVar(&c.Duration, "duration", 20*time.Second, "how long e2e offers its load")
 	fs.IntVar(&c.Samples, "samples", 2000, "claims timed per claim latency figure")
 	fs.BoolVar(&c.Scale, "scale", false, "run the scale curves (queues, lanes, future, leases, payload, processes) instead of the figures")

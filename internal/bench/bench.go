@@ -64,7 +64,8 @@ type Config struct {
 	// RawLoops is how many claim+complete loops raw_claim runs at once.
 	// Defaults to 2.
 	RawLoops int
-	// Rate is the e2e offered load in records/s. Defaults to 1,000.
+	// Rate is the e2e offered load in records/s, and the jobs/s the
+	// processes curve offers while it times claims. Defaults to 1,000.
 	Rate int
 	// Duration is how long e2e offers its load. Defaults to 20s.
 	Duration time.Duration

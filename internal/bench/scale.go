@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +37,11 @@ import (
 //   - claim p99: claims of 10 jobs (completed at once) from the bench's
 //     own pool, timed on the point's state before its load starts, or,
 //     where the state only exists under load (leases held, processes),
-//     beside it (see load.probe).
+//     beside it (see load.probe). Beside it means at a steady offered
+//     load below what the machine can do, as the quiet probes are: timed
+//     beside a burn-down that saturates both cores, a claim measures its
+//     wait for a CPU, which grows with every process added whatever the
+//     database does (kept as a figure of its own, claim_ms_p99_saturated).
 
 // flatTarget is the most a point may cost relative to the first.
 const flatTarget = 1.2
@@ -204,9 +209,11 @@ const (
 	// probeHeld: once the load's first jobs hold every worker (leases
 	// held, nothing completing), the machine quiet again.
 	probeHeld
-	// probeDuring: one claim every probeEvery while the load runs, for
-	// what only exists under full load (several processes).
-	probeDuring
+	// probePaced: one claim every probeEvery beside the load, for what
+	// only exists with the load running (several processes): while it
+	// burns its jobs down (claim_ms_p99_saturated), then, for the
+	// figure, while it serves a steady offered load (pacedLoad).
+	probePaced
 )
 
 // probeQueue is the queue of the probes that do not take the point's
@@ -220,8 +227,16 @@ const quietClaims, warm = 1000, 20
 // claim, a thousand jobs a second, a small share of any point's rate.
 const probeEvery = 10 * time.Millisecond
 
-// probeJobs is what the probe under load may claim: 20 s of claims.
-const probeJobs = int(20*time.Second/probeEvery) * claimPer
+// probeJobs is what the probe beside a load may claim: 20 s of claims
+// beside the burn-down, and those beside the offered load after it.
+func (e *env) probeJobs() int {
+	return (int(20*time.Second/probeEvery) + e.pacedJobs()*int(time.Second/probeEvery)/e.cfg.Rate) * claimPer
+}
+
+// pacedJobs is how many jobs a paced probe's offered load brings: a
+// fifth of the point's, at cfg.Rate a second (10 s and 1,000 claims
+// timed at the defaults).
+func (e *env) pacedJobs() int { return max(1, e.cfg.PointJobs/5) }
 
 // measure runs l to the end and returns the point's jobs/s and claim p99.
 func (e *env) measure(ctx context.Context, l load) ([]figure, error) {
@@ -240,12 +255,12 @@ func (e *env) measure(ctx context.Context, l load) ([]figure, error) {
 		if lat, probed, err = e.timeClaims(ctx, l.probeQueue, min(warm+quietClaims, l.jobs/4/claimPer)); err != nil {
 			return nil, err
 		}
-	case probeHeld, probeDuring:
+	case probeHeld, probePaced:
 		r := e.route("probe")
 		r.Queue = probeQueue
 		n := (warm + quietClaims) * claimPer
-		if l.probe == probeDuring {
-			n = probeJobs
+		if l.probe == probePaced {
+			n = e.probeJobs()
 		}
 		if err := e.enqueue(ctx, r, 0, n); err != nil {
 			return nil, err
@@ -297,40 +312,89 @@ func (e *env) measure(ctx context.Context, l load) ([]figure, error) {
 			lat, _, err = e.timeClaims(ctx, probeQueue, warm+quietClaims)
 		}
 		close(release)
-	case probeDuring:
+	case probePaced:
 		p = e.startProbe(ctx, probeQueue)
-	}
-	if err == nil {
-		err = waitUntil(ctx, fatal, 5*time.Millisecond, "handler calls", func() (int64, bool, error) {
-			c := e.calls.Load()
-			return c, c >= int64(l.jobs-probed), nil
-		})
-	}
-	if p != nil {
-		var probeErr error
-		lat, probeErr = p.stop()
-		err = errors.Join(err, probeErr)
 	}
 	names := routeNames(l.routes)
 	if err == nil {
-		err = waitUntil(ctx, fatal, 50*time.Millisecond, "completions", func() (int64, bool, error) {
-			n, err := e.unfinished(ctx, names)
-			return -n, n == 0, err
-		})
+		err = e.waitDone(ctx, fatal, names, int64(l.jobs-probed))
+	}
+	var saturated []time.Duration
+	if p != nil {
+		var probeErr error
+		saturated, probeErr = p.stop()
+		err = errors.Join(err, probeErr)
+	}
+	var done int64
+	var rate float64
+	if err == nil {
+		done, rate, err = e.steadyRate(ctx, names, since)
+	}
+	if err == nil && done != int64(l.jobs-probed) {
+		err = fmt.Errorf("%d jobs finished under load, want %d", done, l.jobs-probed)
+	}
+	if err == nil && l.probe == probePaced {
+		lat, err = e.pacedLoad(ctx, fatal, l)
 	}
 	if err := errors.Join(err, stop()); err != nil {
 		return nil, err
 	}
-	done, rate, err := e.steadyRate(ctx, names, since)
-	if err != nil {
-		return nil, err
-	}
-	if done != int64(l.jobs-probed) {
-		return nil, fmt.Errorf("%d jobs finished under load, want %d", done, l.jobs-probed)
-	}
 	slices.Sort(lat)
-	return []figure{{metric: "jobs_per_s", value: rate, unit: "jobs/s"},
-		{metric: "claim_ms_p99", value: ms(percentile(lat, 0.99)), unit: "ms"}}, nil
+	figures := []figure{{metric: "jobs_per_s", value: rate, unit: "jobs/s"},
+		{metric: "claim_ms_p99", value: ms(percentile(lat, 0.99)), unit: "ms"}}
+	if saturated != nil {
+		slices.Sort(saturated)
+		figures = append(figures, figure{metric: "claim_ms_p99_saturated", value: ms(percentile(saturated, 0.99)), unit: "ms"})
+	}
+	return figures, nil
+}
+
+// waitDone waits until the handler has been called for want more jobs
+// since e.calls was reset and no job of routes is unfinished.
+func (e *env) waitDone(ctx context.Context, fatal <-chan error, routes []string, want int64) error {
+	err := waitUntil(ctx, fatal, 5*time.Millisecond, "handler calls", func() (int64, bool, error) {
+		c := e.calls.Load()
+		return c, c >= want, nil
+	})
+	if err != nil {
+		return err
+	}
+	return waitUntil(ctx, fatal, 50*time.Millisecond, "completions", func() (int64, bool, error) {
+		n, err := e.unfinished(ctx, routes)
+		return -n, n == 0, err
+	})
+}
+
+// pacedLoad offers the running load e.pacedJobs() more jobs of its first
+// route at cfg.Rate a second, in a tick's worth every probeEvery, and
+// times the probe's claims beside it until they have all run.
+func (e *env) pacedLoad(ctx context.Context, fatal <-chan error, l load) ([]time.Duration, error) {
+	route, n := l.routes[0], e.pacedJobs()
+	base := e.calls.Load()
+	p := e.startProbe(ctx, probeQueue)
+	t := time.NewTicker(probeEvery)
+	start, sent := time.Now(), 0
+	var err error
+	for sent < n && err == nil {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case ferr := <-fatal:
+			err = fmt.Errorf("offering a paced load: %w", ferr)
+		case <-t.C:
+			due := min(n, int(time.Since(start).Seconds()*float64(e.cfg.Rate)))
+			if due > sent {
+				err = e.enqueue(ctx, route, l.jobs+sent, due-sent)
+				sent = due
+			}
+		}
+	}
+	t.Stop()
+	if err == nil {
+		err = e.waitDone(ctx, fatal, routeNames(l.routes), base+int64(n))
+	}
+	lat, probeErr := p.stop()
+	return lat, errors.Join(err, probeErr)
 }
 
 // timeClaims claims (and completes) claimPer jobs of queue n times, and
@@ -386,13 +450,18 @@ func (e *env) startProbe(ctx context.Context, queue string) *probe {
 	p := &probe{stopc: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		t := time.NewTicker(probeEvery)
+		// At random moments, probeEvery apart on average: a probe on a
+		// ticker keeps one phase against a load that has its own (a
+		// paced feed, a poll interval), and would time the same moment
+		// of it every time.
+		t := time.NewTimer(0)
 		defer t.Stop()
 		for {
 			select {
 			case <-p.stopc:
 				return
 			case <-t.C:
+				t.Reset(time.Duration(rand.Int64N(int64(2 * probeEvery))))
 			}
 			_, took, err := e.claimBatch(ctx, queue, claimPer)
 			p.lat, p.err = append(p.lat, took), err
@@ -555,7 +624,7 @@ func (e *env) scaleProcesses(ctx context.Context, x int) ([]figure, error) {
 		return nil, err
 	}
 	return e.measure(ctx, load{routes: []config.Route{route}, jobs: e.cfg.PointJobs,
-		concurrency: e.cfg.Concurrency, processes: x, probe: probeDuring})
+		concurrency: e.cfg.Concurrency, processes: x, probe: probePaced})
 }
 
 // startProcesses starts l.processes child processes of the switchyard
@@ -604,14 +673,17 @@ func (e *env) startProcesses(ctx context.Context, l load) (<-chan error, func() 
 }
 
 // processConfig is the YAML config of the processes curve's children:
-// the bench schema, l's routes and queues, no admin server.
+// the bench schema, l's routes and queues, no admin server. Their pools
+// poll at the product's default interval, not the bench's: a fleet is
+// woken by NOTIFY, and each process's idle polls would otherwise be a
+// cost that grows with the fleet by the bench's choice.
 func (e *env) processConfig(l load) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "kafka: {brokers: [%s], group: %q}\n", quoteAll(e.cfg.Brokers), e.schema+"_processes")
 	fmt.Fprintf(&b, "postgres: {url: %q, schema: %q, max_conns: %d}\n", e.cfg.DatabaseURL, e.schema, e.cfg.MaxConns)
 	b.WriteString("http: {listen: \"off\"}\nqueues:\n")
 	for _, r := range l.routes {
-		fmt.Fprintf(&b, "  %s: {concurrency: %d, prefetch: %d, poll_interval: %s}\n", r.Queue, l.concurrency, l.concurrency, pollInterval)
+		fmt.Fprintf(&b, "  %s: {concurrency: %d, prefetch: %d}\n", r.Queue, l.concurrency, l.concurrency)
 	}
 	b.WriteString("routes:\n")
 	for _, r := range l.routes {
