@@ -334,7 +334,12 @@ func (e *env) measure(ctx context.Context, l load) ([]figure, error) {
 		err = fmt.Errorf("%d jobs finished under load, want %d", done, l.jobs-probed)
 	}
 	if err == nil && l.probe == probePaced {
-		lat, err = e.pacedLoad(ctx, fatal, l)
+		// On a settled state, as every quiet probe: the burn-down's dead
+		// rows would otherwise be vacuumed, and its WAL checkpointed,
+		// under the claims timed.
+		if err = e.settle(ctx); err == nil {
+			lat, err = e.pacedLoad(ctx, fatal, l)
+		}
 	}
 	if err := errors.Join(err, stop()); err != nil {
 		return nil, err
