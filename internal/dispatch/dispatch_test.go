@@ -896,3 +896,60 @@ func TestResultIsKeptWithASuccess(t *testing.T) {
 		t.Fatalf("result %q %q (%v), want the second attempt's, cut at 12 bytes", ct, data, err)
 	}
 }
+
+// A worker freed on a dry queue claims nothing: new work wakes its pool,
+// or the poll finds it. Jobs that arrive one at a time, each announced
+// by its ingest's notification, cost one claim each, not one more for
+// every worker they free. Claims are counted as scans of the claim
+// index, which no other statement of a dispatcher reads; the
+// dispatcher's own store is closed first, so that its connections'
+// statistics are flushed.
+func TestFreedWorkerOnADryQueueClaimsNothing(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	own := testenv.Store(t, schema)
+	var h counter
+	d := run(t, newQueues(t, own, &h, Queue{Name: "q", Concurrency: 8, Lease: 5 * time.Second,
+		MaxRuntime: time.Minute, PollInterval: time.Hour}))
+	const jobs = 20
+	for i := range jobs {
+		expected := int64(i)
+		if i == 0 {
+			expected = -1
+		}
+		b := pgstore.IngestBatch{Group: "g", Jobs: []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q", Key: fmt.Sprint(i),
+			DedupeKey: fmt.Sprint(i), Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i)}},
+			Offsets: []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: expected, Next: int64(i + 1)}}}
+		if _, err := store.IngestCommit(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 10*time.Second, "the job to succeed", func() bool { return states(t, store)["succeeded"] == i+1 })
+	}
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	own.Close()
+	scans := func() int64 {
+		var n int64
+		if err := store.Pool().QueryRow(context.Background(), `SELECT idx_scan FROM pg_stat_user_indexes
+			WHERE schemaname = current_schema() AND indexrelname = 'jobs_runnable_idx'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Closed connections flush their statistics as their backends exit.
+	last := int64(-1)
+	testenv.Eventually(t, 10*time.Second, "the claims' statistics to settle", func() bool {
+		n := scans()
+		settled := n == last && n >= jobs
+		last = n
+		time.Sleep(200 * time.Millisecond)
+		return settled
+	})
+	t.Logf("%d claims for %d jobs that arrived one at a time", last, jobs)
+	// One claim a job, and the pool's first at its start.
+	if last > jobs+2 {
+		t.Fatalf("%d claims for %d jobs that arrived one at a time: freed workers claim on a dry queue", last, jobs)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -61,7 +62,11 @@ type pool struct {
 	// made once: a fmt.Errorf per attempt was a tenth of the pool's CPU.
 	overRuntime error
 	wakeC       chan struct{}
-	freed       chan struct{}
+	// freed says a worker came free with no held job to take; freedLane
+	// that one of those ran a lane job, whose end may queue its lane's
+	// next job (see claimLoop).
+	freed     chan struct{}
+	freedLane atomic.Bool
 	// work hands started attempts to the pool's workers: goroutines that
 	// live as long as the pool. A goroutine per attempt grew a new stack
 	// for every job, a twelfth of a no-op job's CPU. Its buffer holds a
