@@ -274,12 +274,13 @@ func (p *pool) claimLoop() {
 		case <-p.freed:
 			// A freed worker is news to claims that waited for workers
 			// (a backlog) or for room a returned attempt gives back (held
-			// by a limit), and when it ran a lane job, whose end may queue
-			// its lane's next job. Otherwise the last claim found the
-			// queue dry, and a freed worker made nothing runnable: new
-			// work wakes the pool or the poll finds it. Claims on freed
-			// workers were a fifth of e2e's at 1,000 records/s, two of
-			// three for jobs that arrive one at a time, and empty.
+			// by a limit), and so is a lane job's settled outcome, which
+			// may have queued its lane's next job. Otherwise the last
+			// claim found the queue dry, and a freed worker made nothing
+			// runnable: new work wakes the pool or the poll finds it.
+			// Claims on freed workers were a fifth of e2e's at 1,000
+			// records/s, two of three for jobs that arrive one at a
+			// time, and empty.
 			news = news || backlog || held || p.freedLane.Swap(false)
 		case <-poll.C:
 			news = true

@@ -953,3 +953,30 @@ func TestFreedWorkerOnADryQueueClaimsNothing(t *testing.T) {
 		t.Fatalf("%d claims for %d jobs that arrived one at a time: freed workers claim on a dry queue", last, jobs)
 	}
 }
+
+// A lane's next job queued by its head's completion (not handed off:
+// here no pool ever takes a handoff) is claimed once that completion is
+// settled, not at the next poll: a lane job's settled outcome is news to
+// its pool even on a dry queue.
+func TestLaneNextJobQueuedByACompletionIsClaimedAtOnce(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	const jobs = 5
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	var b pgstore.IngestBatch
+	for i := range jobs {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "one", DedupeKey: fmt.Sprint(i),
+			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
+	}
+	if _, err := store.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	var h counter
+	d := newQueues(t, store, &h, Queue{Name: "q", Concurrency: 4, Lease: time.Minute, MaxRuntime: time.Minute,
+		PollInterval: time.Hour})
+	d.pools["q"].handoffWindow = 0
+	run(t, d)
+	testenv.Eventually(t, 10*time.Second, "the lane's jobs to succeed one after another", func() bool {
+		return states(t, store)["succeeded"] == jobs
+	})
+}

@@ -80,8 +80,9 @@
 // Wake-ups come from LISTEN/NOTIFY after ingest commits; polling every
 // poll_interval stays the source of truth, so a lost notification only
 // costs latency. A worker that frees claims again only where that can
-// find something: under a backlog, behind a limit's hold, or after a
-// lane job (its lane's next job may be queued now); after a claim that
+// find something: under a backlog, behind a limit's hold, or once a
+// lane job's outcome is settled (its lane's next job may be queued now,
+// if no handoff took it); after a claim that
 // found the queue dry it waits for a wake-up or the poll, or every job
 // that arrived alone would cost a claim for each worker it freed. Cancels come the same way: the commit of an operator's
 // cancel of a running job notifies its id, and the process holding an

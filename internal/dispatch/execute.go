@@ -277,7 +277,6 @@ func (p *pool) worker() {
 // it to the first handed-off job waiting.
 func (p *pool) returned(token int64) {
 	p.mu.Lock()
-	lane := false
 	if r, ok := p.leases[token]; ok && !r.returned {
 		r.returned = true
 		p.busy--
@@ -285,14 +284,10 @@ func (p *pool) returned(token int64) {
 			r.slot = false
 			p.env.slots.put(r.job.Route)
 		}
-		lane = r.job.Ordered
 	}
 	started := p.startReady()
 	p.mu.Unlock()
 	if !started {
-		if lane {
-			p.freedLane.Store(true)
-		}
 		p.signalFreed()
 	}
 }

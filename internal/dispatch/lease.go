@@ -32,6 +32,10 @@ func (p *pool) finish(token int64) {
 	p.mu.Unlock()
 	if ok {
 		r.cancel(nil)
+		if r.job.Ordered {
+			// Settled: its lane's next job may be queued now.
+			p.freedLane.Store(true)
+		}
 	}
 	p.signalFreed()
 }

@@ -62,9 +62,9 @@ type pool struct {
 	// made once: a fmt.Errorf per attempt was a tenth of the pool's CPU.
 	overRuntime error
 	wakeC       chan struct{}
-	// freed says a worker came free with no held job to take; freedLane
-	// that one of those ran a lane job, whose end may queue its lane's
-	// next job (see claimLoop).
+	// freed says a worker came free with no held job to take, or a
+	// lease was settled; freedLane that a settled one was a lane job's,
+	// whose end may have queued its lane's next job (see claimLoop).
 	freed     chan struct{}
 	freedLane atomic.Bool
 	// work hands started attempts to the pool's workers: goroutines that
