@@ -142,6 +142,10 @@ type claimResult struct {
 	// the poll.
 	throttled bool
 	retry     time.Duration
+	// bounded: a route's slot budget (its free share of max_running)
+	// bounded the claim, so a short claim did not find the queue dry:
+	// a worker that frees gives back a slot to claim for.
+	bounded bool
 }
 
 // claimLoop claims for every free worker in one statement, up to
@@ -171,6 +175,8 @@ func (p *pool) claimLoop() {
 	// or a counted claim's room). A second claim in flight would find no
 	// more room than it did.
 	held := false
+	// bounded: the last claim was short for a slot budget (claimResult).
+	bounded := false
 	// serial: the queue has a counted route; one claim in flight at all
 	// times (countedClaims).
 	serial := p.countedClaims()
@@ -228,7 +234,7 @@ func (p *pool) claimLoop() {
 		case r := <-results:
 			inFlight--
 			p.settleClaim(r)
-			retry, held = r.retry, r.throttled
+			retry, held, bounded = r.retry, r.throttled, r.bounded
 			switch {
 			case r.err != nil:
 				p.log.Warn("claim failed", zap.Error(r.err), zap.Duration("backoff", backoff))
@@ -274,14 +280,15 @@ func (p *pool) claimLoop() {
 		case <-p.freed:
 			// A freed worker is news to claims that waited for workers
 			// (a backlog) or for room a returned attempt gives back (held
-			// by a limit), and so is a lane job's settled outcome, which
-			// may have queued its lane's next job. Otherwise the last
-			// claim found the queue dry, and a freed worker made nothing
-			// runnable: new work wakes the pool or the poll finds it.
+			// by a limit, or bounded by a slot budget), and so is a lane
+			// job's settled outcome, which may have queued its lane's
+			// next job. Otherwise the last claim found the queue dry, and
+			// a freed worker made nothing runnable: new work wakes the
+			// pool or the poll finds it.
 			// Claims on freed workers were a fifth of e2e's at 1,000
 			// records/s, two of three for jobs that arrive one at a
 			// time, and empty.
-			news = news || backlog || held || p.freedLane.Swap(false)
+			news = news || backlog || held || bounded || p.freedLane.Swap(false)
 		case <-poll.C:
 			news = true
 		}
@@ -353,10 +360,13 @@ func (p *pool) slotBudget(limits map[string]pgstore.FlowLimit) map[string]int {
 // what is in use). A route that had no room in the claim is activated
 // if it was not (a claim is made when work may be waiting: the lease
 // then asks for slots to find it with), and named to throttled if it
-// was: its share, all in use, held the claim back.
-func (p *pool) slotsClaimed(budget map[string]int, jobs []*pgstore.Claimed, filled bool, throttled func(route, limit string)) {
+// was: its share, all in use, held the claim back. It reports whether a
+// route's budget bounded the claim: jobs may be left that a freed slot
+// can start.
+func (p *pool) slotsClaimed(budget map[string]int, jobs []*pgstore.Claimed, filled bool,
+	throttled func(route, limit string)) (bounded bool) {
 	if len(budget) == 0 {
-		return
+		return false
 	}
 	got := map[string]int{}
 	for _, j := range jobs {
@@ -370,6 +380,7 @@ func (p *pool) slotsClaimed(budget map[string]int, jobs []*pgstore.Claimed, fill
 	p.mu.Unlock()
 	for route, n := range budget {
 		if n > 0 {
+			bounded = bounded || got[route] >= n
 			p.env.slots.claimed(route, filled || got[route] >= n || waiting[route])
 			continue
 		}
@@ -379,6 +390,7 @@ func (p *pool) slotsClaimed(budget map[string]int, jobs []*pgstore.Claimed, fill
 			p.env.slots.activate(route)
 		}
 	}
+	return bounded
 }
 
 // claim claims up to n jobs for reserved slots and extra more to wait in
@@ -450,7 +462,7 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 		}
 		jobs = append(jobs, stolen...)
 	}
-	p.slotsClaimed(budget, jobs, len(jobs) == n, throttled)
+	r.bounded = p.slotsClaimed(budget, jobs, len(jobs) == n, throttled)
 	now := time.Now()
 	p.mu.Lock()
 	for i, j := range jobs {

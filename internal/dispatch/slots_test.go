@@ -66,3 +66,38 @@ func TestMaxRunningSlotsHoldAcrossDispatchers(t *testing.T) {
 		t.Fatalf("%d slot rows left after both stopped (%v)", held, err)
 	}
 }
+
+// A claim that a route's slot budget cut short did not find its queue
+// dry: each worker that frees claims again for the slot it gave back,
+// without waiting for the poll (here an hour).
+func TestClaimBoundedBySlotsClaimsAgainAsWorkersFree(t *testing.T) {
+	t.Parallel()
+	const total, maxRunning = 30, 3
+	store := testenv.MigratedStore(t)
+	var b pgstore.IngestBatch
+	for i := range total {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(i),
+			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Group: pgstore.GroupAll})
+	}
+	if _, err := store.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	h := &counter{took: 5 * time.Millisecond}
+	d, err := New(Config{
+		Queues: []Queue{{Name: "q", Concurrency: 8, Lease: 30 * time.Second, MaxRuntime: time.Minute,
+			PollInterval: time.Hour}},
+		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
+		Grace:   time.Second,
+		Limits:  map[string]map[string]pgstore.FlowLimit{"q": {"r": {MaxRunning: maxRunning}}},
+	}, store, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	testenv.Eventually(t, 10*time.Second, "every job to succeed", func() bool {
+		return states(t, store)["succeeded"] == total
+	})
+	if p := h.peak.Load(); p > maxRunning {
+		t.Fatalf("peak handlers %d over max_running %d", p, maxRunning)
+	}
+}
