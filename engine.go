@@ -564,6 +564,7 @@ func (e *Engine) startIngest(ctx context.Context) error {
 		ResetOffsets: e.opts.ResetOffsets, Opts: e.opts.KafkaOpts, Holds: e.flow, Tracer: e.tracer}
 	if e.dispatcher != nil { // started first: its pools claim what this process stores at once
 		ic.Wake = e.dispatcher.Wake
+		ic.Claims, ic.Claimed = e.dispatcher.IngestClaims, e.dispatcher.IngestClaimed
 	}
 	c, err := ingest.New(ic, e.store, e.log, e.metrics)
 	if err != nil {

@@ -38,6 +38,11 @@ func MaxLeases(concurrency, prefetch int) int { return leaseCap*concurrency + pr
 func (p *pool) free() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.freeLocked()
+}
+
+// freeLocked is free with p.mu held.
+func (p *pool) freeLocked() int {
 	return max(0, min(p.q.Concurrency-p.busy-len(p.ready), p.maxLeases()-len(p.leases))-p.reserved)
 }
 
@@ -52,13 +57,17 @@ func (p *pool) prefetchable() int {
 	return max(0, min(p.q.Prefetch-len(p.ready)-p.prefetching, room))
 }
 
-// reserve sets n worker slots aside for a claim in flight, and extra
-// places in ready for the jobs it may get beyond them.
-func (p *pool) reserve(n, extra int) {
+// reserve sets up to n worker slots aside for a claim in flight, and
+// extra places in ready for the jobs it may get beyond them, and returns
+// the slots set aside: fewer than n if a claim that ingest carries (lend)
+// took some since free was read.
+func (p *pool) reserve(n, extra int) int {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	n = min(n, p.freeLocked())
 	p.reserved += n
 	p.prefetching += extra
-	p.mu.Unlock()
+	return n
 }
 
 // settleClaim returns a finished claim's reservation: the jobs it got
@@ -206,7 +215,10 @@ func (p *pool) claimLoop() {
 			if backlog {
 				extra = p.prefetchable()
 			}
-			p.reserve(free, extra)
+			if free = p.reserve(free, extra); free == 0 && extra == 0 {
+				continue // lent meanwhile
+			}
+			p.idle.Store(false)
 			inFlight++
 			// Under a backlog the next claim may start at once; held back
 			// by a limit, not before a worker frees or the retry is due:
@@ -270,6 +282,9 @@ func (p *pool) claimLoop() {
 				backlog = false
 				cursor = pgstore.ClaimPosition{}
 			}
+			// Found the queue dry, with nothing in flight: a claim that
+			// ingest carries may borrow the idle workers (lend).
+			p.idle.Store(inFlight == 0 && r.err == nil && !backlog && !held && !bounded)
 		case <-p.wakeC:
 			news = true
 			// A resumed queue's prefetched jobs wait in ready with their
@@ -463,14 +478,21 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 		jobs = append(jobs, stolen...)
 	}
 	r.bounded = p.slotsClaimed(budget, jobs, len(jobs) == n, throttled)
-	now := time.Now()
 	p.mu.Lock()
+	// Stop waits for the claims in flight before it closes the pool.
+	p.take(jobs, slots)
+	p.mu.Unlock()
+	r.got = len(jobs)
+	return r, nil
+}
+
+// take holds claimed jobs: the first slots of them start on the workers
+// reserved for them, each with a slot of its route's max_running if it
+// has one; the rest wait in ready, heartbeated like them, and are
+// released by Stop if no worker takes them. p.mu is held.
+func (p *pool) take(jobs []*pgstore.Claimed, slots int) {
+	now := time.Now()
 	for i, j := range jobs {
-		// Reserved slots: a claim's first jobs start, each with a slot of
-		// its route's max_running if it has one; the rest wait in ready,
-		// heartbeated like them, and are released by Stop if no worker
-		// takes them. Stop waits for the claims in flight before it closes
-		// the pool.
 		r := p.hold(workerJob(j), now)
 		if i < slots && p.startable(r) {
 			p.start(r)
@@ -479,7 +501,4 @@ func (p *pool) claim(slots, extra int, after pgstore.ClaimPosition) (claimResult
 		r.waiting = now
 		p.ready = append(p.ready, r)
 	}
-	p.mu.Unlock()
-	r.got = len(jobs)
-	return r, nil
 }

@@ -980,3 +980,54 @@ func TestLaneNextJobQueuedByACompletionIsClaimedAtOnce(t *testing.T) {
 		return states(t, store)["succeeded"] == jobs
 	})
 }
+
+// A pool that found its queue dry lends its idle workers to the claim a
+// stored batch carries: the batch's jobs run on them without a claim of
+// the pool's own, and the workers come back, as they do when the claim
+// did not run. A pool with a claim of its own to make lends nothing.
+func TestIngestCarriedClaimRunsOnLentWorkers(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	var h counter
+	d := startQueues(t, store, &h, Queue{Name: "q", Concurrency: 4, Lease: time.Minute, MaxRuntime: time.Minute,
+		PollInterval: time.Hour})
+	p := d.pools["q"]
+	testenv.Eventually(t, 10*time.Second, "the pool's first claim to find the queue dry", p.idle.Load)
+	reserved := func() int { p.mu.Lock(); defer p.mu.Unlock(); return p.reserved }
+	claims := d.IngestClaims([]string{"q", "unworked"})
+	if len(claims) != 1 || claims[0].Limit != 4 || reserved() != 4 {
+		t.Fatalf("lent %+v with %d reserved; want one claim of the pool's 4 idle workers", claims, reserved())
+	}
+	if more := d.IngestClaims([]string{"q"}); len(more) != 0 {
+		t.Fatalf("lent workers already lent: %+v", more)
+	}
+	var b pgstore.IngestBatch
+	b.Group = testenv.Name("g")
+	for i := range 2 {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(i),
+			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i)})
+	}
+	b.Offsets = []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: -1, Next: 2}}
+	b.Claims = claims
+	if _, err := store.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if !claims[0].Ran || len(claims[0].Claimed) != 2 {
+		t.Fatalf("the carried claim ran %v and took %d jobs, want 2", claims[0].Ran, len(claims[0].Claimed))
+	}
+	d.IngestClaimed(claims)
+	testenv.Eventually(t, 10*time.Second, "both jobs to succeed", func() bool { return states(t, store)["succeeded"] == 2 })
+	if r := reserved(); r != 0 {
+		t.Fatalf("%d workers still reserved after the claim was taken", r)
+	}
+	// Lent to a batch whose claim did not run: given back.
+	testenv.Eventually(t, 10*time.Second, "the pool to be idle again", p.idle.Load)
+	claims = d.IngestClaims([]string{"q"})
+	if len(claims) != 1 {
+		t.Fatalf("lent %+v, want one claim", claims)
+	}
+	d.IngestClaimed(claims)
+	if r := reserved(); r != 0 {
+		t.Fatalf("%d workers still reserved after a claim that did not run", r)
+	}
+}

@@ -77,6 +77,11 @@
 //     retrying, or to dead once attempts are used up (I5). Any number of
 //     processes may run it: it is SKIP LOCKED and batched.
 //
+// A pool whose claim found its queue dry lends its idle workers to the
+// batches its process's ingest stores (lend.go): the batch's
+// transaction claims for them (pgstore.IngestClaim), with the same
+// statement, lease and token as a claim, and they start at its commit.
+//
 // Wake-ups come from LISTEN/NOTIFY after ingest commits; polling every
 // poll_interval stays the source of truth, so a lost notification only
 // costs latency. A worker that frees claims again only where that can
@@ -103,7 +108,8 @@
 //
 // # Where things are
 //
-// dispatcher.go owns the pools, the rescuer and the wake-ups; a pool
+// dispatcher.go owns the pools, the rescuer and the wake-ups; lend.go
+// the workers lent to ingest's claims; a pool
 // (pool.go) gets what it needs of them at construction (poolEnv) and
 // never reaches back. claim.go decides how many jobs a pool claims and
 // when; lease.go keeps the book of the leases a pool holds, heartbeats

@@ -67,6 +67,10 @@ type pool struct {
 	// whose end may have queued its lane's next job (see claimLoop).
 	freed     chan struct{}
 	freedLane atomic.Bool
+	// idle: the pool's last claim found its queue dry and none is in
+	// flight, so its idle workers may be lent to a claim that ingest
+	// carries (lend).
+	idle atomic.Bool
 	// work hands started attempts to the pool's workers: goroutines that
 	// live as long as the pool. A goroutine per attempt grew a new stack
 	// for every job, a twelfth of a no-op job's CPU. Its buffer holds a

@@ -57,6 +57,15 @@ type Config struct {
 	// process then claims them without waiting for the NOTIFY, which
 	// still wakes the others.
 	Wake func(queue string)
+	// Claims and Claimed, when set, lend this process's idle workers to
+	// the batches it stores (the dispatcher's IngestClaims and
+	// IngestClaimed): a batch that commits in one round trip claims
+	// runnable jobs of its queues for them in its own transaction
+	// (pgstore.IngestClaim), and a queue claimed for needs no wake-up.
+	// Claimed follows every attempt at storing a batch that Claims lent
+	// workers to, whatever its outcome.
+	Claims  func(queues []string) []*pgstore.IngestClaim
+	Claimed func([]*pgstore.IngestClaim)
 }
 
 // Holds is what the consumer asks of flow control.
@@ -425,8 +434,15 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 		// The transaction runs on a context that Stop does not cancel:
 		// a batch in hand finishes (or fails) on its own, bounded.
 		txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		batch.Claims = nil
+		if c.cfg.Claims != nil && batch.CarriesClaims() {
+			batch.Claims = c.cfg.Claims(batch.Queues())
+		}
 		res, err := c.store.IngestCommit(txCtx, batch)
 		cancel()
+		if len(batch.Claims) > 0 {
+			c.cfg.Claimed(batch.Claims)
+		}
 		if span != nil {
 			span.SetAttributes(tracing.AttrIngestTries.Int(attempt))
 			if err != nil {
@@ -572,7 +588,9 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 	c.commits.add(commits)
 	if c.cfg.Wake != nil {
 		for _, q := range res.Queues {
-			c.cfg.Wake(q)
+			if !slices.ContainsFunc(batch.Claims, func(cl *pgstore.IngestClaim) bool { return cl.Queue == q }) {
+				c.cfg.Wake(q)
+			}
 		}
 	}
 	if c.cfg.Holds != nil {

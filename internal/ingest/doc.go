@@ -90,6 +90,20 @@
 // batch in hand has gone unstored for Config.StuckAfter (30 s), Ready
 // fails, and with it /readyz.
 //
+// # A batch carries its process's next claim
+//
+// A process that also runs jobs lends its idle workers to the batches it
+// stores (Config.Claims, the dispatcher's IngestClaims): a batch that
+// commits in one round trip claims runnable jobs of its queues in its
+// own transaction (pgstore.IngestClaim), as the pool's claim would, and
+// the dispatcher starts them once it commits (Config.Claimed). At low
+// load, where a record is a batch of its own, that saves each record a
+// claim transaction and the wake-up before it, and the NOTIFY that would
+// wake every other process for a job already taken (measured in
+// docs/performance.md). A pool lends only after its own claim found the
+// queue dry, so under a backlog its larger claims run as before, and the
+// offsets, rows and claim commit or roll back together (I1 unchanged).
+//
 // # Dedupe namespaces
 //
 // The dedupe index is (route, origin, dedupe key): records of a route

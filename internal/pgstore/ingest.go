@@ -148,6 +148,47 @@ type IngestBatch struct {
 	Jobs    []NewJob
 	Poison  []Poison
 	Offsets []OffsetAdvance
+	// Claims are claims for the storing process's idle workers, run in
+	// the batch's transaction when it commits in one round trip (see
+	// IngestClaim).
+	Claims []*IngestClaim
+}
+
+// CarriesClaims says whether the batch's Claims would run: it commits in
+// one round trip (at most smallBatch jobs, no poison record).
+func (b IngestBatch) CarriesClaims() bool {
+	return len(b.Jobs) > 0 && len(b.Jobs) <= smallBatch && len(b.Poison) == 0
+}
+
+// Queues are the queues of the batch's jobs, each once.
+func (b IngestBatch) Queues() []string {
+	var out []string
+	for _, j := range b.Jobs {
+		if !slices.Contains(out, j.Queue) {
+			out = append(out, j.Queue)
+		}
+	}
+	return out
+}
+
+// IngestClaim is a claim that IngestCommit runs after a batch's jobs, in
+// its transaction, so that a process that stores a record and has a
+// worker free runs the job without a claim of its own: a transaction
+// and a wake-up less for every record at low load. It claims at most
+// Limit runnable jobs of Queue (the batch's or older ones, in claim
+// order) of routes not in Limited, as JobClaim does, leased for
+// min(Lease, MaxRuntime). It runs only where the batch is one round trip
+// (a direct batch of at most smallBatch jobs and no poison record): Ran
+// says whether it did, and Claimed holds its jobs, committed with the
+// batch. A queue whose claim ran is notified only if runnable jobs are
+// left in it: no other process need wake for jobs already taken.
+type IngestClaim struct {
+	Queue             string
+	Limit             int
+	Lease, MaxRuntime time.Duration
+	Limited           []string
+	Ran               bool
+	Claimed           []*Claimed
 }
 
 // IngestResult counts what the batch did.
@@ -252,11 +293,16 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 			queueJobIDs(first, len(b.Jobs), &ids, &now)
 			res.add(all)
 		}
-		// Every job's queue, known before the insert: at most a
-		// spurious wake-up for a queue whose jobs were duplicates.
-		first.Queue(notifySQL, s.Channel(), all.Queues)
 		if small {
 			queueLanesAndCoalesce(first, b.Jobs, b.Jobs, true, &res)
+		}
+		// Every job's queue, known before the insert: at most a
+		// spurious wake-up for a queue whose jobs were duplicates.
+		if small && b.CarriesClaims() && len(b.Claims) > 0 {
+			claimed := queueIngestClaims(first, b.Claims)
+			first.Queue(notifyLeftSQL, s.Channel(), all.Queues, claimed)
+		} else {
+			first.Queue(notifySQL, s.Channel(), all.Queues)
 		}
 	}
 	var err error
@@ -269,6 +315,11 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 		// included, fails in the database, which rolls all back), in one
 		// round trip instead of three.
 		err = s.pool.SendBatch(ctx, first).Close()
+		if err != nil {
+			for _, c := range b.Claims {
+				c.Ran, c.Claimed = false, nil // rolled back
+			}
+		}
 	default:
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if first.Len() > 0 {
@@ -353,6 +404,32 @@ func (s *Store) ingestRest(ctx context.Context, tx pgx.Tx, b IngestBatch, direct
 
 // notifySQL wakes the pools of queues $2 on channel $1.
 const notifySQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) q`
+
+// notifyLeftSQL is notifySQL after the batch's claims for queues $3: a
+// queue claimed for is notified only if it still has runnable jobs.
+const notifyLeftSQL = `SELECT pg_notify($1, q) FROM unnest($2::text[]) q
+	WHERE q <> ALL($3::text[]) OR EXISTS (SELECT FROM jobs
+		WHERE queue = q AND state IN ('queued', 'retrying') AND scheduled_at <= now())`
+
+// queueIngestClaims queues claims in b, each after claimPlanSQL (whose
+// settings, local to the transaction, hold for the statements after it:
+// this and the notification are the batch's last), and returns the
+// queues claimed for.
+func queueIngestClaims(b *pgx.Batch, claims []*IngestClaim) []string {
+	queues := make([]string, 0, len(claims))
+	b.Queue(claimPlanSQL)
+	for _, c := range claims {
+		queues = append(queues, c.Queue)
+		limited := append([]string{}, c.Limited...) // never nil: route <> ALL(NULL) claims nothing
+		b.Queue(claimUnlimitedSQL, c.Queue, c.Limit, c.Lease.Milliseconds(), c.MaxRuntime.Milliseconds(),
+			time.Time{}, int64(0), limited).Query(func(rows pgx.Rows) error {
+			jobs, _, err := collectClaimed(rows, ClaimPosition{})
+			c.Ran, c.Claimed = err == nil, jobs
+			return err
+		})
+	}
+	return queues
+}
 
 // queueCoalesce ends coalesced the unstarted jobs that the stored jobs of
 // coalescing routes replace: of each (route, key), every waiting, queued

@@ -316,3 +316,63 @@ func TestSmallAndLargeBatchesStoreTheSameRows(t *testing.T) {
 		t.Fatalf("the large batch's ids do not follow its records' order (%v)", err)
 	}
 }
+
+// A claim carried by a small batch takes, in the batch's transaction,
+// runnable jobs of its queue as JobClaim would (an older one first, then
+// the batch's, leased, with an attempt counted and a token), never those
+// of a limited route or a queue it does not name; a batch that takes the
+// careful path (a duplicate) runs no claim and says so.
+func TestIngestClaimTakesRunnableJobsInTheBatchTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	job := func(i int, route, queue string) pgstore.NewJob {
+		return pgstore.NewJob{Route: route, Kind: "k", Queue: queue, DedupeKey: fmt.Sprint(i), Payload: []byte("{}"),
+			MaxAttempts: 3, Topic: "t", Offset: int64(i)}
+	}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Group: "g", Jobs: []pgstore.NewJob{job(0, "r", "q")},
+		Offsets: []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: -1, Next: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	c := &pgstore.IngestClaim{Queue: "q", Limit: 3, Lease: time.Minute, MaxRuntime: time.Hour, Limited: []string{"capped"}}
+	capped := job(3, "capped", "q")
+	capped.Group = pgstore.GroupAll
+	res, err := s.IngestCommit(ctx, pgstore.IngestBatch{Group: "g",
+		Jobs:    []pgstore.NewJob{job(1, "r", "q"), job(2, "r", "other"), capped, job(4, "r", "q")},
+		Offsets: []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: 1, Next: 5}},
+		Claims:  []*pgstore.IngestClaim{c}})
+	if err != nil || res.Inserted != 4 {
+		t.Fatalf("ingest: %+v, %v", res, err)
+	}
+	if !c.Ran || len(c.Claimed) != 3 {
+		t.Fatalf("claim ran %v and took %d jobs, want 3", c.Ran, len(c.Claimed))
+	}
+	var got []string
+	for _, j := range c.Claimed {
+		if j.Attempt != 1 || j.Token == 0 || j.Queue != "q" || j.Route != "r" {
+			t.Fatalf("claimed %+v: want attempt 1, a token, queue q, route r", j)
+		}
+		got = append(got, j.Source.Topic+"/"+fmt.Sprint(j.Source.Offset))
+	}
+	if fmt.Sprint(got) != "[t/0 t/1 t/4]" {
+		t.Fatalf("claimed %v, want the older job first, then the batch's of q: [t/0 t/1 t/4]", got)
+	}
+	var running, queued int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'running' AND lease_expires_at > now()),
+		count(*) FILTER (WHERE state = 'queued') FROM jobs`).Scan(&running, &queued); err != nil || running != 3 || queued != 2 {
+		t.Fatalf("%d running, %d queued (%v); want 3 leased, and the other queue's and the capped route's queued", running, queued, err)
+	}
+	// A job that Postgres refuses (a dedupe key over a btree entry's
+	// size) sends the batch down the careful path: no claim.
+	refused := job(5, "r", "q")
+	refused.DedupeKey = testenv.Noise(9000)
+	again := &pgstore.IngestClaim{Queue: "other", Limit: 3, Lease: time.Minute, MaxRuntime: time.Hour}
+	if res, err := s.IngestCommit(ctx, pgstore.IngestBatch{Group: "g", Jobs: []pgstore.NewJob{refused},
+		Offsets: []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: 5, Next: 6}},
+		Claims:  []*pgstore.IngestClaim{again}}); err != nil || len(res.RefusedByRoute) != 1 {
+		t.Fatalf("ingest of a refused job: %+v, %v", res, err)
+	}
+	if again.Ran || len(again.Claimed) != 0 {
+		t.Fatalf("a careful batch's claim ran (%v, %d jobs)", again.Ran, len(again.Claimed))
+	}
+}
