@@ -72,7 +72,8 @@ type Config struct {
 type Holds interface {
 	// RouteHold says why a route's fetching is held ("" when it is not).
 	RouteHold(route string) string
-	// Added counts unstarted jobs just stored in a queue.
+	// Added counts the unstarted jobs a stored batch added to a queue
+	// (net of those its claims started; not positive: none).
 	Added(ctx context.Context, queue string, n int)
 }
 
@@ -594,10 +595,19 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 		}
 	}
 	if c.cfg.Holds != nil {
+		// Unstarted jobs: those stored, less those the batch's claims
+		// started (which may be older ones: the queue's net change).
+		added := map[string]int{}
 		for route, n := range res.InsertedByRoute {
 			if r := c.routes[route]; r != nil {
-				c.cfg.Holds.Added(ctx, r.Queue, int(n))
+				added[r.Queue] += int(n)
 			}
+		}
+		for _, cl := range batch.Claims {
+			added[cl.Queue] -= len(cl.Claimed)
+		}
+		for queue, n := range added {
+			c.cfg.Holds.Added(ctx, queue, n)
 		}
 	}
 	events := c.log.Named(metrics.EventsLogger)
