@@ -21,29 +21,13 @@ func TestMaxRunningSlotsHoldAcrossDispatchers(t *testing.T) {
 	t.Parallel()
 	const total, maxRunning = 200, 3
 	store := testenv.MigratedStore(t)
-	var b pgstore.IngestBatch
-	for i := range total {
-		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(i),
-			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Group: pgstore.GroupAll})
-	}
-	if _, err := store.IngestCommit(context.Background(), b); err != nil {
-		t.Fatal(err)
-	}
+	enqueueCapped(t, store, total)
 	h := &counter{took: 5 * time.Millisecond}
 	began := time.Now()
 	var ds []*Dispatcher
 	for range 2 {
-		d, err := New(Config{
-			Queues: []Queue{{Name: "q", Concurrency: 8, Lease: 2 * time.Second, MaxRuntime: time.Minute,
-				PollInterval: 50 * time.Millisecond, Prefetch: 8}},
-			Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
-			Grace:   time.Second,
-			Limits:  map[string]map[string]pgstore.FlowLimit{"q": {"r": {MaxRunning: maxRunning}}},
-		}, store, zaptest.NewLogger(t), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds = append(ds, run(t, d))
+		ds = append(ds, run(t, newCapped(t, store, h, maxRunning, Queue{Name: "q", Concurrency: 8,
+			Lease: 2 * time.Second, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond, Prefetch: 8})))
 	}
 	testenv.Eventually(t, 60*time.Second, "every job to succeed", func() bool {
 		return states(t, store)["succeeded"] == total
@@ -74,18 +58,38 @@ func TestClaimBoundedBySlotsClaimsAgainAsWorkersFree(t *testing.T) {
 	t.Parallel()
 	const total, maxRunning = 30, 3
 	store := testenv.MigratedStore(t)
+	enqueueCapped(t, store, total)
+	h := &counter{took: 5 * time.Millisecond}
+	run(t, newCapped(t, store, h, maxRunning, Queue{Name: "q", Concurrency: 8, Lease: 30 * time.Second,
+		MaxRuntime: time.Minute, PollInterval: time.Hour}))
+	testenv.Eventually(t, 10*time.Second, "every job to succeed", func() bool {
+		return states(t, store)["succeeded"] == total
+	})
+	if p := h.peak.Load(); p > maxRunning {
+		t.Fatalf("peak handlers %d over max_running %d", p, maxRunning)
+	}
+}
+
+// enqueueCapped stores n jobs of route r, queue q, in the route's one
+// group, as a route with a max_running stores them.
+func enqueueCapped(t *testing.T, store *pgstore.Store, n int) {
+	t.Helper()
 	var b pgstore.IngestBatch
-	for i := range total {
+	for i := range n {
 		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(i),
 			Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: int64(i), Group: pgstore.GroupAll})
 	}
 	if _, err := store.IngestCommit(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	h := &counter{took: 5 * time.Millisecond}
+}
+
+// newCapped is a dispatcher of queue q whose route r has a max_running,
+// every job handled by h.
+func newCapped(t *testing.T, store *pgstore.Store, h workers.Handler, maxRunning int, q Queue) *Dispatcher {
+	t.Helper()
 	d, err := New(Config{
-		Queues: []Queue{{Name: "q", Concurrency: 8, Lease: 30 * time.Second, MaxRuntime: time.Minute,
-			PollInterval: time.Hour}},
+		Queues:  []Queue{q},
 		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
 		Grace:   time.Second,
 		Limits:  map[string]map[string]pgstore.FlowLimit{"q": {"r": {MaxRunning: maxRunning}}},
@@ -93,11 +97,5 @@ func TestClaimBoundedBySlotsClaimsAgainAsWorkersFree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, d)
-	testenv.Eventually(t, 10*time.Second, "every job to succeed", func() bool {
-		return states(t, store)["succeeded"] == total
-	})
-	if p := h.peak.Load(); p > maxRunning {
-		t.Fatalf("peak handlers %d over max_running %d", p, maxRunning)
-	}
+	return d
 }
