@@ -45,6 +45,11 @@ func (d *Dispatcher) IngestClaimed(claims []*pgstore.IngestClaim) {
 // lend reserves the pool's idle workers for a claim that ingest carries,
 // and says how many (see IngestClaims).
 func (p *pool) lend() int {
+	select {
+	case <-p.env.stopClaim: // stopping: nothing may start now
+		return 0
+	default:
+	}
 	if !p.idle.Load() || p.env.paused(p.q.Name) {
 		return 0
 	}
