@@ -72,8 +72,8 @@ type Config struct {
 type Holds interface {
 	// RouteHold says why a route's fetching is held ("" when it is not).
 	RouteHold(route string) string
-	// Added counts the unstarted jobs a stored batch added to a queue
-	// (net of those its claims started; not positive: none).
+	// Added counts the unstarted jobs a stored batch added to a queue,
+	// net of those its claims started (n ≤ 0 adds none).
 	Added(ctx context.Context, queue string, n int)
 }
 

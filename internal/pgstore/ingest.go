@@ -161,9 +161,12 @@ func (b IngestBatch) CarriesClaims() bool {
 }
 
 // Queues are the queues of the batch's jobs, each once.
-func (b IngestBatch) Queues() []string {
+func (b IngestBatch) Queues() []string { return queuesOf(b.Jobs) }
+
+// queuesOf lists the queues of jobs, each once, in their order.
+func queuesOf(jobs []NewJob) []string {
 	var out []string
-	for _, j := range b.Jobs {
+	for _, j := range jobs {
 		if !slices.Contains(out, j.Queue) {
 			out = append(out, j.Queue)
 		}
@@ -525,12 +528,9 @@ func copyJobs(ctx context.Context, tx pgx.Tx, jobs []NewJob, ids []int64, now ti
 
 // insertedAll is the result of storing every one of jobs.
 func insertedAll(jobs []NewJob) IngestResult {
-	r := IngestResult{Inserted: int64(len(jobs)), InsertedByRoute: map[string]int64{}}
+	r := IngestResult{Inserted: int64(len(jobs)), InsertedByRoute: map[string]int64{}, Queues: queuesOf(jobs)}
 	for _, j := range jobs {
 		r.InsertedByRoute[j.Route]++
-		if !slices.Contains(r.Queues, j.Queue) {
-			r.Queues = append(r.Queues, j.Queue)
-		}
 	}
 	return r
 }
