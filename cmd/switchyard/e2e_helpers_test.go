@@ -198,6 +198,7 @@ type testConfig struct {
 	Concurrency      int           // default 8
 	MaxAttempts      int           // default 3
 	BackoffMax       time.Duration // default 200ms; backoff starts at 50ms
+	TargetTimeout    time.Duration // the HTTP target's timeout; default 5s
 	Dedupe           bool          // dedupe on the payload's "id"
 	Ordered          bool          // an ordered route, keyed on the payload's "k"
 }
@@ -248,6 +249,9 @@ func writeConfig(t *testing.T, c testConfig) string {
 	if c.BackoffMax == 0 {
 		c.BackoffMax = 200 * time.Millisecond
 	}
+	if c.TargetTimeout == 0 {
+		c.TargetTimeout = 5 * time.Second
+	}
 	route := ""
 	if c.Dedupe {
 		route += "\n    dedupe: {field: id}"
@@ -263,8 +267,8 @@ routes:
     queue: q%s
     max_attempts: %d
     backoff: {initial: 50ms, max: %s}
-    target: {http: {url: %q, timeout: 5s}}
-`, c.Concurrency, c.Lease, c.Topic, route, c.MaxAttempts, c.BackoffMax, c.TargetURL)
+    target: {http: {url: %q, timeout: %s}}
+`, c.Concurrency, c.Lease, c.Topic, route, c.MaxAttempts, c.BackoffMax, c.TargetURL, c.TargetTimeout)
 	return writeFile(t, b.String())
 }
 

@@ -121,7 +121,9 @@
 // transaction stores them with the partition's offset (I1). The dedupe
 // index is per route, so the jobs of one record in two routes never
 // collide. The routes share the topic's offsets: one of them held holds
-// the topic's fetching (Consumer.ApplyHolds).
+// the topic's fetching (Consumer.ApplyHolds). A lifted hold takes effect
+// with the client's next fetch, after the one in flight, which the broker
+// holds at most fetchMaxWait when it finds no data.
 //
 // This package never runs jobs and never writes SQL itself; it decodes
 // records (Route.Decode, which always yields exactly one of a job or a
