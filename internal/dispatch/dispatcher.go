@@ -383,11 +383,16 @@ func (d *Dispatcher) cancelled(id int64) {
 	}
 }
 
-// recheckCancels asks, once LISTEN is in place again, which held jobs
-// were cancelled while it was not: their NOTIFY is lost. Off the
-// listener's goroutine, so that notifications keep flowing.
-func (d *Dispatcher) recheckCancels() {
+// listening looks again, once LISTEN is in place (at the start, or again
+// after a lost connection), at what the notifications sent before would
+// have said: every pool claims (a job stored between a pool's first claim
+// and the LISTEN waited for the poll: TestFreedWorkerOnADryQueueClaimsNothing,
+// whose poll is an hour, timed out once in fifteen runs), and asks which
+// held jobs were cancelled meanwhile. The asking is off the listener's
+// goroutine, so that notifications keep flowing.
+func (d *Dispatcher) listening() {
 	for _, p := range d.pools {
+		p.wake()
 		go p.recheckCancels()
 	}
 }
@@ -404,7 +409,7 @@ func (d *Dispatcher) listen() {
 		}
 		cancel()
 	}()
-	notices := pgstore.Notices{Wake: d.Wake, Cancel: d.cancelled, Listening: d.recheckCancels}
+	notices := pgstore.Notices{Wake: d.Wake, Cancel: d.cancelled, Listening: d.listening}
 	for ctx.Err() == nil {
 		err := d.store.Listen(ctx, notices)
 		if ctx.Err() != nil {

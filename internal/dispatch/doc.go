@@ -84,7 +84,8 @@
 //
 // Wake-ups come from LISTEN/NOTIFY after ingest commits; polling every
 // poll_interval stays the source of truth, so a lost notification only
-// costs latency. A worker that frees claims again only where that can
+// costs latency, and each time LISTEN is in place (at the start, after a
+// reconnect) every pool claims once for what was sent before. A worker that frees claims again only where that can
 // find something: under a backlog, behind a limit's hold, or once a
 // lane job's outcome is settled (its lane's next job may be queued now,
 // if no handoff took it); after a claim that
