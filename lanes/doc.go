@@ -84,4 +84,24 @@
 // Two processes may still both believe they run a head after a lease
 // expiry; that is I4's business: the fencing token rejects the stale
 // holder's completion, so the lane advances exactly once.
+//
+// # Pruning idle lanes
+//
+// A lane row would otherwise outlive its key's last job forever: one row
+// for every order id an ordered route has ever seen. The rescuer deletes,
+// a page of the table at a time (pgstore.LanePrune), lanes that hold
+// nothing: no head, not blocked, no strict gap, no waiting job, and no
+// versions. A versioned lane (newer, strict) is kept for its last applied
+// version, against which a late record is still judged stale, however long
+// after. The prune locks the idle lanes of its page first (SKIP LOCKED:
+// a lane some transaction holds is busy), then looks for their waiting
+// jobs in a statement of its own, whose snapshot follows the locks: a job
+// committed by then keeps its lane. Every path that adds a job to a lane
+// either holds the lane's lock before it commits (lanes_upsert, in ingest
+// and enqueue: it waits for the prune's lock, finds the row gone and
+// inserts it again) or calls lane_promote after putting the job back (a
+// re-run, a re-drive), which makes a missing lane again with its route's
+// published settings and then promotes as always. So a lane is never
+// missing under a job that waits in it (TestPruningBesideIngestLosesNoJob
+// races the prune against ingest, claims, completions and re-runs).
 package lanes

@@ -204,10 +204,14 @@ func (e *env) serverInfo(ctx context.Context) (string, error) {
 }
 
 // insertLanes adds n idle lanes (no head, no waiting jobs) of route with
-// keys k0..k<n-1>, as a long history of keys leaves the lanes table.
+// keys k0..k<n-1>, as a long history of keys leaves the lanes table: lanes
+// of versioned keys, each with its last applied version, which are kept
+// (an idle lane without versions is pruned: pgstore.LanePrune). The
+// burn-down's own keys take the route's policy when their jobs arrive.
 func (e *env) insertLanes(ctx context.Context, route string, n int) error {
 	_, err := e.store.Pool().Exec(ctx, `
-		INSERT INTO lanes (route, key) SELECT $1, 'k' || g FROM generate_series(0, $2::bigint - 1) g`, route, n)
+		INSERT INTO lanes (route, key, policy, last_version)
+		SELECT $1, 'k' || g, 'newer', 1 FROM generate_series(0, $2::bigint - 1) g`, route, n)
 	return err
 }
 

@@ -119,6 +119,9 @@ type Dispatcher struct {
 	slots     *slots
 	slotsStop chan struct{}
 	slotsDone chan struct{}
+	// lanesAfter is where the next prune of idle lanes starts (the
+	// rescuer's alone).
+	lanesAfter pgstore.LaneKey
 }
 
 // New validates cfg and builds a dispatcher.
@@ -294,7 +297,8 @@ func (d *Dispatcher) publishReservations() {
 }
 
 // rescue periodically returns expired leases to their queue, sweeps
-// timed-out lane gaps, and prunes finished jobs past their retention.
+// timed-out lane gaps, and prunes finished jobs past their retention and
+// idle lanes that hold nothing.
 func (d *Dispatcher) rescue() {
 	t := time.NewTicker(d.cfg.RescueInterval)
 	defer t.Stop()
@@ -341,6 +345,10 @@ const (
 	// pruneMaxBatches bounds one sweep so that a backlog of history is
 	// worked off over several sweeps instead of holding the rescuer.
 	pruneMaxBatches = 20
+	// lanePrunePage lanes are read by each of at most lanePruneMaxPages
+	// LanePrune transactions a prune.
+	lanePrunePage     = 1000
+	lanePruneMaxPages = 20
 )
 
 func (d *Dispatcher) prune() {
@@ -355,6 +363,28 @@ func (d *Dispatcher) prune() {
 				return d.store.JobPrune(ctx, state, keep, pruneBatch)
 			})
 		}
+	}
+	d.pruneLanes()
+}
+
+// pruneLanes deletes the idle lanes that hold nothing (pgstore.LanePrune)
+// a page at a time, from where the last prune stopped: each reads a
+// bounded part of a large lanes table, and a pass over a million lanes
+// takes 50 of them (25 minutes).
+func (d *Dispatcher) pruneLanes() {
+	for range lanePruneMaxPages {
+		ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
+		next, _, err := d.store.LanePrune(ctx, d.lanesAfter, lanePrunePage)
+		cancel()
+		if err != nil {
+			d.log.Warn("pruning idle lanes failed", zap.Error(err))
+			return
+		}
+		if next == nil {
+			d.lanesAfter = pgstore.LaneKey{} // the next prune starts a new pass
+			return
+		}
+		d.lanesAfter = *next
 	}
 }
 

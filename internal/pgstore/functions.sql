@@ -14,15 +14,29 @@
 -- Stale versions are skipped on the way (never delivered); a strict lane
 -- holds on a gap until gap_timeout, then parks or proceeds.
 -- Callers hold, or this takes, the lane's row lock: promotion is serial
--- per lane.
+-- per lane. A lane pruned while idle (pgstore.LanePrune) is made again,
+-- with its route's settings as the processes last published them: the
+-- caller puts a job back into it (a re-run, a re-drive).
 CREATE OR REPLACE FUNCTION lane_promote(p_route text, p_key text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     l lanes%ROWTYPE;
     j record;
 BEGIN
-    SELECT * INTO l FROM lanes WHERE route = p_route AND key = p_key FOR UPDATE;
-    IF NOT FOUND OR l.head_job_id IS NOT NULL OR l.blocked THEN
+    LOOP
+        SELECT * INTO l FROM lanes WHERE route = p_route AND key = p_key FOR UPDATE;
+        EXIT WHEN FOUND;
+        -- Pruned: make it again. On a conflict another transaction made
+        -- it meanwhile, and the next turn locks that one (or, pruned
+        -- again in between, makes it once more).
+        INSERT INTO lanes (route, key, policy, on_dead, gap_timeout, gap_policy)
+        SELECT p_route, p_key, coalesce(r.lane_policy, 'none'), coalesce(r.on_dead, 'continue'),
+            coalesce(r.gap_timeout, interval '5 minutes'), coalesce(r.gap_policy, 'park')
+        FROM (SELECT) one LEFT JOIN LATERAL (
+            SELECT * FROM routes WHERE routes.route = p_route AND routes.lane_policy IS NOT NULL LIMIT 1) r ON true
+        ON CONFLICT (route, key) DO NOTHING;
+    END LOOP;
+    IF l.head_job_id IS NOT NULL OR l.blocked THEN
         RETURN;
     END IF;
     LOOP
@@ -162,17 +176,34 @@ BEGIN
     -- as every other path locks them, so that concurrent batches and
     -- ingest cannot deadlock. A job that is not its lane's head takes no
     -- lock at all.
+    --
+    -- The jobs and their lanes are read first, apart from the locking
+    -- statement. A lane written by another transaction since that
+    -- statement's snapshot (an ingest's lanes_upsert writing changed
+    -- settings: a config change, two versions of a config in a rolling
+    -- deploy) is locked in its newest version and re-checked
+    -- (EvalPlanQual); with the jobs rows this transaction had just
+    -- written or deleted joined into the statement, the re-check dropped
+    -- the lane of a head it matched, and that lane kept its gone head for
+    -- good: its jobs never ran again (TestLaneAdvancesBesideASettingsChange).
+    SELECT array_agg(id), array_agg(route), array_agg(key), array_agg(version), array_agg(left_jobs)
+    INTO e_id, e_route, e_key, e_gone, e_left
+    FROM (
+        SELECT id, route, key, NULL::bigint AS version, false AS left_jobs FROM jobs WHERE id = ANY(p_ids) AND lane
+        UNION ALL
+        SELECT g.id, g.route, g.key, g.version, j.id IS NULL
+        FROM unnest(p_gone_id, p_gone_route, p_gone_key, p_gone_version) AS g(id, route, key, version)
+        LEFT JOIN jobs j ON j.id = g.id
+    ) e;
+    IF e_id IS NULL THEN
+        RETURN;
+    END IF;
     SELECT array_agg(id), array_agg(route), array_agg(key), array_agg(version), array_agg(left_jobs),
         array_agg(lane)
     INTO e_id, e_route, e_key, e_gone, e_left, e_lane
     FROM (
-        SELECT e.*, l.ctid AS lane FROM (
-            SELECT id, route, key, NULL::bigint AS version, false AS left_jobs FROM jobs WHERE id = ANY(p_ids) AND lane
-            UNION ALL
-            SELECT g.id, g.route, g.key, g.version, j.id IS NULL
-            FROM unnest(p_gone_id, p_gone_route, p_gone_key, p_gone_version) AS g(id, route, key, version)
-            LEFT JOIN jobs j ON j.id = g.id
-        ) e
+        SELECT e.*, l.ctid AS lane
+        FROM unnest(e_id, e_route, e_key, e_gone, e_left) AS e(id, route, key, version, left_jobs)
         JOIN lanes l ON l.route = e.route AND l.key = e.key AND l.head_job_id = e.id
         ORDER BY l.route, l.key
         FOR UPDATE OF l
@@ -348,8 +379,7 @@ LANGUAGE sql AS $$
 $$;
 
 -- lanes_promote_idle promotes a head in every idle lane named (lanes_upsert
--- made them), in (route, key) order. A lane without a row is left alone:
--- promotion only ever looks at rows that exist.
+-- made them), in (route, key) order; it looks only at rows that exist.
 CREATE OR REPLACE FUNCTION lanes_promote_idle(p_route text[], p_key text[]) RETURNS void
 LANGUAGE sql AS $$
     SELECT lane_promote(l.route, l.key)

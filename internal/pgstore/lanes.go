@@ -42,6 +42,73 @@ func (s *Store) LaneSweepGaps(ctx context.Context, limit int) (int64, error) {
 	return tag.RowsAffected(), err
 }
 
+// LaneKey names a lane.
+type LaneKey struct{ Route, Key string }
+
+// LanePrune deletes, among the page of up to page lanes after after in
+// (route, key) order, the lanes that hold nothing: no head, not blocked,
+// no strict gap, no waiting job, and no versions (policy none: a
+// versioned lane keeps its last applied version, which a late record is
+// measured against). Without it a lane row stays for every key an ordered
+// route has ever seen. A job that joins a pruned lane makes it again:
+// ingest and enqueue by lanes_upsert, a re-run or re-drive by
+// lane_promote. It returns the page's last lane, to pass as after next
+// time, or nil when the page reached the end of the table.
+//
+// Safe beside every path that adds a job to a lane: the idle lanes are
+// locked first (SKIP LOCKED: a lane some transaction holds is not idle
+// for long), and their waiting jobs are looked for in a statement after
+// the lock, so a job committed by then keeps its lane; a transaction that
+// adds one later waits for the lock and finds the row gone, and makes it
+// again (lanes/doc.go).
+func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int) (next *LaneKey, pruned int64, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var n int
+		var last LaneKey
+		if err := tx.QueryRow(ctx, `
+			SELECT count(*), coalesce((array_agg(route ORDER BY route DESC, key DESC))[1], ''),
+				coalesce((array_agg(key ORDER BY route DESC, key DESC))[1], '')
+			FROM (SELECT route, key FROM lanes WHERE (route, key) > ($1, $2) ORDER BY route, key LIMIT $3) p`,
+			after.Route, after.Key, page).Scan(&n, &last.Route, &last.Key); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if n == page {
+			next = &last
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT route, key FROM lanes
+			WHERE (route, key) > ($1, $2) AND (route, key) <= ($3, $4)
+			  AND policy = 'none' AND head_job_id IS NULL AND NOT blocked AND gap_since IS NULL
+			FOR UPDATE SKIP LOCKED`, after.Route, after.Key, last.Route, last.Key)
+		if err != nil {
+			return err
+		}
+		var routes, keys []string
+		var route, key string
+		if _, err := pgx.ForEachRow(rows, []any{&route, &key}, func() error {
+			routes, keys = append(routes, route), append(keys, key)
+			return nil
+		}); err != nil || len(routes) == 0 {
+			return err
+		}
+		// A statement of its own: its snapshot is taken after the locks.
+		tag, err := tx.Exec(ctx, `
+			DELETE FROM lanes l USING unnest($1::text[], $2::text[]) AS u(route, key)
+			WHERE l.route = u.route AND l.key = u.key
+			  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.route = l.route AND j.key = l.key AND j.state = 'waiting')`,
+			routes, keys)
+		pruned = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return next, pruned, nil
+}
+
 // LaneBlocked counts lanes held by a dead head (on_dead: block), by route.
 func (s *Store) LaneBlocked(ctx context.Context) (map[string]int64, error) {
 	rows, err := s.pool.Query(ctx, `SELECT route, count(*) FROM lanes WHERE blocked GROUP BY route`)

@@ -1,0 +1,182 @@
+package pgstore_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// laneKeys lists the lanes of route r, in key order.
+func laneKeys(t *testing.T, s *pgstore.Store) []string {
+	t.Helper()
+	rows, err := s.Pool().Query(context.Background(), `SELECT key FROM lanes WHERE route = 'r' ORDER BY key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// jobState is the state of the job of a dedupe key, wherever it is kept.
+func jobState(t *testing.T, s *pgstore.Store, dedupe string) string {
+	t.Helper()
+	var state string
+	if err := s.Pool().QueryRow(context.Background(), `SELECT state FROM all_jobs WHERE dedupe_key = $1`, dedupe).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
+// runLanes claims and ends every runnable job of queue q with the
+// outcome chosen by its dedupe key, until none is left.
+func runLanes(t *testing.T, s *pgstore.Store, outcome func(dedupe string) string) {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) == 0 {
+			return
+		}
+		for _, j := range jobs {
+			var dedupe string
+			if err := s.Pool().QueryRow(ctx, `SELECT dedupe_key FROM jobs WHERE id = $1`, j.ID).Scan(&dedupe); err != nil {
+				t.Fatal(err)
+			}
+			o := pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.LaneRef()}
+			if outcome(dedupe) == "dead" {
+				o.State, o.Reason, o.Error = "dead", "permanent", "refused"
+			}
+			if _, err := s.JobComplete(ctx, []pgstore.Outcome{o}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// A lane row of a key is kept only while it holds something: its head or
+// waiting jobs, a blocked head, a strict gap, or the last applied version
+// of a versioned lane. An idle lane without versions holds nothing, and
+// is pruned (a key's lane row would otherwise stay forever: one for every
+// order id an ordered route has ever seen). A job of a pruned lane's key
+// (a new record, a re-run, a re-drive) creates it again, and runs.
+func TestIdleLanesArePrunedAndComeBackWithTheirNextJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	ingestLane(t, s, func(id string) string { return id[:1] }, "a1", "b1", "b2", "d1", "r1")
+	// b2 stays queued behind b1, which runs; the others end: d1 dead
+	// (on_dead: continue, so its lane moves on), the rest succeeded.
+	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != 4 {
+		t.Fatalf("claim: %d jobs, %v; want the four heads", len(jobs), err)
+	}
+	var b1 pgstore.Claimed
+	for _, j := range jobs {
+		var dedupe string
+		if err := s.Pool().QueryRow(ctx, `SELECT dedupe_key FROM jobs WHERE id = $1`, j.ID).Scan(&dedupe); err != nil {
+			t.Fatal(err)
+		}
+		o := pgstore.Outcome{ID: j.ID, Token: j.Token, State: "succeeded", Lane: j.LaneRef()}
+		switch dedupe {
+		case "b1":
+			b1 = *j
+			continue
+		case "d1":
+			o.State, o.Reason, o.Error = "dead", "permanent", "refused"
+		}
+		if _, err := s.JobComplete(ctx, []pgstore.Outcome{o}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A versioned lane keeps its last version: a stale record must still
+	// be skipped after any amount of idleness.
+	version := int64(7)
+	versioned := &pgstore.LanePolicy{Policy: "newer", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q", Key: "v",
+		DedupeKey: "v1", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: 10, Version: &version,
+		Lane: versioned}}}); err != nil {
+		t.Fatal(err)
+	}
+	runLanes(t, s, func(string) string { return "succeeded" })
+	if got := laneKeys(t, s); !slices.Equal(got, []string{"a", "b", "d", "r", "v"}) {
+		t.Fatalf("lanes before pruning: %v", got)
+	}
+
+	n, err := pruneAll(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := laneKeys(t, s); n != 3 || !slices.Equal(got, []string{"b", "v"}) {
+		t.Fatalf("pruned %d lanes, left %v; want a, d and r pruned, b (running) and v (versioned) kept", n, got)
+	}
+
+	// Each way a job joins a pruned lane brings the lane back, and the
+	// job is its head: a new record, a re-run, a re-drive.
+	ingestLane(t, s, func(string) string { return "a" }, "a2")
+	if n, err := s.JobRerun(ctx, "r", []string{"r1"}); err != nil || n != 1 {
+		t.Fatalf("rerun: %d, %v", n, err)
+	}
+	entries, err := s.DLQList(ctx, pgstore.DLQFilter{Limit: 10})
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("DLQ: %d entries, %v; want d1's", len(entries), err)
+	}
+	if _, err := s.DLQRedrive(ctx, entries[0].ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a2", "r1", "d1"} {
+		if st := jobState(t, s, id); st != "queued" {
+			t.Errorf("%s is %s, want queued: its lane's head", id, st)
+		}
+	}
+	if got := laneKeys(t, s); !slices.Equal(got, []string{"a", "b", "d", "r", "v"}) {
+		t.Fatalf("lanes after the jobs came back: %v", got)
+	}
+	// The running lane kept its order: b2 waits for b1.
+	if st := jobState(t, s, "b2"); st != "waiting" {
+		t.Errorf("b2 is %s, want waiting behind b1", st)
+	}
+	if _, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: b1.ID, Token: b1.Token, State: "succeeded", Lane: b1.LaneRef()}}); err != nil {
+		t.Fatal(err)
+	}
+	runLanes(t, s, func(string) string { return "succeeded" })
+	for _, id := range []string{"a2", "b2", "d1", "r1"} {
+		if st := jobState(t, s, id); st != "succeeded" {
+			t.Errorf("%s is %s, want succeeded", id, st)
+		}
+	}
+}
+
+// pruneAll prunes idle lanes page by page until a pass ends, and
+// returns how many it pruned.
+func pruneAll(ctx context.Context, s *pgstore.Store) (int64, error) {
+	var total int64
+	var after pgstore.LaneKey
+	for {
+		next, n, err := s.LanePrune(ctx, after, 2) // small pages: the cursor is exercised too
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if next == nil {
+			return total, nil
+		}
+		after = *next
+	}
+}
