@@ -104,4 +104,8 @@
 // published settings and then promotes as always. So a lane is never
 // missing under a job that waits in it (TestPruningBesideIngestLosesNoJob
 // races the prune against ingest, claims, completions and re-runs).
+// An idle lane whose jobs wait is promoted by the prune instead: the
+// state lanes_advance leaves when the job it was promoting is cancelled
+// at that moment, which the next ingest into the lane would mend, but a
+// key may never get another record.
 package lanes

@@ -367,18 +367,23 @@ func (d *Dispatcher) prune() {
 	d.pruneLanes()
 }
 
-// pruneLanes deletes the idle lanes that hold nothing (pgstore.LanePrune)
-// a page at a time, from where the last prune stopped: each reads a
-// bounded part of a large lanes table, and a pass over a million lanes
-// takes 50 of them (25 minutes).
+// pruneLanes deletes the idle lanes that hold nothing, and promotes the
+// jobs of idle lanes that wait (pgstore.LanePrune), a page at a time
+// from where the last prune stopped: each reads a bounded part of a large
+// lanes table, and a pass over a million lanes takes 50 of them (25
+// minutes).
 func (d *Dispatcher) pruneLanes() {
 	for range lanePruneMaxPages {
 		ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
-		next, _, err := d.store.LanePrune(ctx, d.lanesAfter, lanePrunePage)
+		next, _, promoted, err := d.store.LanePrune(ctx, d.lanesAfter, lanePrunePage)
 		cancel()
 		if err != nil {
 			d.log.Warn("pruning idle lanes failed", zap.Error(err))
 			return
+		}
+		if promoted > 0 {
+			// Their next job had been cancelled as their heads ended.
+			d.log.Info("promoted the waiting jobs of lanes left without a head", zap.Int64("lanes", promoted))
 		}
 		if next == nil {
 			d.lanesAfter = pgstore.LaneKey{} // the next prune starts a new pass

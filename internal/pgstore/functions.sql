@@ -293,7 +293,8 @@ BEGIN
         ), q AS (
             -- Re-checked under the row lock the update takes: a job
             -- cancelled meanwhile is not promoted, and its lane gets no
-            -- head (the next ingest into the lane promotes past it). The
+            -- head (the next ingest into the lane promotes past it, or
+            -- else the lanes' prune: pgstore.LanePrune). The
             -- state test is wrapped so that no partial index can serve the
             -- join, only the primary key (see pgstore's heldSQL: stale
             -- statistics made the planner scan every such row per batch).

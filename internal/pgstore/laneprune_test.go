@@ -156,7 +156,7 @@ func pruneAll(ctx context.Context, s *pgstore.Store) (int64, error) {
 	var total int64
 	var after pgstore.LaneKey
 	for {
-		next, n, err := s.LanePrune(ctx, after, 2) // small pages: the cursor is exercised too
+		next, n, _, err := s.LanePrune(ctx, after, 2) // small pages: the cursor is exercised too
 		if err != nil {
 			return total, err
 		}

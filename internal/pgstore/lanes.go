@@ -53,7 +53,9 @@ type LaneKey struct{ Route, Key string }
 // route has ever seen. A job that joins a pruned lane makes it again:
 // ingest and enqueue by lanes_upsert, a re-run or re-drive by
 // lane_promote. It returns the page's last lane, to pass as after next
-// time, or nil when the page reached the end of the table.
+// time, or nil when the page reached the end of the table, and how many
+// lanes it pruned, and promoted: an idle lane (no head) whose jobs wait is
+// given its next head instead.
 //
 // Safe beside every path that adds a job to a lane: the idle lanes are
 // locked first (SKIP LOCKED: a lane some transaction holds is not idle
@@ -61,7 +63,7 @@ type LaneKey struct{ Route, Key string }
 // the lock, so a job committed by then keeps its lane; a transaction that
 // adds one later waits for the lock and finds the row gone, and makes it
 // again (lanes/doc.go).
-func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int) (next *LaneKey, pruned int64, err error) {
+func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int) (next *LaneKey, pruned, promoted int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var n int
 		var last LaneKey
@@ -95,18 +97,28 @@ func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int) (next *L
 			return err
 		}
 		// A statement of its own: its snapshot is taken after the locks.
-		tag, err := tx.Exec(ctx, `
-			DELETE FROM lanes l USING unnest($1::text[], $2::text[]) AS u(route, key)
-			WHERE l.route = u.route AND l.key = u.key
-			  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.route = l.route AND j.key = l.key AND j.state = 'waiting')`,
-			routes, keys)
-		pruned = tag.RowsAffected()
-		return err
+		// A lane with no head whose jobs wait is promoted instead: one that
+		// lanes_advance freed as the job it was promoting was cancelled (the
+		// next ingest into the lane would promote past it, but a key may
+		// get no other record).
+		return tx.QueryRow(ctx, `
+			WITH pruned AS (
+				DELETE FROM lanes l USING unnest($1::text[], $2::text[]) AS u(route, key)
+				WHERE l.route = u.route AND l.key = u.key
+				  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.route = l.route AND j.key = l.key AND j.state = 'waiting')
+				RETURNING l.route, l.key
+			), stuck AS (
+				SELECT lane_promote(u.route, u.key) FROM unnest($1::text[], $2::text[]) AS u(route, key)
+				WHERE (u.route, u.key) NOT IN (SELECT route, key FROM pruned)
+				ORDER BY u.route, u.key
+			)
+			SELECT (SELECT count(*) FROM pruned), (SELECT count(*) FROM stuck)`,
+			routes, keys).Scan(&pruned, &promoted)
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	return next, pruned, nil
+	return next, pruned, promoted, nil
 }
 
 // LaneBlocked counts lanes held by a dead head (on_dead: block), by route.

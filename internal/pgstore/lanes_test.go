@@ -208,13 +208,24 @@ func TestLaneHandoff(t *testing.T) {
 // lock, re-checks the state and leaves it alone. The lane must then have
 // no head at all, not the cancelled job: a cancelled head would hold the
 // lane for ever. (lanes_advance writes a freed lane once, with whichever
-// job it actually promoted.)
+// job it actually promoted.) The jobs still waiting behind it are
+// promoted by the lanes' prune (LanePrune): the next ingest into the lane
+// would promote past it too, but a key may never get another record.
 func TestLaneSkipsANextJobCancelledAsItAdvances(t *testing.T) {
 	t.Parallel()
-	next, head, state := advanceBehind(t, `UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = $1
+	s, next, head, state := advanceBehind(t, `UPDATE jobs SET state = 'cancelled', finished_at = now() WHERE id = $1
 		RETURNING pg_backend_pid()`)
 	if head != 0 || state != "cancelled" {
 		t.Fatalf("lane head %d, next job %d %s; want no head and the job cancelled", head, next, state)
+	}
+	if st := jobState(t, s, "c"); st != "waiting" {
+		t.Fatalf("the job behind the cancelled one is %s, want waiting", st)
+	}
+	if _, err := pruneAll(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if st := jobState(t, s, "c"); st != "queued" {
+		t.Fatalf("after the lanes' prune the job behind the cancelled one is %s, want queued: its lane's head", st)
 	}
 }
 
@@ -226,24 +237,24 @@ func TestLaneRowUpdatedWhileItAdvancesStillAdvances(t *testing.T) {
 	t.Parallel()
 	// advanceBehind passes the next job's id; this statement names the lane
 	// itself, and only mentions $1 so that the argument is used.
-	next, head, state := advanceBehind(t, `UPDATE lanes SET gap_timeout = gap_timeout + interval '1 minute'
+	_, next, head, state := advanceBehind(t, `UPDATE lanes SET gap_timeout = gap_timeout + interval '1 minute'
 		WHERE route = 'r' AND key = 'cust-1' AND $1::bigint IS NOT NULL RETURNING pg_backend_pid()`)
 	if head != next || state != "queued" {
 		t.Fatalf("lane head %d, next job %d %s; want the next job queued as the head", head, next, state)
 	}
 }
 
-// advanceBehind ingests a lane of two jobs, claims its head and completes
-// it while another transaction, which ran block (given the next job's id,
-// returning its backend's pid), holds a row the completion needs: once the
-// completion waits for it, that transaction commits, and the completion
-// must then succeed. It returns the next job's id, the lane's head after
-// (0: none) and the next job's state.
-func advanceBehind(t *testing.T, block string) (next, head int64, state string) {
+// advanceBehind ingests a lane of three jobs, claims its head and
+// completes it while another transaction, which ran block (given the next
+// job's id, returning its backend's pid), holds a row the completion
+// needs: once the completion waits for it, that transaction commits, and
+// the completion must then succeed. It returns the store, the next job's
+// id, the lane's head after (0: none) and the next job's state.
+func advanceBehind(t *testing.T, block string) (s *pgstore.Store, next, head int64, state string) {
 	t.Helper()
 	ctx := context.Background()
-	s := testenv.MigratedStore(t)
-	ingestLane(t, s, func(string) string { return "cust-1" }, "a", "b")
+	s = testenv.MigratedStore(t)
+	ingestLane(t, s, func(string) string { return "cust-1" }, "a", "b", "c")
 	ended := testenv.ClaimOne(t, s, "q")
 	if err := s.Pool().QueryRow(ctx, `SELECT id FROM jobs WHERE dedupe_key = 'b'`).Scan(&next); err != nil {
 		t.Fatal(err)
@@ -283,5 +294,5 @@ func advanceBehind(t *testing.T, block string) (next, head int64, state string) 
 		(SELECT state FROM all_jobs WHERE id = $1)`, next).Scan(&head, &state); err != nil {
 		t.Fatal(err)
 	}
-	return next, head, state
+	return s, next, head, state
 }
