@@ -1032,3 +1032,38 @@ func TestIngestCarriedClaimRunsOnLentWorkers(t *testing.T) {
 		return reserved() == 0 && p.idle.Load()
 	})
 }
+
+// A wake-up that comes while every worker is lent to a batch's claim finds
+// none free; when that claim comes back short (it ran, and took fewer
+// jobs than it was lent workers for: here none), the workers it gives back
+// claim for the wake-up at once, not at the next poll.
+func TestWakeWhileLentIsClaimedWhenTheWorkersComeBack(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	var h counter
+	d := startQueues(t, store, &h, Queue{Name: "q", Concurrency: 4, Lease: time.Minute, MaxRuntime: time.Minute,
+		PollInterval: time.Hour})
+	p := d.pools["q"]
+	testenv.Eventually(t, 10*time.Second, "the pool's first claim to find the queue dry", p.idle.Load)
+	claims := d.IngestClaims([]string{"q"})
+	if len(claims) != 1 || claims[0].Limit != 4 {
+		t.Fatalf("lent %+v; want one claim of the pool's 4 idle workers", claims)
+	}
+	// Another process stores a job and announces it: the pool has no
+	// worker free to claim it.
+	b := pgstore.IngestBatch{Group: testenv.Name("g"), Jobs: []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q",
+		DedupeKey: "other", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: 0}},
+		Offsets: []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: -1, Next: 1}}}
+	if _, err := store.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	d.Wake("q")
+	time.Sleep(100 * time.Millisecond) // the wake-up is taken with no worker free
+	// The batch's claim ran and took nothing (its jobs were scheduled
+	// ahead, say).
+	claims[0].Ran = true
+	d.IngestClaimed(claims)
+	testenv.Eventually(t, 10*time.Second, "the other process's job to succeed", func() bool {
+		return states(t, store)["succeeded"] == 1
+	})
+}

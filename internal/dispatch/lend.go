@@ -35,7 +35,8 @@ func (d *Dispatcher) IngestClaims(queues []string) []*pgstore.IngestClaim {
 // IngestClaimed hands each claim's jobs to its pool and gives back the
 // rest of the workers lent. A pool whose claim did not run (the batch
 // failed, or took a path that claims nothing) or came back full is woken:
-// runnable jobs may wait.
+// runnable jobs may wait. One whose claim came back short gets its
+// workers back as freed ones, for a wake-up that came meanwhile.
 func (d *Dispatcher) IngestClaimed(claims []*pgstore.IngestClaim) {
 	for _, c := range claims {
 		d.pools[c.Queue].takeLent(c)
@@ -84,5 +85,10 @@ func (p *pool) takeLent(c *pgstore.IngestClaim) {
 	}
 	if !c.Ran || len(c.Claimed) >= c.Limit {
 		p.wake()
+		return
 	}
+	// Workers lent and not used are free again: a wake-up that came while
+	// they were lent found none free, and is claimed for now (a freed
+	// worker is news only to news already pending; see claimLoop).
+	p.signalFreed()
 }
