@@ -81,6 +81,8 @@
 // batches its process's ingest stores (lend.go): the batch's
 // transaction claims for them (pgstore.IngestClaim), with the same
 // statement, lease and token as a claim, and they start at its commit.
+// The workers it did not use come back as freed ones: a wake-up that came
+// while they were lent is claimed for then.
 //
 // Wake-ups come from LISTEN/NOTIFY after ingest commits; polling every
 // poll_interval stays the source of truth, so a lost notification only
