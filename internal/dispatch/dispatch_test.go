@@ -981,18 +981,27 @@ func TestLaneNextJobQueuedByACompletionIsClaimedAtOnce(t *testing.T) {
 	})
 }
 
-// A pool that found its queue dry lends its idle workers to the claim a
-// stored batch carries: the batch's jobs run on them without a claim of
-// the pool's own, and the workers come back, as they do when the claim
-// did not run. A pool with a claim of its own to make lends nothing.
-func TestIngestCarriedClaimRunsOnLentWorkers(t *testing.T) {
-	t.Parallel()
+// idlePool starts a dispatcher of one pool of 4 workers on queue q, which
+// polls once an hour, and waits for its first claim to find q dry: its
+// workers may then be lent.
+func idlePool(t *testing.T) (*pgstore.Store, *Dispatcher, *pool) {
+	t.Helper()
 	store := testenv.MigratedStore(t)
 	var h counter
 	d := startQueues(t, store, &h, Queue{Name: "q", Concurrency: 4, Lease: time.Minute, MaxRuntime: time.Minute,
 		PollInterval: time.Hour})
 	p := d.pools["q"]
 	testenv.Eventually(t, 10*time.Second, "the pool's first claim to find the queue dry", p.idle.Load)
+	return store, d, p
+}
+
+// A pool that found its queue dry lends its idle workers to the claim a
+// stored batch carries: the batch's jobs run on them without a claim of
+// the pool's own, and the workers come back, as they do when the claim
+// did not run. A pool with a claim of its own to make lends nothing.
+func TestIngestCarriedClaimRunsOnLentWorkers(t *testing.T) {
+	t.Parallel()
+	store, d, p := idlePool(t)
 	reserved := func() int { p.mu.Lock(); defer p.mu.Unlock(); return p.reserved }
 	claims := d.IngestClaims([]string{"q", "unworked"})
 	if len(claims) != 1 || claims[0].Limit != 4 || reserved() != 4 {
@@ -1039,12 +1048,7 @@ func TestIngestCarriedClaimRunsOnLentWorkers(t *testing.T) {
 // claim for the wake-up at once, not at the next poll.
 func TestWakeWhileLentIsClaimedWhenTheWorkersComeBack(t *testing.T) {
 	t.Parallel()
-	store := testenv.MigratedStore(t)
-	var h counter
-	d := startQueues(t, store, &h, Queue{Name: "q", Concurrency: 4, Lease: time.Minute, MaxRuntime: time.Minute,
-		PollInterval: time.Hour})
-	p := d.pools["q"]
-	testenv.Eventually(t, 10*time.Second, "the pool's first claim to find the queue dry", p.idle.Load)
+	store, d, _ := idlePool(t)
 	claims := d.IngestClaims([]string{"q"})
 	if len(claims) != 1 || claims[0].Limit != 4 {
 		t.Fatalf("lent %+v; want one claim of the pool's 4 idle workers", claims)
