@@ -106,7 +106,7 @@ type Dispatcher struct {
 
 	stopClaim chan struct{} // closed: pools stop claiming
 	hardStop  context.CancelCauseFunc
-	jobCtx    context.Context // parent of every handler context
+	jobCtx    context.Context // done when in-flight jobs must stop (poolEnv.jobCtx)
 	wg        sync.WaitGroup  // pool loops, rescuer, listener
 	stopOnce  sync.Once
 	stopErr   error // what Stop could not finish
@@ -230,6 +230,9 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 		d.hardStop(workers.ErrShutdown)
+		for _, p := range d.pools {
+			p.stopAttempts()
+		}
 		select {
 		case <-allIdle:
 		case <-ctx.Done():

@@ -14,12 +14,33 @@ import (
 
 // hold records a claimed or handed-off attempt's lease, with a context
 // cancelled on lease loss or shutdown. p.mu is held.
+//
+// The context is not a child of jobCtx: every attempt of every pool
+// registering with one parent, and leaving it, serialized the workers
+// on that parent's lock (half of an attempt's context cost in a
+// parallel benchmark). stopAttempts cancels what jobCtx's cancellation
+// would have, under the same p.mu as this, and an attempt held after it
+// is cancelled here.
 func (p *pool) hold(j *workers.Job, chain time.Time) *running {
-	ctx, cancel := context.WithCancelCause(p.env.jobCtx)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	if cause := context.Cause(p.env.jobCtx); cause != nil {
+		cancel(cause)
+	}
 	r := &running{pool: p, job: j, ctx: ctx, cancel: cancel, chain: chain}
 	j.SetAttempt(r)
 	p.leases[j.Token] = r
 	return r
+}
+
+// stopAttempts cancels every held attempt with jobCtx's cause, once
+// jobCtx is cancelled (hold).
+func (p *pool) stopAttempts() {
+	cause := context.Cause(p.env.jobCtx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.leases {
+		r.cancel(cause)
+	}
 }
 
 // finish forgets a lease whose outcome is settled and releases its

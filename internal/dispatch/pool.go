@@ -25,8 +25,8 @@ type poolEnv struct {
 	completer *completer
 	resolve   func(*workers.Job) (workers.Handler, error)
 	backoff   func(*workers.Job, error) time.Duration
-	// jobCtx is the parent of every handler context, cancelled (with a
-	// cause) when in-flight jobs must stop.
+	// jobCtx is cancelled (with a cause) when in-flight jobs must stop;
+	// the attempts' contexts are cancelled with it (hold, stopAttempts).
 	jobCtx context.Context
 	// stopClaim is closed when the pools must stop claiming.
 	stopClaim <-chan struct{}
