@@ -509,8 +509,12 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 		Retention: map[string]time.Duration{}, Paused: e.flow.QueuePaused, Limits: map[string]map[string]pgstore.FlowLimit{},
 		ResultMaxBytes: map[string]int{}, AttemptKey: e.attemptKey, Tracer: e.tracer}
 	for state, keep := range e.cfg.Retention {
-		if state == config.RetentionAudit {
+		switch state {
+		case config.RetentionAudit:
 			dc.AuditRetention = keep.D()
+			continue
+		case config.RetentionVersions:
+			dc.VersionRetention = keep.D()
 			continue
 		}
 		dc.Retention[state] = keep.D()

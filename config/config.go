@@ -27,7 +27,9 @@ type Config struct {
 	// It is also the dedupe window against replays. Defaults to 168h for
 	// every state but dead, which is kept until its DLQ entry is handled.
 	// The key audit is how long the audit log keeps an action: defaults
-	// to 2160h (90 days).
+	// to 2160h (90 days). The key versions is how long an idle versioned
+	// lane keeps its last applied version, against which a late record of
+	// its key is judged stale: unset (or 0), for good.
 	Retention map[string]Duration `yaml:"retention"`
 	// Tracing configures OpenTelemetry tracing (v2). Off unless an
 	// endpoint is set here or in OTEL_EXPORTER_OTLP_ENDPOINT.
@@ -60,6 +62,10 @@ func (t Tracing) Ratio() float64 {
 
 // RetentionAudit is the retention key of the audit log.
 const RetentionAudit = "audit"
+
+// RetentionVersions is the retention key of an idle versioned lane's last
+// applied version.
+const RetentionVersions = "versions"
 
 // Admin configures who may use the admin API besides the operator token
 // of SWITCHYARD_ADMIN_TOKEN (http.token), which is named "default".

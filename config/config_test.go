@@ -413,8 +413,8 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "bad retention",
-			yaml: base + goRoute + "retention: {running: 1h, audit: 720h}\n",
-			want: []string{"retention.running: not a final state: want one of succeeded, dead, cancelled, skipped, expired, coalesced, or audit"},
+			yaml: base + goRoute + "retention: {running: 1h, audit: 720h, versions: 720h}\n",
+			want: []string{"retention.running: not a final state: want one of succeeded, dead, cancelled, skipped, expired, coalesced, or audit or versions"},
 		},
 		{
 			name: "several routes of a topic without names",

@@ -64,8 +64,8 @@ func (c *Config) Validate() error {
 		p.add("shutdown_grace", "must be positive")
 	}
 	for st := range c.Retention {
-		if st != RetentionAudit && !jobstate.State(st).IsFinal() {
-			p.add("retention."+st, "not a final state: want one of %s, or audit", jobstate.Join(jobstate.Final))
+		if st != RetentionAudit && st != RetentionVersions && !jobstate.State(st).IsFinal() {
+			p.add("retention."+st, "not a final state: want one of %s, or audit or versions", jobstate.Join(jobstate.Final))
 		}
 	}
 	c.validateAdmin(&p)

@@ -91,9 +91,15 @@
 // for every order id an ordered route has ever seen. The rescuer deletes,
 // a page of the table at a time (pgstore.LanePrune), lanes that hold
 // nothing: no head, not blocked, no strict gap, no waiting job, and no
-// versions. A versioned lane (newer, strict) is kept for its last applied
-// version, against which a late record is still judged stale, however long
-// after. The prune locks the idle lanes of its page first (SKIP LOCKED:
+// version (policy none, or none applied yet). A versioned lane (newer,
+// strict) is kept for its last applied version, against which a late
+// record is still judged stale: for good, unless retention.versions is
+// set. Then the prune stamps an idle versioned lane with the time and the
+// version it found (lanes.idle_since, idle_version: written by the prune
+// alone, so that advancing a lane pays nothing for it) and deletes it once
+// it is found idle with the same version that much later; a version
+// applied meanwhile differs from the stamp, and the lane is stamped again.
+// The prune locks the idle lanes of its page first (SKIP LOCKED:
 // a lane some transaction holds is busy), then looks for their waiting
 // jobs in a statement of its own, whose snapshot follows the locks: a job
 // committed by then keeps its lane. Every path that adds a job to a lane

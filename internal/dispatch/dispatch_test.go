@@ -490,6 +490,30 @@ func TestPruneRespectsRetention(t *testing.T) {
 	}
 }
 
+// retention.versions reaches the lanes' prune: with it, an idle versioned
+// lane is stamped (and pruned once idle that long: pgstore's
+// TestIdleVersionedLanesForgetTheirVersionAfterRetention); without it,
+// left alone.
+func TestPruneStampsIdleVersionedLanesUnderVersionRetention(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	ctx := context.Background()
+	if _, err := store.Pool().Exec(ctx, `INSERT INTO lanes (route, key, policy, last_version) VALUES ('r', 'v', 'newer', 7)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []time.Duration{0, time.Hour} {
+		d := &Dispatcher{store: store, jobCtx: ctx, log: zaptest.NewLogger(t), cfg: Config{VersionRetention: keep}}
+		d.prune()
+		var stamped bool
+		if err := store.Pool().QueryRow(ctx, `SELECT idle_since IS NOT NULL FROM lanes WHERE key = 'v'`).Scan(&stamped); err != nil {
+			t.Fatal(err)
+		}
+		if stamped != (keep > 0) {
+			t.Fatalf("retention.versions %s: stamped %v", keep, stamped)
+		}
+	}
+}
+
 // After an outage a job whose first outcome is still being written can be
 // rescued and claimed again by the same pool. The two attempts must keep
 // separate books: settling the old one must neither cancel the new one nor

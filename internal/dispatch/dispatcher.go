@@ -66,6 +66,9 @@ type Config struct {
 	// AuditRetention is how long the audit log keeps an action; 0 keeps
 	// it forever.
 	AuditRetention time.Duration
+	// VersionRetention is how long an idle versioned lane keeps its last
+	// applied version (pgstore.LanePrune); 0 keeps it forever.
+	VersionRetention time.Duration
 	// RescueInterval is how often expired leases are looked for.
 	// Defaults to a third of the shortest lease, at most 5s.
 	RescueInterval time.Duration
@@ -378,7 +381,7 @@ func (d *Dispatcher) prune() {
 func (d *Dispatcher) pruneLanes() {
 	for range lanePruneMaxPages {
 		ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
-		next, _, promoted, err := d.store.LanePrune(ctx, d.lanesAfter, lanePrunePage)
+		next, _, promoted, err := d.store.LanePrune(ctx, d.lanesAfter, lanePrunePage, d.cfg.VersionRetention)
 		cancel()
 		if err != nil {
 			d.log.Warn("pruning idle lanes failed", zap.Error(err))

@@ -92,21 +92,16 @@ func TestIdleLanesArePrunedAndComeBackWithTheirNextJob(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A versioned lane keeps its last version: a stale record must still
-	// be skipped after any amount of idleness.
-	version := int64(7)
-	versioned := &pgstore.LanePolicy{Policy: "newer", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
-	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q", Key: "v",
-		DedupeKey: "v1", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: 10, Version: &version,
-		Lane: versioned}}}); err != nil {
-		t.Fatal(err)
-	}
+	// A versioned lane keeps its last version (retention.versions unset:
+	// for good): a stale record must still be skipped after any amount
+	// of idleness.
+	ingestVersion(t, s, "v1", 7)
 	runLanes(t, s)
 	if got := laneKeys(t, s); !slices.Equal(got, []string{"a", "b", "d", "r", "v"}) {
 		t.Fatalf("lanes before pruning: %v", got)
 	}
 
-	n, err := pruneAll(ctx, s)
+	n, err := pruneAll(ctx, s, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,13 +145,108 @@ func TestIdleLanesArePrunedAndComeBackWithTheirNextJob(t *testing.T) {
 	}
 }
 
-// pruneAll prunes idle lanes page by page until a pass ends, and
-// returns how many it pruned.
-func pruneAll(ctx context.Context, s *pgstore.Store) (int64, error) {
+// ingestVersion stores a job of key "v" of route r, whose lane is
+// versioned (policy newer), with version v, as record offset v.
+func ingestVersion(t *testing.T, s *pgstore.Store, dedupe string, v int64) {
+	t.Helper()
+	versioned := &pgstore.LanePolicy{Policy: "newer", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	if _, err := s.IngestCommit(context.Background(), pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r", Kind: "k",
+		Queue: "q", Key: "v", DedupeKey: dedupe, Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: v, Version: &v,
+		Lane: versioned}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// retention.versions: an idle versioned lane keeps its last applied
+// version for that long after the prune first finds it idle with it, and
+// then forgets it (its row is pruned), so that a route keyed by an
+// ever-growing id does not keep a row per key for good. A version applied
+// meanwhile starts the count again.
+func TestIdleVersionedLanesForgetTheirVersionAfterRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	const keep = time.Hour
+	ingestVersion(t, s, "v7", 7)
+	runLanes(t, s)
+	stamp := func() (since *time.Time, version *int64) {
+		t.Helper()
+		if err := s.Pool().QueryRow(ctx, `SELECT idle_since, idle_version FROM lanes WHERE key = 'v'`).Scan(&since, &version); err != nil {
+			t.Fatal(err)
+		}
+		return since, version
+	}
+	// age moves the lane's stamp further into the past than keep, as
+	// the time a deployment's prunes would let pass.
+	age := func() {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, `UPDATE lanes SET idle_since = idle_since - interval '2 hours' WHERE key = 'v'`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prune := func(versions time.Duration) int64 {
+		t.Helper()
+		n, err := pruneAll(ctx, s, versions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	if n := prune(0); n != 0 {
+		t.Fatalf("pruned %d lanes without retention.versions; want the versioned lane kept", n)
+	}
+	if since, _ := stamp(); since != nil {
+		t.Fatalf("stamped at %v without retention.versions", since)
+	}
+	if n := prune(keep); n != 0 {
+		t.Fatalf("pruned %d lanes at the first sight of the idle lane", n)
+	}
+	if since, v := stamp(); since == nil || v == nil || *v != 7 {
+		t.Fatalf("stamp %v, version %v; want now and 7", since, v)
+	}
+	// Remembered: a late, older record is skipped.
+	ingestVersion(t, s, "v6", 6)
+	if st := jobState(t, s, "v6"); st != "skipped" {
+		t.Fatalf("v6 is %s, want skipped against version 7", st)
+	}
+	// A version applied after the stamp: the stamp is of the old one, and
+	// the lane is stamped again rather than pruned.
+	ingestVersion(t, s, "v8", 8)
+	runLanes(t, s)
+	age()
+	if n := prune(keep); n != 0 {
+		t.Fatalf("pruned %d lanes whose version changed since their stamp", n)
+	}
+	if since, v := stamp(); since == nil || time.Since(*since) > time.Minute || v == nil || *v != 8 {
+		t.Fatalf("stamp %v, version %v; want restamped now with 8", since, v)
+	}
+	if n := prune(keep); n != 0 {
+		t.Fatalf("pruned %d lanes stamped less than %s ago", n, keep)
+	}
+	age()
+	if n := prune(keep); n != 1 {
+		t.Fatalf("pruned %d lanes; want the lane idle with version 8 for longer than %s", n, keep)
+	}
+	if got := laneKeys(t, s); len(got) != 0 {
+		t.Fatalf("lanes left: %v", got)
+	}
+	// Forgotten: the key's next record runs, however old its version.
+	ingestVersion(t, s, "v5", 5)
+	runLanes(t, s)
+	if st := jobState(t, s, "v5"); st != "succeeded" {
+		t.Fatalf("v5 is %s, want succeeded: its lane forgot version 8", st)
+	}
+}
+
+// pruneAll prunes idle lanes page by page until a pass ends, keeping an
+// idle versioned lane's version for versions (0: for good), and returns
+// how many it pruned.
+func pruneAll(ctx context.Context, s *pgstore.Store, versions time.Duration) (int64, error) {
 	var total int64
 	var after pgstore.LaneKey
 	for {
-		next, n, _, err := s.LanePrune(ctx, after, 2) // small pages: the cursor is exercised too
+		next, n, _, err := s.LanePrune(ctx, after, 2, versions) // small pages: the cursor is exercised too
 		if err != nil {
 			return total, err
 		}

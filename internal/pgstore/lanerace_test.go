@@ -113,7 +113,7 @@ func raceLanes(t *testing.T, prune bool) {
 		}))
 		var after pgstore.LaneKey
 		g.Go(until(func() error {
-			next, n, _, err := s.LanePrune(ctx, after, 5)
+			next, n, _, err := s.LanePrune(ctx, after, 5, 0)
 			pruned.Add(n)
 			after = pgstore.LaneKey{}
 			if next != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -47,15 +48,23 @@ type LaneKey struct{ Route, Key string }
 
 // LanePrune deletes, among the page of up to page lanes after after in
 // (route, key) order, the lanes that hold nothing: no head, not blocked,
-// no strict gap, no waiting job, and no versions (policy none: a
-// versioned lane keeps its last applied version, which a late record is
-// measured against). Without it a lane row stays for every key an ordered
-// route has ever seen. A job that joins a pruned lane makes it again:
-// ingest and enqueue by lanes_upsert, a re-run or re-drive by
+// no strict gap, no waiting job, and no version (policy none, or no
+// version applied yet). Without it a lane row stays for every key an
+// ordered route has ever seen. A job that joins a pruned lane makes it
+// again: ingest and enqueue by lanes_upsert, a re-run or re-drive by
 // lane_promote. It returns the page's last lane, to pass as after next
 // time, or nil when the page reached the end of the table, and how many
 // lanes it pruned, and promoted: an idle lane (no head) whose jobs wait is
 // given its next head instead.
+//
+// An idle versioned lane keeps its last applied version, which a late
+// record is measured against, for versions (retention.versions; 0: for
+// good). The first prune that finds it idle stamps it with the time and
+// the version (lanes.idle_since, idle_version); a prune that finds it
+// idle with that same version more than versions later deletes it, and a
+// version applied in between makes the next prune stamp it again. So a
+// lane forgets its version at least versions after it last changed, and
+// a record older than that then runs as its key's first.
 //
 // Safe beside every path that adds a job to a lane: the idle lanes are
 // locked first (SKIP LOCKED: a lane some transaction holds is not idle
@@ -63,7 +72,7 @@ type LaneKey struct{ Route, Key string }
 // the lock, so a job committed by then keeps its lane; a transaction that
 // adds one later waits for the lock and finds the row gone, and makes it
 // again (lanes/doc.go).
-func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int) (next *LaneKey, pruned, promoted int64, err error) {
+func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int, versions time.Duration) (next *LaneKey, pruned, promoted int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var n int
 		var last LaneKey
@@ -83,8 +92,9 @@ func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int) (next *L
 		rows, err := tx.Query(ctx, `
 			SELECT route, key FROM lanes
 			WHERE (route, key) > ($1, $2) AND (route, key) <= ($3, $4)
-			  AND policy = 'none' AND head_job_id IS NULL AND NOT blocked AND gap_since IS NULL
-			FOR UPDATE SKIP LOCKED`, after.Route, after.Key, last.Route, last.Key)
+			  AND head_job_id IS NULL AND NOT blocked AND gap_since IS NULL
+			  AND (policy = 'none' OR last_version IS NULL OR $5::bigint > 0)
+			FOR UPDATE SKIP LOCKED`, after.Route, after.Key, last.Route, last.Key, versions.Milliseconds())
 		if err != nil {
 			return err
 		}
@@ -101,19 +111,30 @@ func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int) (next *L
 		// lanes_advance freed as the job it was promoting was cancelled (the
 		// next ingest into the lane would promote past it, but a key may
 		// get no other record).
+		// A versioned lane is deleted or stamped, never both: the two
+		// statements' conditions on idle_version exclude each other.
 		return tx.QueryRow(ctx, `
-			WITH pruned AS (
-				DELETE FROM lanes l USING unnest($1::text[], $2::text[]) AS u(route, key)
-				WHERE l.route = u.route AND l.key = u.key
-				  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.route = l.route AND j.key = l.key AND j.state = 'waiting')
-				RETURNING l.route, l.key
+			WITH idle AS (
+				SELECT u.route, u.key,
+					EXISTS (SELECT 1 FROM jobs j WHERE j.route = u.route AND j.key = u.key AND j.state = 'waiting') AS waits
+				FROM unnest($1::text[], $2::text[]) AS u(route, key)
+			), pruned AS (
+				DELETE FROM lanes l USING idle u
+				WHERE l.route = u.route AND l.key = u.key AND NOT u.waits
+				  AND (l.policy = 'none' OR l.last_version IS NULL
+				       OR (l.idle_version = l.last_version AND l.idle_since <= now() - $3::bigint * interval '1 millisecond'))
+				RETURNING 1
+			), stamped AS (
+				UPDATE lanes l SET idle_since = now(), idle_version = l.last_version
+				FROM idle u
+				WHERE l.route = u.route AND l.key = u.key AND NOT u.waits
+				  AND l.policy <> 'none' AND l.last_version IS NOT NULL
+				  AND l.idle_version IS DISTINCT FROM l.last_version
 			), stuck AS (
-				SELECT lane_promote(u.route, u.key) FROM unnest($1::text[], $2::text[]) AS u(route, key)
-				WHERE (u.route, u.key) NOT IN (SELECT route, key FROM pruned)
-				ORDER BY u.route, u.key
+				SELECT lane_promote(u.route, u.key) FROM idle u WHERE u.waits ORDER BY u.route, u.key
 			)
 			SELECT (SELECT count(*) FROM pruned), (SELECT count(*) FROM stuck)`,
-			routes, keys).Scan(&pruned, &promoted)
+			routes, keys, versions.Milliseconds()).Scan(&pruned, &promoted)
 	})
 	if err != nil {
 		return nil, 0, 0, err

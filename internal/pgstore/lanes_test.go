@@ -221,7 +221,7 @@ func TestLaneSkipsANextJobCancelledAsItAdvances(t *testing.T) {
 	if st := jobState(t, s, "c"); st != "waiting" {
 		t.Fatalf("the job behind the cancelled one is %s, want waiting", st)
 	}
-	if _, err := pruneAll(context.Background(), s); err != nil {
+	if _, err := pruneAll(context.Background(), s, 0); err != nil {
 		t.Fatal(err)
 	}
 	if st := jobState(t, s, "c"); st != "queued" {

@@ -1,0 +1,13 @@
+-- 0031: how long an idle versioned lane has held its last version.
+--
+-- Why: a versioned lane (policy newer or strict) was never pruned, since
+-- its row holds the last applied version a late record is judged
+-- against; a route keyed by an ever-growing id kept a row per key for
+-- good. retention.versions bounds that: the prune (pgstore.LanePrune)
+-- stamps a versioned lane it finds idle with the time and the version it
+-- found, and deletes it once it has been idle with that same version for
+-- longer than the setting. Written by the prune only, so that no path
+-- that advances a lane pays for it: a version applied since the stamp
+-- differs from idle_version, and the next prune stamps the lane again.
+-- Nullable without a default: adding them rewrites nothing.
+ALTER TABLE lanes ADD COLUMN idle_since timestamptz, ADD COLUMN idle_version bigint;
