@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -374,5 +375,32 @@ func TestIngestClaimTakesRunnableJobsInTheBatchTransaction(t *testing.T) {
 	}
 	if again.Ran || len(again.Claimed) != 0 {
 		t.Fatalf("a careful batch's claim ran (%v, %d jobs)", again.Ran, len(again.Claimed))
+	}
+}
+
+// A claimed job carries its record's headers, in order, a header without
+// a value as nil; a job without headers carries none.
+func TestClaimedJobsCarryTheirHeaders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	batch := pgstore.IngestBatch{Jobs: []pgstore.NewJob{
+		{Route: "r", Kind: "k", Queue: "q", DedupeKey: "with", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: 1,
+			HeaderKeys: []string{"b", "a", "empty"}, HeaderVals: [][]byte{[]byte("2"), []byte("1"), nil}},
+		{Route: "r", Kind: "k", Queue: "q", DedupeKey: "without", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t", Offset: 2},
+	}}
+	if _, err := s.IngestCommit(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 10, Lease: time.Minute, MaxRuntime: time.Hour})
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("claimed %d, %v", len(jobs), err)
+	}
+	want := []pgstore.HeaderRow{{Key: "b", Value: []byte("2")}, {Key: "a", Value: []byte("1")}, {Key: "empty"}}
+	if got := jobs[0].Headers; !reflect.DeepEqual(got, want) {
+		t.Errorf("headers %+v, want %+v", got, want)
+	}
+	if got := jobs[1].Headers; got != nil {
+		t.Errorf("headers %+v, want none", got)
 	}
 }
