@@ -28,10 +28,16 @@ type completer struct {
 
 type pending struct {
 	out pgstore.Outcome
-	// then learns whether the outcome applied and, if the pool asked, the
-	// lane job handed off to it (running and leased: it must start it or
-	// release it).
-	then func(applied bool, next *workers.Job)
+	by  settler
+}
+
+// settler is the attempt an outcome is of (*running). It learns whether
+// the outcome applied and, if its pool asked, the lane job handed off to
+// it (running and leased: it must start it or release it). An interface
+// holding the attempt, not a closure: a closure over an attempt's
+// outcome cost two allocations a job.
+type settler interface {
+	settled(out pgstore.Outcome, applied bool, next *workers.Job)
 }
 
 // A batch holds at most completeBatch outcomes, gathered for at most
@@ -58,14 +64,14 @@ func (c *completer) start() { go c.run() }
 // submit queues an outcome. After stop, the outcome is dropped: only a
 // handler that outlived shutdown can get here, and its lease expiring
 // hands the job to the rescuer.
-func (c *completer) submit(o pgstore.Outcome, then func(applied bool, next *workers.Job)) {
+func (c *completer) submit(o pgstore.Outcome, by settler) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
-		then(false, nil)
+		by.settled(o, false, nil)
 		return
 	}
-	c.in <- pending{out: o, then: then}
+	c.in <- pending{out: o, by: by}
 }
 
 // stop flushes what was submitted and waits. Idempotent.
@@ -151,7 +157,7 @@ func (c *completer) flush(batch []pending) {
 				if applied {
 					next = workerJob(done.Next[p.out.ID])
 				}
-				p.then(applied, next)
+				p.by.settled(p.out, applied, next)
 			}
 			return
 		}
@@ -159,7 +165,7 @@ func (c *completer) flush(batch []pending) {
 			c.log.Error("recording outcomes failed at shutdown; their leases will expire and the jobs be retried",
 				zap.Int("jobs", len(outs)), zap.Error(err))
 			for _, p := range batch {
-				p.then(false, nil)
+				p.by.settled(p.out, false, nil)
 			}
 			return
 		}

@@ -93,25 +93,30 @@ func (p *pool) execute(r *running) {
 	if span != nil {
 		out.Span = tracing.Format(span.SpanContext())
 	}
-	p.env.completer.submit(out, func(applied bool, next *workers.Job) {
-		// Counted once the write is settled: a rejected (stale) outcome is
-		// a lost lease, not a success.
-		outcome := "lease_lost"
-		if applied {
-			outcome = metricOutcome(out.State)
-		}
-		if applied && out.State == jobstate.Dead {
-			p.env.events.Info("job dead", zap.Int64("job_id", job.ID), zap.String("kind", job.Kind),
-				zap.String("queue", job.Queue), zap.Int("attempts", job.Attempt), zap.String("reason", out.Reason),
-				zap.String("error", out.Error))
-		}
-		p.observe(job, outcome, elapsed)
-		endAttempt(span, outcome, out.Error)
-		p.finish(job.Token)
-		if next != nil {
-			p.adopt(next, r.chain)
-		}
-	})
+	r.elapsed, r.span = elapsed, span
+	p.env.completer.submit(out, r)
+}
+
+// settled ends an attempt whose outcome went to the completer, once the
+// write is settled (settler): counted then, as a rejected (stale) outcome
+// is a lost lease, not a success.
+func (r *running) settled(out pgstore.Outcome, applied bool, next *workers.Job) {
+	p, job := r.pool, r.job
+	outcome := "lease_lost"
+	if applied {
+		outcome = metricOutcome(out.State)
+	}
+	if applied && out.State == jobstate.Dead {
+		p.env.events.Info("job dead", zap.Int64("job_id", job.ID), zap.String("kind", job.Kind),
+			zap.String("queue", job.Queue), zap.Int("attempts", job.Attempt), zap.String("reason", out.Reason),
+			zap.String("error", out.Error))
+	}
+	p.observe(job, outcome, r.elapsed)
+	endAttempt(r.span, outcome, out.Error)
+	p.finish(job.Token)
+	if next != nil {
+		p.adopt(next, r.chain)
+	}
 }
 
 // startAttempt starts the span of an attempt: a child of the trace

@@ -139,6 +139,10 @@ type running struct {
 	// slot is set while the handler runs on a slot of its route's
 	// max_running (slots.take), which its return gives back.
 	slot bool
+	// elapsed and span are the handler's run time and the attempt's span
+	// (nil: tracing off), kept for when its outcome is settled.
+	elapsed time.Duration
+	span    trace.Span
 }
 
 func newPool(env poolEnv, log *zap.Logger, q Queue) *pool {
