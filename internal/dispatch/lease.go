@@ -43,9 +43,9 @@ func (p *pool) stopAttempts() {
 	}
 }
 
-// finish forgets a lease whose outcome is settled and releases its
-// context (an uncancelled child would stay attached to the parent until
-// shutdown: a leak per job).
+// finish forgets a lease whose outcome is settled and cancels its
+// context, so that whatever the handler derived from it and left behind
+// stops with the attempt.
 func (p *pool) finish(token int64) {
 	p.mu.Lock()
 	r, ok := p.leases[token]
