@@ -221,8 +221,21 @@ func TestIdleVersionedLanesForgetTheirVersionAfterRetention(t *testing.T) {
 	if since, v := stamp(); since == nil || time.Since(*since) > time.Minute || v == nil || *v != 8 {
 		t.Fatalf("stamp %v, version %v; want restamped now with 8", since, v)
 	}
+	// A stamped lane not yet due is left alone, not even locked: a lock
+	// writes the row (its xmax), pass after pass.
+	xmax := func() (x string) {
+		t.Helper()
+		if err := s.Pool().QueryRow(ctx, `SELECT xmax::text FROM lanes WHERE key = 'v'`).Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	before := xmax()
 	if n := prune(keep); n != 0 {
 		t.Fatalf("pruned %d lanes stamped less than %s ago", n, keep)
+	}
+	if after := xmax(); after != before {
+		t.Fatalf("the prune locked a lane stamped less than %s ago (xmax %s → %s)", keep, before, after)
 	}
 	age()
 	if n := prune(keep); n != 1 {

@@ -64,7 +64,8 @@ type LaneKey struct{ Route, Key string }
 // idle with that same version more than versions later deletes it, and a
 // version applied in between makes the next prune stamp it again. So a
 // lane forgets its version at least versions after it last changed, and
-// a record older than that then runs as its key's first.
+// a record older than that then runs as its key's first. A stamped lane
+// that is not due is not even locked (a row lock writes the row).
 //
 // Safe beside every path that adds a job to a lane: the idle lanes are
 // locked first (SKIP LOCKED: a lane some transaction holds is not idle
@@ -89,11 +90,16 @@ func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int, versions
 		if n == page {
 			next = &last
 		}
+		// A versioned lane only when there is something to do: to stamp
+		// it, or to prune it. A row lock is a write of the row, and a
+		// stamped lane waits out retention.versions over many passes.
 		rows, err := tx.Query(ctx, `
 			SELECT route, key FROM lanes
 			WHERE (route, key) > ($1, $2) AND (route, key) <= ($3, $4)
 			  AND head_job_id IS NULL AND NOT blocked AND gap_since IS NULL
-			  AND (policy = 'none' OR last_version IS NULL OR $5::bigint > 0)
+			  AND (policy = 'none' OR last_version IS NULL
+			       OR ($5::bigint > 0 AND (idle_version IS DISTINCT FROM last_version
+			                               OR idle_since <= now() - $5::bigint * interval '1 millisecond')))
 			FOR UPDATE SKIP LOCKED`, after.Route, after.Key, last.Route, last.Key, versions.Milliseconds())
 		if err != nil {
 			return err
