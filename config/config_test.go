@@ -414,7 +414,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "bad retention",
 			yaml: base + goRoute + "retention: {running: 1h, audit: 720h, versions: 720h}\n",
-			want: []string{"retention.running: not a final state: want one of succeeded, dead, cancelled, skipped, expired, coalesced, or audit or versions"},
+			want: []string{"retention.running: not a final state: want one of succeeded, dead, cancelled, skipped, expired, coalesced, audit or versions"},
 		},
 		{
 			name: "several routes of a topic without names",

@@ -65,7 +65,7 @@ func (c *Config) Validate() error {
 	}
 	for st := range c.Retention {
 		if st != RetentionAudit && st != RetentionVersions && !jobstate.State(st).IsFinal() {
-			p.add("retention."+st, "not a final state: want one of %s, or audit or versions", jobstate.Join(jobstate.Final))
+			p.add("retention."+st, "not a final state: want one of %s, audit or versions", jobstate.Join(jobstate.Final))
 		}
 	}
 	c.validateAdmin(&p)
