@@ -30,6 +30,19 @@ func openStore(ctx context.Context, fs *flag.FlagSet, cfgPath string, stderr io.
 	return store, cfg, err
 }
 
+// openListStore is openStore for a list filtered by queue and route: the
+// filter is checked against the config before anything connects.
+func openListStore(ctx context.Context, fs *flag.FlagSet, cfgPath string, stderr io.Writer, queue, route string) (*pgstore.Store, error) {
+	cfg, err := loadConfig(fs, cfgPath, true, stderr)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkQueueAndRoute(cfg, queue, route); err != nil {
+		return nil, err
+	}
+	return connect(ctx, cfg)
+}
+
 func connect(ctx context.Context, cfg *config.Config) (*pgstore.Store, error) {
 	return pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
 }
@@ -194,14 +207,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		f.State = jobstate.State(*state)
-		cfg, err := loadConfig(fs, *cfgPath, true, stderr)
-		if err != nil {
-			return err
-		}
-		if err := checkQueueAndRoute(cfg, f.Queue, f.Route); err != nil {
-			return err
-		}
-		store, err := connect(ctx, cfg)
+		store, err := openListStore(ctx, fs, *cfgPath, stderr, f.Queue, f.Route)
 		if err != nil {
 			return err
 		}
@@ -364,14 +370,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := checkOneOf("state", "a DLQ state", f.State, pgstore.DLQStates); err != nil {
 			return err
 		}
-		cfg, err := loadConfig(fs, *cfgPath, true, stderr)
-		if err != nil {
-			return err
-		}
-		if err := checkQueueAndRoute(cfg, f.Queue, f.Route); err != nil {
-			return err
-		}
-		store, err := connect(ctx, cfg)
+		store, err := openListStore(ctx, fs, *cfgPath, stderr, f.Queue, f.Route)
 		if err != nil {
 			return err
 		}
