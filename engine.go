@@ -184,16 +184,34 @@ func (e *Engine) buildTargets(tracer trace.Tracer) error {
 		}
 		e.targets[r.Name] = t
 	}
-	// A schedule's jobs run like the jobs of the route of their kind, if
-	// there is one: its target, attempts and backoff.
-	for _, sc := range e.cfg.Schedules {
-		if r, ok := e.routeOfKind(sc.Kind); ok {
-			if t := e.targets[r.Name]; t != nil {
-				e.targets[schedule.Route(sc.Name)] = t
-			}
+	// A schedule's jobs under its own route run like the jobs of the
+	// first route of their kind, if there is one: its target, attempts
+	// and backoff (under a route of their kind, they are its jobs).
+	for _, r := range e.ownScheduleRoutes() {
+		if t := e.targets[r.of]; t != nil {
+			e.targets[r.own] = t
 		}
 	}
 	return nil
+}
+
+// ownScheduleRoute is a schedule's own route (own) and the route of its
+// kind whose settings its jobs take (of).
+type ownScheduleRoute struct{ own, of string }
+
+// ownScheduleRoutes are the schedules stored under their own route that
+// have a route of their kind in another queue (schedule.Schedule.Route).
+func (e *Engine) ownScheduleRoutes() []ownScheduleRoute {
+	var out []ownScheduleRoute
+	for _, sc := range e.schedules() {
+		if !sc.Own() {
+			continue
+		}
+		if r, ok := e.cfg.RouteOfKind(sc.Kind, ""); ok {
+			out = append(out, ownScheduleRoute{own: sc.Route, of: r.Name})
+		}
+	}
+	return out
 }
 
 // startTracing builds the tracer provider (off when no endpoint is
@@ -219,10 +237,10 @@ func (e *Engine) startTracing(ctx context.Context) error {
 }
 
 // allLimited reports whether every route and schedule that feeds queue
-// has a flow limit (a schedule never has one).
+// has a flow limit (a schedule under its own route has none).
 func (e *Engine) allLimited(queue string) bool {
-	for _, sc := range e.cfg.Schedules {
-		if sc.Queue == queue {
+	for _, sc := range e.schedules() {
+		if sc.Queue == queue && sc.Own() {
 			return false
 		}
 	}
@@ -236,16 +254,6 @@ func (e *Engine) allLimited(queue string) bool {
 		}
 	}
 	return feeds
-}
-
-// routeOfKind is the first route of a kind.
-func (e *Engine) routeOfKind(kind string) (config.Route, bool) {
-	for _, r := range e.cfg.Routes {
-		if r.Kind == kind {
-			return r, true
-		}
-	}
-	return config.Route{}, false
 }
 
 // Register adds the Go handler for a kind. Call it before Start.
@@ -434,7 +442,7 @@ func (e *Engine) checkHandlers() error {
 		return fmt.Errorf("routes with target go: true need a registered handler; missing kinds: %v", missing)
 	}
 	for i, sc := range e.cfg.Schedules {
-		if _, ok := e.routeOfKind(sc.Kind); ok {
+		if _, ok := e.cfg.RouteOfKind(sc.Kind, ""); ok {
 			continue
 		}
 		if _, ok := e.registry.Lookup(sc.Kind); !ok {
@@ -541,10 +549,10 @@ func (e *Engine) startDispatch(ctx context.Context) error {
 	}
 	for _, sc := range e.cfg.Schedules {
 		e.metrics.DeclareKinds(sc.Kind)
-		if r, ok := e.routeOfKind(sc.Kind); ok {
-			dc.Backoff[schedule.Route(sc.Name)] = dc.Backoff[r.Name]
-			dc.ResultMaxBytes[schedule.Route(sc.Name)] = r.ResultLimit()
-		}
+	}
+	for _, r := range e.ownScheduleRoutes() {
+		dc.Backoff[r.own] = dc.Backoff[r.of]
+		dc.ResultMaxBytes[r.own] = dc.ResultMaxBytes[r.of]
 	}
 	var limited []string
 	for _, routes := range dc.Limits {
@@ -590,17 +598,7 @@ func (e *Engine) startIngest(ctx context.Context) error {
 
 // schedules are the config's schedules with what their jobs take from the
 // route of their kind.
-func (e *Engine) schedules() []schedule.Schedule {
-	var scs []schedule.Schedule
-	for _, sc := range e.cfg.Schedules {
-		attempts := config.DefaultMaxAttempts
-		if r, ok := e.routeOfKind(sc.Kind); ok {
-			attempts = r.MaxAttempts
-		}
-		scs = append(scs, schedule.Schedule{Schedule: sc, MaxAttempts: attempts})
-	}
-	return scs
-}
+func (e *Engine) schedules() []schedule.Schedule { return schedule.Of(e.cfg) }
 
 // startSchedules runs the cron schedules in every ingesting process; each
 // slot becomes one job however many run them (see internal/schedule).

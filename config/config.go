@@ -457,6 +457,23 @@ func (c *Config) RouteNamed(name string) (Route, bool) {
 	return Route{}, false
 }
 
+// RouteOfKind returns the first route of kind, in config order, and
+// with queue set the first of kind in that queue.
+func (c *Config) RouteOfKind(kind, queue string) (Route, bool) {
+	for _, r := range c.Routes {
+		if r.Kind == kind && (queue == "" || r.Queue == queue) {
+			return r, true
+		}
+	}
+	return Route{}, false
+}
+
+// FlowLimited reports whether the route has a fleet-wide limit
+// (max_running, group or rate_limit).
+func (r Route) FlowLimited() bool {
+	return r.MaxRunning > 0 || r.Group != nil || r.RateLimit != nil
+}
+
 // ResultLimit is ResultMaxBytes, set by SetDefaults.
 func (r Route) ResultLimit() int {
 	if r.ResultMaxBytes == nil {

@@ -196,6 +196,7 @@ func TestParseErrors(t *testing.T) {
 		yaml string
 		env  map[string]string
 		want []string // each must appear in the error
+		not  []string // none may
 	}{
 		{
 			name: "unknown top-level key",
@@ -585,6 +586,25 @@ func TestParseErrors(t *testing.T) {
 			},
 		},
 		{
+			// A limited route's scheduled jobs share its limits in its
+			// queue only; an unlimited one lends its settings anywhere.
+			name: "schedule of a limited route's kind in another queue",
+			yaml: base + `routes:
+  - {topic: orders, kind: order.sync, queue: bulk, max_running: 2, target: {go: true}}
+  - {topic: mails, kind: mail.send, queue: bulk, target: {go: true}}
+schedules:
+  - {name: a, cron: "* * * * *", kind: order.sync, queue: interactive}
+  - {name: b, cron: "* * * * *", kind: order.sync, queue: bulk}
+  - {name: c, cron: "* * * * *", kind: mail.send, queue: interactive}
+  - {name: "` + strings.Repeat("n", 201) + `", cron: "* * * * *", kind: mail.send, queue: bulk}
+`,
+			want: []string{
+				`schedules[0].queue: "interactive": route orders of kind order.sync has flow limits, which its scheduled jobs share only in its queue (bulk)`,
+				"schedules[3].name: 201 bytes; at most 200",
+			},
+			not: []string{"schedules[1]", "schedules[2]"},
+		},
+		{
 			name: "bad broker from env is blamed on env",
 			yaml: base + goRoute,
 			env:  map[string]string{EnvKafkaBrokers: "k:9092,broker"},
@@ -652,6 +672,11 @@ routes:
 			for _, w := range c.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error does not contain %q:\n%v", w, err)
+				}
+			}
+			for _, w := range c.not {
+				if strings.Contains(err.Error(), w) {
+					t.Errorf("error names %s, which is valid:\n%v", w, err)
 				}
 			}
 		})

@@ -497,6 +497,10 @@ func checkTarget(p *problems, field string, t Target) {
 	}
 }
 
+// maxScheduleName bounds a schedule's name, which its jobs' dedupe keys
+// and group values carry: far below what an index entry can hold.
+const maxScheduleName = 200
+
 func (c *Config) validateSchedules(p *problems) {
 	byName := map[string]int{}
 	for i := range c.Schedules {
@@ -517,6 +521,19 @@ func (c *Config) validateSchedules(p *problems) {
 		checkTimezone(p, f+".timezone", s.Timezone)
 		checkKind(p, f+".kind", s.Kind)
 		c.checkQueueRef(p, f+".queue", s.Queue)
+		// A schedule's jobs join the route of their kind in their queue,
+		// and with it its flow limits. A limited route of the kind in
+		// another queue cannot hold them: its limits are held where its
+		// own queue's jobs are claimed.
+		if _, ok := c.RouteOfKind(s.Kind, s.Queue); !ok && c.hasQueue(s.Queue) {
+			if r, ok := c.RouteOfKind(s.Kind, ""); ok && r.FlowLimited() {
+				p.add(f+".queue", "%q: route %s of kind %s has flow limits, which its scheduled jobs share only in its queue (%s)",
+					s.Queue, r.Name, s.Kind, r.Queue)
+			}
+		}
+		if len(s.Name) > maxScheduleName {
+			p.add(f+".name", "%d bytes; at most %d", len(s.Name), maxScheduleName)
+		}
 		p.oneOf(f+".misfire", s.Misfire, "run_once", "skip", "catch_up")
 		p.oneOf(f+".overlap", s.Overlap, "skip", "allow")
 		if s.Jitter < 0 {

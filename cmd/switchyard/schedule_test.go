@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,7 +90,7 @@ schedules:
 	addr := adminAddr(t, a)
 	// A whole slot passes while paused: the next minute, and 3 s more.
 	time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute + 3*time.Second)))
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE route = 'schedule/rebuild'`); n != 0 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE origin = 'schedule'`); n != 0 {
 		t.Fatalf("%d jobs of a paused schedule", n)
 	}
 	if code, body := api(t, addr, "POST", "/v1/schedules/rebuild/resume"); code != http.StatusOK {
@@ -97,7 +98,80 @@ schedules:
 	}
 	testenv.Eventually(t, 90*time.Second, "the next slot's job delivered", func() bool { return len(tg.received()) >= 1 })
 	time.Sleep(2 * time.Second) // as in TestScheduleRunsOncePerSlot: a second job must never come
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE route = 'schedule/rebuild'`); n != 1 {
+	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE origin = 'schedule'`); n != 1 {
 		t.Fatalf("%d jobs after the resume, want the one of the next slot (the slots passed while paused are not caught up)", n)
+	}
+}
+
+// A schedule's jobs join the route of their kind in their queue and share
+// its fleet-wide max_running with the route's records: two processes,
+// a cap of 3, 200 records and 8 triggered runs arriving while the records
+// hold the slots, never more than 3 requests in flight at the target;
+// every record and every run is one job of the route, called once
+// (SPEC §2 I9).
+func TestScheduledJobsShareTheRouteCap(t *testing.T) {
+	t.Parallel()
+	const recs, runs, maxRunning = 200, 8, 3
+	schema, topic, group := testenv.Schema(t), testenv.Topic(t, 4), testenv.Name("g")
+	store := testenv.Store(t, schema)
+	tg := newTarget(t)
+	var inFlight, peak atomic.Int64
+	tg.setBehaviour(func(r *http.Request, _ call) int {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+		return 0
+	})
+	// The cron names a minute a year: the runs are the triggers'.
+	body := fmt.Sprintf(`queues:
+  q: {concurrency: 8, lease: 2s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: sweep, queue: q, max_running: %d, dedupe: {field: id}, target: {http: {url: %q, timeout: 5s}}}
+schedules:
+  - {name: nightly, cron: "0 0 1 1 *", kind: sweep, queue: q, overlap: allow}
+`, topic, maxRunning, tg.URL())
+	a := startRun(t, "run-a", writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: body}))
+	startRun(t, "run-b", writeConfig(t, testConfig{Group: group, Schema: schema, Body: body}))
+	addr := adminAddr(t, a)
+	testenv.Produce(t, topic, records(0, recs)...)
+	testenv.Eventually(t, 60*time.Second, "the records' jobs to start", func() bool { return len(tg.received()) >= maxRunning })
+	for range runs {
+		if code, body := api(t, addr, "POST", "/v1/schedules/nightly/trigger"); code != http.StatusOK {
+			t.Fatalf("trigger: %d %s", code, body)
+		}
+	}
+	testenv.Eventually(t, 120*time.Second, "every job to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == recs+runs
+	})
+	// The runs, had they been a route of their own, would have run at
+	// once beside the records' jobs (8 more in flight). The short lease
+	// renews the processes' shares of the cap every ~0.7 s, so that they
+	// settle on all of it within the run (internal/flow/doc.go).
+	t.Logf("peak in flight at the target %d (max_running %d)", peak.Load(), maxRunning)
+	if p := peak.Load(); p > maxRunning {
+		t.Fatalf("%d requests in flight at once at the target, over max_running %d", p, maxRunning)
+	}
+	if p := peak.Load(); p < maxRunning {
+		t.Fatalf("never more than %d in flight: the cap was not reached, so the test proved nothing", p)
+	}
+	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE route = $1 AND origin = 'schedule'`, topic); n != runs {
+		t.Fatalf("%d scheduled jobs under the route of their kind, want %d", n, runs)
+	}
+	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != recs+runs {
+		t.Fatalf("%d jobs for %d records and %d runs", n, recs, runs)
+	}
+	scheduled := 0
+	for _, c := range tg.received() {
+		if strings.Contains(string(c.Body), `"schedule":"nightly"`) {
+			scheduled++
+		}
+	}
+	if got := len(tg.received()); got != recs+runs || scheduled != runs {
+		t.Fatalf("%d calls, %d of them scheduled runs; want %d and %d", got, scheduled, recs+runs, runs)
 	}
 }

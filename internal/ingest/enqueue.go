@@ -96,7 +96,7 @@ func (e *InputError) Error() string { return e.Field + ": " + e.Msg }
 // same idempotency key made.
 func (e *Enqueuer) Enqueue(ctx context.Context, req EnqueueRequest) (EnqueueResult, error) {
 	return e.enqueue(ctx, req, func(ctx context.Context, j pgstore.NewJob) (pgstore.Enqueued, error) {
-		return e.store.JobEnqueue(ctx, j, req.Actor)
+		return e.store.JobEnqueue(ctx, j, pgstore.Actor{By: req.Actor})
 	})
 }
 

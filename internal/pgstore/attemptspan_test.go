@@ -18,7 +18,7 @@ func TestAttemptSpanReachesTheNextClaim(t *testing.T) {
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
 	if _, err := s.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "r", Kind: "k", Queue: "q",
-		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 5}, ""); err != nil {
+		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 5}, pgstore.Actor{}); err != nil {
 		t.Fatal(err)
 	}
 	claim := func() *pgstore.Claimed {

@@ -31,7 +31,7 @@ func TestQueueDepthIsReusedOnlyWhenCountingIsSlow(t *testing.T) {
 		t.Helper()
 		n++
 		if _, err := s.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "r", Kind: "k", Queue: "q",
-			DedupeKey: fmt.Sprint(n), Payload: []byte(`{}`), MaxAttempts: 3, RunAt: &runAt}, "test"); err != nil {
+			DedupeKey: fmt.Sprint(n), Payload: []byte(`{}`), MaxAttempts: 3, RunAt: &runAt}, pgstore.Actor{By: "test"}); err != nil {
 			t.Fatal(err)
 		}
 	}

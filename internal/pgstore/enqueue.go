@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,21 +31,29 @@ type Enqueued struct {
 // transaction, promoted if the lane is idle: it takes its place by
 // version, after the lane's Kafka records of the same version (it has no
 // offset). A created job that is runnable wakes its queue. An operator's
-// job (by non-empty: the admin API's caller) is audited — a schedule's
-// as a trigger of the schedule; a schedule's own slots are not.
-func (s *Store) JobEnqueue(ctx context.Context, j NewJob, by string) (Enqueued, error) {
+// job (by.By non-empty: the admin API's caller) is audited — a schedule's
+// as a trigger of by.Target; a schedule's own slots are not.
+func (s *Store) JobEnqueue(ctx context.Context, j NewJob, by Actor) (Enqueued, error) {
 	var e Enqueued
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		if e, err = s.jobEnqueue(ctx, tx, j); err != nil || by == "" || !e.Created {
+		if e, err = s.jobEnqueue(ctx, tx, j); err != nil || by.By == "" || !e.Created {
 			return err
 		}
 		if j.Origin == OriginSchedule {
-			return audit(ctx, tx, by, AuditTrigger, j.Route, map[string]any{"job_id": e.ID})
+			return audit(ctx, tx, by.By, AuditTrigger, by.Target, map[string]any{"job_id": e.ID})
 		}
-		return audit(ctx, tx, by, AuditEnqueue, fmt.Sprintf("job/%d", e.ID), map[string]any{"queue": j.Queue, "kind": j.Kind})
+		return audit(ctx, tx, by.By, AuditEnqueue, fmt.Sprintf("job/%d", e.ID), map[string]any{"queue": j.Queue, "kind": j.Kind})
 	})
 	return e, err
+}
+
+// Actor is who made a job by hand, for the audit log: By the operator
+// ("" for a job no operator made), Target what a schedule's trigger
+// names (schedule/<name>; a job made through the admin API is named by
+// its id).
+type Actor struct {
+	By, Target string
 }
 
 // JobEnqueueTx is JobEnqueue in the caller's transaction, on a connection
@@ -97,24 +106,46 @@ func (s *Store) JobFind(ctx context.Context, route, origin, dedupeKey string) (J
 	return j, notFound(err)
 }
 
-// RouteLastDedupeKey is the greatest slot dedupe key (slot/…) among a
-// schedule route's retained jobs ("" when it has none): the schedule's
-// last enqueued slot. A trigger's jobs (manual/…) are not slots.
-func (s *Store) RouteLastDedupeKey(ctx context.Context, route string) (string, error) {
-	var k *string
-	err := s.pool.QueryRow(ctx, `SELECT max(dedupe_key COLLATE "C") FROM job_keys
-		WHERE route = $1 AND origin = 'schedule' AND dedupe_key LIKE 'slot/%'`, route).Scan(&k)
-	if k == nil {
-		return "", err
-	}
-	return *k, err
+// ScheduleKeys names one schedule's jobs (origin schedule): those under
+// Route whose dedupe key is a slot's or a trigger's (slot/ or manual/
+// and twenty digits) followed by Suffix, and those under Legacy, the
+// schedule's own route, with no suffix. A schedule's jobs were stored
+// under its own route before they joined the route of their kind, so
+// where a schedule left off is read from both.
+type ScheduleKeys struct {
+	Route, Suffix, Legacy string
 }
 
-// RouteActive reports whether a route has a job that has not finished.
-func (s *Store) RouteActive(ctx context.Context, route string) (bool, error) {
+// scheduleJobsSQL is the test of ScheduleKeys ($1, $2, $3) on the job_keys
+// row aliased k. The suffix is what follows the key's twenty digits, so
+// a schedule whose name extends another's never matches it.
+const scheduleJobsSQL = `k.origin = 'schedule' AND k.dedupe_key ~ '^(slot|manual)/[0-9]{20}'
+	AND ((k.route = $1 AND substr(k.dedupe_key, strpos(k.dedupe_key, '/') + 21) = $2)
+		OR (k.route = $3 AND substr(k.dedupe_key, strpos(k.dedupe_key, '/') + 21) = ''))`
+
+// ScheduleLastSlot is the greatest slot (slot/ and twenty digits, without
+// the suffix) among a schedule's retained jobs, and that job's id: where
+// the schedule left off ("" when it has none). A trigger's jobs
+// (manual/…) are not slots.
+func (s *Store) ScheduleLastSlot(ctx context.Context, k ScheduleKeys) (string, int64, error) {
+	var slot string
+	var id int64
+	err := s.pool.QueryRow(ctx, `SELECT left(k.dedupe_key, 25), k.job_id FROM job_keys k
+		WHERE `+scheduleJobsSQL+` AND k.dedupe_key LIKE 'slot/%'
+		ORDER BY left(k.dedupe_key, 25) COLLATE "C" DESC LIMIT 1`, k.Route, k.Suffix, k.Legacy).Scan(&slot, &id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, nil
+	}
+	return slot, id, err
+}
+
+// ScheduleActive reports whether a schedule has a job that has not
+// finished.
+func (s *Store) ScheduleActive(ctx context.Context, k ScheduleKeys) (bool, error) {
 	var active bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM jobs
-		WHERE route = $1 AND state IN ('waiting', 'queued', 'running', 'retrying'))`, route).Scan(&active)
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM job_keys k JOIN jobs j ON j.id = k.job_id
+		WHERE `+scheduleJobsSQL+` AND j.state IN ('waiting', 'queued', 'running', 'retrying'))`,
+		k.Route, k.Suffix, k.Legacy).Scan(&active)
 	return active, err
 }
 

@@ -37,7 +37,7 @@ func TestDLQHistorySurvivesRedrive(t *testing.T) {
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
 	if _, err := s.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "r", Kind: "k", Queue: "q",
-		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, "oncall"); err != nil {
+		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{By: "oncall"}); err != nil {
 		t.Fatal(err)
 	}
 	jobID, first := killJob(t, s)

@@ -114,7 +114,7 @@ func TestDedupeNamespacesNeverCollide(t *testing.T) {
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
 	enq, err := s.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "r", Kind: "k", Queue: "q",
-		DedupeKey: "k1", Payload: []byte("api"), MaxAttempts: 1}, "test")
+		DedupeKey: "k1", Payload: []byte("api"), MaxAttempts: 1}, pgstore.Actor{By: "test"})
 	if err != nil || !enq.Created {
 		t.Fatalf("enqueue: %+v %v", enq, err)
 	}
@@ -126,7 +126,7 @@ func TestDedupeNamespacesNeverCollide(t *testing.T) {
 		}
 	}
 	again, err := s.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "r", Kind: "k", Queue: "q",
-		DedupeKey: "k1", Payload: []byte("other"), MaxAttempts: 1}, "test")
+		DedupeKey: "k1", Payload: []byte("other"), MaxAttempts: 1}, pgstore.Actor{By: "test"})
 	if err != nil || again.Created || again.ID != enq.ID || again.SamePayload {
 		t.Fatalf("repeated API key: %+v %v; want job %d again, with a different payload", again, err, enq.ID)
 	}

@@ -35,7 +35,7 @@ func TestJobKeysFollowJobs(t *testing.T) {
 	api := pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "r", Kind: "k", Queue: "q", DedupeKey: "a", Key: "cust-1",
 		Payload: []byte("{}"), MaxAttempts: 1}
 	for range 2 {
-		if _, err := s.JobEnqueue(ctx, api, "test"); err != nil {
+		if _, err := s.JobEnqueue(ctx, api, pgstore.Actor{By: "test"}); err != nil {
 			t.Fatal(err)
 		}
 	}

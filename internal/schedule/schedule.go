@@ -2,10 +2,16 @@
 //
 // Every process that ingests runs a Scheduler; none is elected. A slot (a
 // minute the expression names) becomes at most one job however many
-// processes see it: its dedupe key is the slot, under a route of the
-// schedule's own ("schedule/<name>"), so the second insert is a no-op
-// (I2). Where a schedule left off survives restarts in the jobs
-// themselves: the greatest slot among its retained jobs.
+// processes see it: its dedupe key is the slot and the schedule (origin
+// schedule), so the second insert is a no-op (I2). Where a schedule left
+// off survives restarts in the jobs themselves: the greatest slot among
+// its retained jobs.
+//
+// The jobs are stored under the route of their kind in their queue, if
+// there is one, as that route's own jobs: its flow limits (max_running,
+// a group's, rate_limit) count them with its records' jobs, which a
+// schedule's own route would not. Else under the schedule's own route,
+// "schedule/<name>" (Schedule.Route).
 //
 // After downtime (or a tick that came late) the slots missed are handled
 // by the schedule's misfire policy: run_once enqueues the latest of them,
@@ -50,15 +56,67 @@ const (
 	tickEvery = time.Second
 )
 
-// Route is the job route of a schedule's jobs.
+// Route is a schedule's own route, which its jobs are stored under when
+// no route of their kind takes their queue; also the schedule's name in
+// the audit log and its jobs' group value under a grouped route.
 func Route(name string) string { return "schedule/" + name }
 
-// Schedule is one schedule with what its jobs inherit from the route of
-// the same kind, if any.
+// Schedule is one schedule with what its jobs take from the route of
+// their kind.
 type Schedule struct {
 	config.Schedule
+	// Route is the route its jobs are stored under. The route of their
+	// kind in their queue (config.RouteOfKind), if there is one: they are
+	// then that route's jobs, with its target, attempts, backoff and flow
+	// limits, counted with its records' jobs. Else the schedule's own,
+	// Route(Name) (also when empty): it takes target, attempts and
+	// backoff from the first route of the kind in any queue, if any (the
+	// engine maps them), and has no limits (config validation refuses a
+	// limited one).
+	Route string
+	// Group is its jobs' group value when Route is flow-limited: the
+	// route's one group (pgstore.GroupAll) or, where the route has
+	// groups, a group of the schedule's own, Route(Name); "" otherwise.
+	Group string
 	// MaxAttempts of its jobs.
 	MaxAttempts int
+}
+
+// Of resolves a validated config's schedules.
+func Of(cfg *config.Config) []Schedule {
+	var out []Schedule
+	for _, sc := range cfg.Schedules {
+		s := Schedule{Schedule: sc, Route: Route(sc.Name), MaxAttempts: config.DefaultMaxAttempts}
+		if r, ok := cfg.RouteOfKind(sc.Kind, sc.Queue); ok {
+			s.Route = r.Name
+			switch {
+			case r.Group != nil:
+				s.Group = Route(sc.Name)
+			case r.FlowLimited():
+				s.Group = pgstore.GroupAll
+			}
+		}
+		if r, ok := cfg.RouteOfKind(sc.Kind, ""); ok {
+			s.MaxAttempts = r.MaxAttempts
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Own reports whether its jobs are stored under the schedule's own route.
+func (sc Schedule) Own() bool { return sc.Route == "" || sc.Route == Route(sc.Name) }
+
+// keys names the schedule's jobs in the store. Under its own route a
+// job's dedupe key is its slot's or trigger's (slotKey, Trigger); under
+// a route of its kind, which other schedules may share, the schedule's
+// name follows it. A schedule that ran under its own route before
+// (Legacy) keeps what it left off there.
+func (sc Schedule) keys() pgstore.ScheduleKeys {
+	if sc.Own() {
+		return pgstore.ScheduleKeys{Route: Route(sc.Name), Legacy: Route(sc.Name)}
+	}
+	return pgstore.ScheduleKeys{Route: sc.Route, Suffix: "/" + sc.Name, Legacy: Route(sc.Name)}
 }
 
 // Scheduler enqueues due slots of its schedules.
@@ -144,7 +202,7 @@ func (s *Scheduler) Tick(ctx context.Context) error {
 
 func (s *Scheduler) tick(ctx context.Context, e *entry, now time.Time) error {
 	if e.cursor.IsZero() {
-		last, err := LastSlot(ctx, s.store, e.Name)
+		last, _, err := lastSlot(ctx, s.store, e.Schedule)
 		if err != nil {
 			return err
 		}
@@ -196,7 +254,7 @@ func (s *Scheduler) tick(ctx context.Context, e *entry, now time.Time) error {
 // schedule's previous job has not finished.
 func (s *Scheduler) fire(ctx context.Context, e *entry, slot time.Time) error {
 	if e.Overlap == "skip" {
-		active, err := s.store.RouteActive(ctx, Route(e.Name))
+		active, err := s.store.ScheduleActive(ctx, e.keys())
 		if err != nil {
 			return err
 		}
@@ -225,15 +283,17 @@ func enqueue(ctx context.Context, store *pgstore.Store, sc Schedule, dedupe stri
 	if err != nil {
 		return pgstore.Enqueued{}, err
 	}
-	return store.JobEnqueue(ctx, pgstore.NewJob{Route: Route(sc.Name), Kind: sc.Kind, Queue: sc.Queue,
-		Origin: pgstore.OriginSchedule, DedupeKey: dedupe, Payload: payload, MaxAttempts: sc.MaxAttempts,
-		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}, RunAt: &runAt}, by)
+	k := sc.keys()
+	return store.JobEnqueue(ctx, pgstore.NewJob{Route: k.Route, Kind: sc.Kind, Queue: sc.Queue, Group: sc.Group,
+		Origin: pgstore.OriginSchedule, DedupeKey: dedupe + k.Suffix, Payload: payload, MaxAttempts: sc.MaxAttempts,
+		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}, RunAt: &runAt},
+		pgstore.Actor{By: by, Target: Route(sc.Name)})
 }
 
 // Trigger enqueues one job of a schedule now, for by, whatever its cron,
 // pause or overlap say: an operator asked for a run. Its payload's slot
 // is now; its dedupe key is its own (manual/<ns>), so it never takes a
-// slot's place, and LastSlot never reads it (slot/ keys sort after).
+// slot's place, and lastSlot never reads it (it reads slot/ keys only).
 func Trigger(ctx context.Context, store *pgstore.Store, sc Schedule, by string, now time.Time) (pgstore.Enqueued, error) {
 	return enqueue(ctx, store, sc, fmt.Sprintf("manual/%020d", now.UnixNano()), now, now, by)
 }
@@ -266,12 +326,12 @@ func StatusOf(ctx context.Context, store *pgstore.Store, sc Schedule, paused boo
 		return st, fmt.Errorf("schedule %s: %w", sc.Name, err)
 	}
 	st.NextSlot = cr.Next(now.In(loc))
-	last, err := LastSlot(ctx, store, sc.Name)
+	last, id, err := lastSlot(ctx, store, sc)
 	if err != nil || last.IsZero() {
 		return st, err
 	}
 	st.LastSlot = &last
-	job, err := store.JobFind(ctx, Route(sc.Name), pgstore.OriginSchedule, slotKey(last))
+	job, err := store.JobGet(ctx, id)
 	switch {
 	case errors.Is(err, pgstore.ErrNotFound):
 		return st, nil
@@ -282,20 +342,20 @@ func StatusOf(ctx context.Context, store *pgstore.Store, sc Schedule, paused boo
 	return st, nil
 }
 
-// slotKey is a slot's dedupe key; zero-padded so that the greatest key is
-// the latest slot.
+// slotKey is a slot's dedupe key (before keys' suffix); zero-padded so
+// that the greatest key is the latest slot.
 func slotKey(slot time.Time) string { return fmt.Sprintf("slot/%020d", slot.Unix()) }
 
-// LastSlot is the latest slot of a schedule among its retained jobs; zero
-// when it has none.
-func LastSlot(ctx context.Context, store *pgstore.Store, name string) (time.Time, error) {
-	k, err := store.RouteLastDedupeKey(ctx, Route(name))
+// lastSlot is the latest slot of a schedule among its retained jobs, and
+// the id of its job; zero when it has none.
+func lastSlot(ctx context.Context, store *pgstore.Store, sc Schedule) (time.Time, int64, error) {
+	k, id, err := store.ScheduleLastSlot(ctx, sc.keys())
 	if err != nil || k == "" {
-		return time.Time{}, err
+		return time.Time{}, 0, err
 	}
 	sec, err := strconv.ParseInt(strings.TrimPrefix(k, "slot/"), 10, 64)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("job dedupe key %q of route %s is not a slot", k, Route(name))
+		return time.Time{}, 0, fmt.Errorf("job %d of schedule %s: dedupe key %q is not a slot", id, sc.Name, k)
 	}
-	return time.Unix(sec, 0), nil
+	return time.Unix(sec, 0), id, nil
 }

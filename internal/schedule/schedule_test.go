@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/switchyard-dev/switchyard/config"
@@ -227,5 +228,154 @@ func TestPauseTriggerAndStatus(t *testing.T) {
 	// The trigger's job is not a slot: the last slot stays 10:04.
 	if st, err := StatusOf(ctx, store, defaulted(sc), false, at(t, "10:04:50")); err != nil || !st.LastSlot.Equal(at(t, "10:04:00")) {
 		t.Fatalf("status after a trigger: %+v %v", st, err)
+	}
+}
+
+// sharedSlots lists, as HH:MM in order, the slots of a schedule's jobs
+// stored under route r (a route of its kind, shared with other
+// schedules): their dedupe keys end in the schedule's name.
+func sharedSlots(t *testing.T, store *pgstore.Store, r, name string) []string {
+	t.Helper()
+	rows, err := store.Pool().Query(context.Background(), `SELECT dedupe_key FROM all_jobs
+		WHERE route = $1 AND origin = 'schedule' AND dedupe_key LIKE 'slot/%' ORDER BY dedupe_key`, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, k := range keys {
+		if len(k) == 25+1+len(name) && k[25:] == "/"+name {
+			var sec int64
+			if _, err := fmtSscan(k[:25], &sec); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, time.Unix(sec, 0).UTC().Format("15:04"))
+		}
+	}
+	return out
+}
+
+// A schedule whose jobs join the route of their kind (Schedule.Route)
+// stores them there, in the route's group, each dedupe key ending in
+// the schedule's name. It resumes where it left off under its own route
+// before (misfire, overlap), and never reads another schedule's slots
+// on the same route, even one whose name extends its own.
+func TestScheduleUnderItsKindsRoute(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testenv.MigratedStore(t)
+	clk := &clock{}
+	sc := config.Schedule{Name: "a", Cron: "* * * * *", Kind: "k", Queue: "q", Misfire: "catch_up", Overlap: "skip"}
+	own := scheduler(t, store, clk, sc)
+	tick(t, own, clk, "10:00:30")
+	tick(t, own, clk, "10:01:02")
+	want(t, store, sc.Name, "10:01")
+
+	shared := func(sc config.Schedule) *Scheduler {
+		s := defaulted(sc)
+		s.Route, s.Group = "r", pgstore.GroupAll
+		sch, err := New(store, zaptest.NewLogger(t), []Schedule{s}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sch.now = clk.now
+		return sch
+	}
+	// Where it left off is its own route's 10:01, which is still queued:
+	// overlap skip holds 10:02 and 10:03, then catch_up runs the rest.
+	moved := defaulted(sc)
+	moved.Route = "r"
+	if last, _, err := lastSlot(ctx, store, moved); err != nil || !last.Equal(at(t, "10:01:00")) {
+		t.Fatalf("last slot %s %v, want 10:01 from the schedule's own route", last, err)
+	}
+	a := shared(sc)
+	tick(t, a, clk, "10:03:02")
+	if got := sharedSlots(t, store, "r", "a"); len(got) != 0 {
+		t.Fatalf("slots %v while the job of 10:01 under the schedule's own route is queued (overlap skip)", got)
+	}
+	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET state = 'succeeded', finished_at = now() WHERE route = $1`,
+		Route(sc.Name)); err != nil {
+		t.Fatal(err)
+	}
+	tick(t, a, clk, "10:04:02")
+	if got := sharedSlots(t, store, "r", "a"); fmt.Sprint(got) != "[10:04]" {
+		t.Fatalf("slots under the route of the kind %v, want [10:04]", got)
+	}
+	// A second schedule on the route, whose name extends the first's, has
+	// later slots; the first, restarted, resumes from its own.
+	ab := config.Schedule{Name: "a/b", Cron: "* * * * *", Kind: "k", Queue: "q", Overlap: "allow"}
+	b := shared(ab)
+	tick(t, b, clk, "10:05:30")
+	tick(t, b, clk, "10:06:02")
+	tick(t, b, clk, "10:07:02")
+	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET state = 'succeeded', finished_at = now()
+		WHERE route = 'r' AND dedupe_key LIKE '%/a'`); err != nil {
+		t.Fatal(err)
+	}
+	sc.Overlap = "allow" // catch_up's runs, one after the other
+	restarted := shared(sc)
+	tick(t, restarted, clk, "10:07:10")
+	if got := sharedSlots(t, store, "r", "a"); fmt.Sprint(got) != "[10:04 10:05 10:06 10:07]" {
+		t.Fatalf("slots of a after a restart %v, want [10:04 10:05 10:06 10:07] (caught up from its own last slot)", got)
+	}
+	if got := sharedSlots(t, store, "r", "a/b"); fmt.Sprint(got) != "[10:06 10:07]" {
+		t.Fatalf("slots of a/b %v, want [10:06 10:07]", got)
+	}
+	var groups []string
+	rows, err := store.Pool().Query(ctx, `SELECT DISTINCT grp FROM all_jobs WHERE route = 'r'`)
+	if err == nil {
+		groups, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil || fmt.Sprint(groups) != "[*]" {
+		t.Fatalf("group values of the route's scheduled jobs %v %v, want [*]", groups, err)
+	}
+	st, err := StatusOf(ctx, store, moved, false, at(t, "10:07:20"))
+	if err != nil || st.LastSlot == nil || !st.LastSlot.Equal(at(t, "10:07:00")) || st.LastJobID == nil {
+		t.Fatalf("status of a: %+v %v", st, err)
+	}
+}
+
+// Of: a schedule joins the first route of its kind in its queue, in the
+// group its limits count it in, and takes attempts from the first route
+// of its kind anywhere.
+func TestOfJoinsTheRouteOfItsKind(t *testing.T) {
+	t.Parallel()
+	cfg, err := config.Parse([]byte(`
+kafka: {brokers: ["k:9092"]}
+postgres: {url: "postgres://u@h/db"}
+queues: {bulk: {}, interactive: {}}
+routes:
+  - {topic: t1, name: grouped, kind: g, queue: bulk, group: {field: tenant, max_running: 1}, target: {go: true}}
+  - {topic: t2, name: capped, kind: c, queue: bulk, max_running: 2, max_attempts: 4, target: {go: true}}
+  - {topic: t3, name: rated, kind: r, queue: bulk, rate_limit: {limit: 5, per: 1s}, target: {go: true}}
+  - {topic: t4, name: free, kind: f, queue: interactive, max_attempts: 6, target: {go: true}}
+schedules:
+  - {name: sg, cron: "* * * * *", kind: g, queue: bulk}
+  - {name: sc, cron: "* * * * *", kind: c, queue: bulk}
+  - {name: sr, cron: "* * * * *", kind: r, queue: bulk}
+  - {name: sf, cron: "* * * * *", kind: f, queue: interactive}
+  - {name: elsewhere, cron: "* * * * *", kind: f, queue: bulk}
+  - {name: handler, cron: "* * * * *", kind: go.only, queue: bulk}
+`), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range Of(cfg) {
+		got = append(got, fmt.Sprintf("%s:%s:%s:%d:%v", s.Name, s.Route, s.Group, s.MaxAttempts, s.Own()))
+	}
+	want := []string{
+		"sg:grouped:schedule/sg:8:false",
+		"sc:capped:*:4:false",
+		"sr:rated:*:8:false",
+		"sf:free::6:false",
+		"elsewhere:schedule/elsewhere::6:true",
+		"handler:schedule/handler::8:true",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Of:\n got %v\nwant %v", got, want)
 	}
 }
