@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,5 +175,72 @@ schedules:
 	}
 	if got := len(tg.received()); got != recs+runs || scheduled != runs {
 		t.Fatalf("%d calls, %d of them scheduled runs; want %d and %d", got, scheduled, recs+runs, runs)
+	}
+}
+
+// A schedule's jobs under a grouped route are a group of their own, held
+// to the group's max_running across two processes (here 1: the runs of
+// an overlap: allow schedule, triggered at once, run one at a time);
+// under a rate-limited route they are counted in its one group. Either
+// way every run is one job of the route, called once.
+func TestScheduledJobsJoinGroupedAndRatedRoutes(t *testing.T) {
+	t.Parallel()
+	const runs = 5
+	schema, group := testenv.Schema(t), testenv.Name("g")
+	grouped, rated := testenv.Topic(t, 1), testenv.Topic(t, 1)
+	store := testenv.Store(t, schema)
+	tg := newTarget(t)
+	var mu sync.Mutex
+	inFlight, peak := map[string]int{}, map[string]int{}
+	tg.setBehaviour(func(r *http.Request, c call) int {
+		var body struct{ Schedule string }
+		_ = json.Unmarshal(c.Body, &body)
+		mu.Lock()
+		inFlight[body.Schedule]++
+		peak[body.Schedule] = max(peak[body.Schedule], inFlight[body.Schedule])
+		mu.Unlock()
+		defer func() { mu.Lock(); inFlight[body.Schedule]--; mu.Unlock() }()
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+		return 0
+	})
+	body := fmt.Sprintf(`queues:
+  q: {concurrency: 8, lease: 2s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: per-tenant, queue: q, group: {field: tenant, max_running: 1}, target: {http: {url: %q, timeout: 5s}}}
+  - {topic: %q, kind: paced, queue: q, rate_limit: {limit: 50, per: 1s}, target: {http: {url: %[2]q, timeout: 5s}}}
+schedules:
+  - {name: sg, cron: "0 0 1 1 *", kind: per-tenant, queue: q, overlap: allow}
+  - {name: sr, cron: "0 0 1 1 *", kind: paced, queue: q, overlap: allow}
+`, grouped, tg.URL(), rated)
+	a := startRun(t, "run-a", writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: body}))
+	startRun(t, "run-b", writeConfig(t, testConfig{Group: group, Schema: schema, Body: body}))
+	addr := adminAddr(t, a)
+	for range runs {
+		for _, name := range []string{"sg", "sr"} {
+			if code, body := api(t, addr, "POST", "/v1/schedules/"+name+"/trigger"); code != http.StatusOK {
+				t.Fatalf("trigger %s: %d %s", name, code, body)
+			}
+		}
+	}
+	testenv.Eventually(t, 60*time.Second, "every run to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 2*runs
+	})
+	for _, c := range []struct{ route, grp string }{{grouped, "schedule/sg"}, {rated, "*"}} {
+		if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE route = $1 AND grp = $2 AND origin = 'schedule'`,
+			c.route, c.grp); n != runs {
+			t.Fatalf("%d scheduled jobs of route %s in group %q, want %d", n, c.route, c.grp, runs)
+		}
+	}
+	if n := len(tg.received()); n != 2*runs {
+		t.Fatalf("%d calls for %d runs", n, 2*runs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("peak runs in flight at the target: %v", peak)
+	if peak["sg"] != 1 {
+		t.Fatalf("%d runs of sg in flight at once, want 1 (its group's max_running)", peak["sg"])
 	}
 }
