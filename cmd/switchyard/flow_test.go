@@ -361,3 +361,47 @@ routes:
 		t.Fatalf("never more than %d in flight: the cap was not reached, so the test proved nothing", p)
 	}
 }
+
+// TestMaxRunningSharesSettleInABurst: two processes at the default job
+// lease (30 s: shares renewed every 10 s when idle) meet a burst of 200
+// jobs of a route with max_running 3 and run 3 at once within it, never
+// more. The process that leases first takes all 3 and the other none;
+// they settle on a split of all 3 only as they lease again, which they
+// do every second while the route has work (internal/flow/doc.go).
+// Renewed only every 10 s, they ran at most 2 through the ~5 s burst.
+func TestMaxRunningSharesSettleInABurst(t *testing.T) {
+	t.Parallel()
+	const total, maxRunning = 200, 3
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, 4)
+	group := testenv.Name("g")
+	tg := newTarget(t)
+	var inFlight, peakInFlight atomic.Int64
+	tg.setBehaviour(func(r *http.Request, _ call) int {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peakInFlight.Load(); n > p && !peakInFlight.CompareAndSwap(p, n); p = peakInFlight.Load() {
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+		return 0
+	})
+	cfg := writeConfig(t, testConfig{Group: group, Schema: schema, Body: fmt.Sprintf(`queues:
+  q: {concurrency: 8, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, max_running: %d, dedupe: {field: id}, target: {http: {url: %q, timeout: 5s}}}
+`, topic, maxRunning, tg.URL())})
+	startRun(t, "run-a", cfg)
+	startRun(t, "run-b", cfg)
+	testenv.Produce(t, topic, records(0, total)...)
+	testenv.Eventually(t, 60*time.Second, "every job to succeed", func() bool {
+		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
+	})
+	t.Logf("peak in flight at the target %d (max_running %d)", peakInFlight.Load(), maxRunning)
+	if p := peakInFlight.Load(); p != maxRunning {
+		t.Fatalf("%d requests in flight at once at the target at most, want max_running %d reached and never passed", p, maxRunning)
+	}
+}

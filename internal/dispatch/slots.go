@@ -18,8 +18,9 @@ import (
 // routes that has one (internal/flow/doc.go): a handler of such a route
 // starts only on a slot of the share (take), and gives it back when it
 // returns (put). The share is leased from the database
-// (pgstore.FlowSlotsLease), renewed every `every` for `ttl`, and sooner
-// when the process wants more of it than it has (kick).
+// (pgstore.FlowSlotsLease), renewed every `every` for `ttl` (every
+// slotsBusyEvery while a route may have work here), and sooner when the
+// process wants more of it than it has (kick).
 type slots struct {
 	store  *pgstore.Store
 	log    *zap.Logger
@@ -62,6 +63,16 @@ type routeSlots struct {
 
 // slotsGap is the least time between two leases: a kick waits for it.
 const slotsGap = 10 * time.Millisecond
+
+// slotsBusyEvery is how often the shares are renewed while a route may
+// have work here (routeSlots.active), if that is sooner than every: the
+// database splits max_running among the processes that ask only when
+// they lease. A process that took all of it before another asked gives
+// the other its part at its next lease, and one that asked while the
+// other held all gets it at its own next lease: with the default job
+// lease of 30 s (renewed every 10 s), two processes sharing a
+// max_running of 3 ran at most 2 through a 5 s burst.
+const slotsBusyEvery = time.Second
 
 // slotsTTL is how long a lease of shares holds, given the longest and
 // the shortest job lease of the process's queues: renewed every third of
@@ -176,8 +187,8 @@ func (s *slots) kickLocked() {
 	}
 }
 
-// run leases the shares until stop is closed: every s.every, and on a
-// kick at most every slotsGap.
+// run leases the shares until stop is closed: when the last lease says
+// (s.every, or slotsBusyEvery), and on a kick at most every slotsGap.
 func (s *slots) run(stop <-chan struct{}) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -187,6 +198,12 @@ func (s *slots) run(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
+			if wait := s.every - time.Since(last); wait > 0 && !s.busy() {
+				// A renewal early for a route that had work, which has
+				// none any more: wait for the regular one.
+				resetTimer(t, wait)
+				continue
+			}
 		case <-s.kick:
 			if wait := slotsGap - time.Since(last); wait > 0 {
 				select {
@@ -197,19 +214,33 @@ func (s *slots) run(stop <-chan struct{}) {
 			}
 		}
 		last = time.Now()
-		s.lease()
-		resetTimer(t, s.every)
+		resetTimer(t, s.lease())
 	}
 }
 
-// lease renews every share once. While it is in flight, no more slots
-// may be in use than it says (take): the row it writes keeps at least
-// those, and the share it returns may be smaller than the one it
-// replaces (the database splits max_running among the processes that
-// ask). A lease that fails may still have committed: the share is then
-// cut to what was in use, which the row kept whatever it says; it runs
-// out at its time, and handlers stop starting on it.
-func (s *slots) lease() {
+// busy reports whether a route may have work here: its shares are then
+// renewed every slotsBusyEvery.
+func (s *slots) busy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.routes {
+		if r.active {
+			return true
+		}
+	}
+	return false
+}
+
+// lease renews every share once, and says when to renew them next
+// (every, or slotsBusyEvery while a route may have work here). While it
+// is in flight, no more slots may be in use than it says (take): the row
+// it writes keeps at least those, and the share it returns may be
+// smaller than the one it replaces (the database splits max_running
+// among the processes that ask). A lease that fails may still have
+// committed: the share is then cut to what was in use, which the row
+// kept whatever it says; it runs out at its time, and handlers stop
+// starting on it.
+func (s *slots) lease() time.Duration {
 	s.mu.Lock()
 	asks := make([]pgstore.SlotAsk, 0, len(s.routes))
 	was := make(map[string]int, len(s.routes))
@@ -245,7 +276,7 @@ func (s *slots) lease() {
 	s.mu.Unlock()
 	if err != nil {
 		s.log.Warn("leasing max_running slots failed", zap.Error(err))
-		return
+		return s.next()
 	}
 	// A share that grew has room to claim for, and starts refused before
 	// the lease wait in ready: wake the pools. Only then: a lease that
@@ -256,6 +287,15 @@ func (s *slots) lease() {
 	if grew || refused {
 		s.wake()
 	}
+	return s.next()
+}
+
+// next is when to renew the shares after a lease.
+func (s *slots) next() time.Duration {
+	if s.busy() {
+		return min(s.every, slotsBusyEvery)
+	}
+	return s.every
 }
 
 // release gives back every share (at stop, once no handler runs).

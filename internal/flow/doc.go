@@ -117,9 +117,15 @@
 // share is at most an even split of max_running (unless what the others
 // want leaves it more), so a process with more than its split starts no
 // more until its handlers have ended below it, and the next lease gives
-// the rest to the others. A process under-uses the cap for up to one
-// lease after its work moved elsewhere, never exceeds it. A stopping
-// process releases its rows once its last handler has returned.
+// the rest to the others. The split is made only as processes lease, so
+// while a route may have work in a process (it claimed all it could, or
+// a start found no slot), the process leases every second rather than
+// every third of a job lease: one that took all of max_running before
+// another asked gives the other its part within a second or so (once
+// its handlers end below its split), and one that asked while another
+// held all asks again within a second. A process under-uses the cap for
+// about that long after its work moved elsewhere, never exceeds it. A
+// stopping process releases its rows once its last handler has returned.
 //
 // # A group's max_running and rate_limit: the counted claim
 //
