@@ -47,6 +47,24 @@ func (f *inFlight) leave(label string) {
 	f.now[label]--
 }
 
+// holding is a behaviour that answers each request after hold (or once
+// it is cancelled), counted in flight under its label meanwhile.
+func (f *inFlight) holding(hold time.Duration, label func(call) string) behaviour {
+	return func(r *http.Request, c call) int {
+		l := label(c)
+		f.enter(l)
+		defer f.leave(l)
+		select {
+		case <-time.After(hold):
+		case <-r.Context().Done():
+		}
+		return 0
+	}
+}
+
+// all labels every call alike.
+func all(call) string { return "all" }
+
 func (f *inFlight) peaks() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
