@@ -78,6 +78,9 @@ type Schedule struct {
 	// route's one group (pgstore.GroupAll) or, where the route has
 	// groups, a group of the schedule's own, Route(Name); "" otherwise.
 	Group string
+	// TTL is the route's ttl under a route of its kind: a job not
+	// started that long after its run time expires. 0: none.
+	TTL time.Duration
 	// MaxAttempts of its jobs.
 	MaxAttempts int
 }
@@ -88,7 +91,7 @@ func Of(cfg *config.Config) []Schedule {
 	for _, sc := range cfg.Schedules {
 		s := Schedule{Schedule: sc, Route: Route(sc.Name), MaxAttempts: config.DefaultMaxAttempts}
 		if r, ok := cfg.RouteOfKind(sc.Kind, sc.Queue); ok {
-			s.Route = r.Name
+			s.Route, s.TTL = r.Name, r.TTL.D()
 			switch {
 			case r.Group != nil:
 				s.Group = Route(sc.Name)
@@ -284,10 +287,14 @@ func enqueue(ctx context.Context, store *pgstore.Store, sc Schedule, dedupe stri
 		return pgstore.Enqueued{}, err
 	}
 	k := sc.keys()
-	return store.JobEnqueue(ctx, pgstore.NewJob{Route: k.Route, Kind: sc.Kind, Queue: sc.Queue, Group: sc.Group,
+	j := pgstore.NewJob{Route: k.Route, Kind: sc.Kind, Queue: sc.Queue, Group: sc.Group,
 		Origin: pgstore.OriginSchedule, DedupeKey: dedupe + k.Suffix, Payload: payload, MaxAttempts: sc.MaxAttempts,
-		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}, RunAt: &runAt},
-		pgstore.Actor{By: by, Target: Route(sc.Name)})
+		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}, RunAt: &runAt}
+	if sc.TTL > 0 {
+		deadline := runAt.Add(sc.TTL)
+		j.Deadline = &deadline
+	}
+	return store.JobEnqueue(ctx, j, pgstore.Actor{By: by, Target: Route(sc.Name)})
 }
 
 // Trigger enqueues one job of a schedule now, for by, whatever its cron,

@@ -276,7 +276,7 @@ func TestScheduleUnderItsKindsRoute(t *testing.T) {
 
 	shared := func(sc config.Schedule) *Scheduler {
 		s := defaulted(sc)
-		s.Route, s.Group = "r", pgstore.GroupAll
+		s.Route, s.Group, s.TTL = "r", pgstore.GroupAll, time.Minute
 		sch, err := New(store, zaptest.NewLogger(t), []Schedule{s}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -332,6 +332,10 @@ func TestScheduleUnderItsKindsRoute(t *testing.T) {
 	if err != nil || fmt.Sprint(groups) != "[*]" {
 		t.Fatalf("group values of the route's scheduled jobs %v %v, want [*]", groups, err)
 	}
+	if n := countRows(t, store, `SELECT count(*) FROM all_jobs
+		WHERE route = 'r' AND deadline IS DISTINCT FROM scheduled_at + interval '1 minute'`); n != 0 {
+		t.Fatalf("%d scheduled jobs of the route without the route's ttl from their run time", n)
+	}
 	st, err := StatusOf(ctx, store, moved, false, at(t, "10:07:20"))
 	if err != nil || st.LastSlot == nil || !st.LastSlot.Equal(at(t, "10:07:00")) || st.LastJobID == nil {
 		t.Fatalf("status of a: %+v %v", st, err)
@@ -349,7 +353,7 @@ postgres: {url: "postgres://u@h/db"}
 queues: {bulk: {}, interactive: {}}
 routes:
   - {topic: t1, name: grouped, kind: g, queue: bulk, group: {field: tenant, max_running: 1}, target: {go: true}}
-  - {topic: t2, name: capped, kind: c, queue: bulk, max_running: 2, max_attempts: 4, target: {go: true}}
+  - {topic: t2, name: capped, kind: c, queue: bulk, max_running: 2, max_attempts: 4, ttl: 90s, target: {go: true}}
   - {topic: t3, name: rated, kind: r, queue: bulk, rate_limit: {limit: 5, per: 1s}, target: {go: true}}
   - {topic: t4, name: free, kind: f, queue: interactive, max_attempts: 6, target: {go: true}}
 schedules:
@@ -365,17 +369,26 @@ schedules:
 	}
 	var got []string
 	for _, s := range Of(cfg) {
-		got = append(got, fmt.Sprintf("%s:%s:%s:%d:%v", s.Name, s.Route, s.Group, s.MaxAttempts, s.Own()))
+		got = append(got, fmt.Sprintf("%s:%s:%s:%d:%s:%v", s.Name, s.Route, s.Group, s.MaxAttempts, s.TTL, s.Own()))
 	}
 	want := []string{
-		"sg:grouped:schedule/sg:8:false",
-		"sc:capped:*:4:false",
-		"sr:rated:*:8:false",
-		"sf:free::6:false",
-		"elsewhere:schedule/elsewhere::6:true",
-		"handler:schedule/handler::8:true",
+		"sg:grouped:schedule/sg:8:0s:false",
+		"sc:capped:*:4:1m30s:false",
+		"sr:rated:*:8:0s:false",
+		"sf:free::6:0s:false",
+		"elsewhere:schedule/elsewhere::6:0s:true",
+		"handler:schedule/handler::8:0s:true",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("Of:\n got %v\nwant %v", got, want)
 	}
+}
+
+func countRows(t *testing.T, store *pgstore.Store, query string) int {
+	t.Helper()
+	var n int
+	if err := store.Pool().QueryRow(context.Background(), query).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
