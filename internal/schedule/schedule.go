@@ -244,7 +244,7 @@ func (s *Scheduler) tick(ctx context.Context, e *entry, now time.Time) error {
 		fire = due[len(due)-1:]
 	}
 	for _, slot := range fire {
-		if err := s.fire(ctx, e, slot); err != nil {
+		if err := s.fire(ctx, e, slot, now); err != nil {
 			return err
 		}
 		e.cursor = slot
@@ -255,7 +255,7 @@ func (s *Scheduler) tick(ctx context.Context, e *entry, now time.Time) error {
 
 // fire enqueues the job of one slot, unless overlap: skip and the
 // schedule's previous job has not finished.
-func (s *Scheduler) fire(ctx context.Context, e *entry, slot time.Time) error {
+func (s *Scheduler) fire(ctx context.Context, e *entry, slot, now time.Time) error {
 	if e.Overlap == "skip" {
 		active, err := s.store.ScheduleActive(ctx, e.keys())
 		if err != nil {
@@ -271,7 +271,7 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, slot time.Time) error {
 	if j := e.Jitter.D(); j > 0 {
 		runAt = runAt.Add(rand.N(j))
 	}
-	enq, err := enqueue(ctx, s.store, e.Schedule, slotKey(slot), slot, runAt, "")
+	enq, err := enqueue(ctx, s.store, e.Schedule, slotKey(slot), slot, runAt, now, "")
 	if err == nil && enq.Created {
 		s.log.Info("scheduled job enqueued", zap.String("schedule", e.Name), zap.Time("slot", slot))
 	}
@@ -279,9 +279,9 @@ func (s *Scheduler) fire(ctx context.Context, e *entry, slot time.Time) error {
 }
 
 // enqueue makes the job of a schedule's slot (or, for a trigger, of
-// now), runnable at runAt, under dedupe; by is the operator of a
+// now), runnable at runAt, under dedupe, at now; by is the operator of a
 // trigger, "" for a slot.
-func enqueue(ctx context.Context, store *pgstore.Store, sc Schedule, dedupe string, slot, runAt time.Time, by string) (pgstore.Enqueued, error) {
+func enqueue(ctx context.Context, store *pgstore.Store, sc Schedule, dedupe string, slot, runAt, now time.Time, by string) (pgstore.Enqueued, error) {
 	payload, err := json.Marshal(map[string]string{"schedule": sc.Name, "slot": slot.UTC().Format(time.RFC3339)})
 	if err != nil {
 		return pgstore.Enqueued{}, err
@@ -291,7 +291,13 @@ func enqueue(ctx context.Context, store *pgstore.Store, sc Schedule, dedupe stri
 		Origin: pgstore.OriginSchedule, DedupeKey: dedupe + k.Suffix, Payload: payload, MaxAttempts: sc.MaxAttempts,
 		HeaderKeys: []string{"content-type"}, HeaderVals: [][]byte{[]byte("application/json")}, RunAt: &runAt}
 	if sc.TTL > 0 {
-		deadline := runAt.Add(sc.TTL)
+		// From when it may run, as a record's: a slot run late after
+		// downtime gets the whole ttl.
+		start := runAt
+		if now.After(start) {
+			start = now
+		}
+		deadline := start.Add(sc.TTL)
 		j.Deadline = &deadline
 	}
 	return store.JobEnqueue(ctx, j, pgstore.Actor{By: by, Target: Route(sc.Name)})
@@ -302,7 +308,7 @@ func enqueue(ctx context.Context, store *pgstore.Store, sc Schedule, dedupe stri
 // is now; its dedupe key is its own (manual/<ns>), so it never takes a
 // slot's place, and lastSlot never reads it (it reads slot/ keys only).
 func Trigger(ctx context.Context, store *pgstore.Store, sc Schedule, by string, now time.Time) (pgstore.Enqueued, error) {
-	return enqueue(ctx, store, sc, fmt.Sprintf("manual/%020d", now.UnixNano()), now, now, by)
+	return enqueue(ctx, store, sc, fmt.Sprintf("manual/%020d", now.UnixNano()), now, now, now, by)
 }
 
 // Status is what GET /v1/schedules shows of a schedule.
