@@ -50,6 +50,15 @@ routes:
   - {topic: t, name: t-refund, filter: {field: type, in: [c]}, kind: k2, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
   - {topic: u, name: u, kind: k3, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
 `})
+	scheduled := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Body: `queues:
+  q: {concurrency: 1}
+  other: {concurrency: 1}
+routes:
+  - {topic: t, kind: k, queue: q, max_running: 2, target: {http: {url: "http://127.0.0.1:1/"}}}
+schedules:
+  - {name: nightly, cron: "0 2 * * *", kind: k, queue: q}
+  - {name: elsewhere, cron: "*/5 * * * *", timezone: Europe/Berlin, kind: k2, queue: other}
+`})
 	head := "kafka: {brokers: [\"127.0.0.1:19092\"], group: g}\npostgres: {url: \"postgres://x@127.0.0.1/db\"}\n"
 	unnamed := writeFile(t, head+`queues:
   q: {concurrency: 1}
@@ -155,6 +164,25 @@ routes:
 		{"routes list paused", []string{"routes", "list", "--config", good, "--json"}, exitOK, []string{`"paused": true`}},
 		{"routes resume", []string{"routes", "resume", "--config", good, "t", "--json"}, exitOK, []string{`"paused": false`}},
 		{"routes unknown subcommand", []string{"routes", "frob"}, exitUsage, []string{`"frob"`}},
+		{"schedules list", []string{"schedules", "list", "--config", scheduled, "--json"}, exitOK,
+			[]string{`"name": "nightly"`, `"route": "t"`, `"name": "elsewhere"`, `"route": "schedule/elsewhere"`, `"paused": false`}},
+		{"schedules pause", []string{"schedules", "pause", "--config", scheduled, "nightly", "--json"}, exitOK,
+			[]string{`"name": "nightly"`, `"paused": true`}},
+		{"schedules list paused", []string{"schedules", "list", "--config", scheduled, "--json"}, exitOK, []string{`"paused": true`}},
+		{"schedules resume, for people", []string{"schedules", "resume", "--config", scheduled, "nightly"}, exitOK,
+			[]string{"resumed schedule nightly"}},
+		{"schedules trigger", []string{"schedules", "trigger", "--config", scheduled, "nightly", "--json"}, exitOK,
+			[]string{`"name": "nightly"`, `"job_id": `, `"created": true`}},
+		{"schedules trigger, for people", []string{"schedules", "trigger", "--config", scheduled, "elsewhere"}, exitOK,
+			[]string{"triggered schedule elsewhere: job ", "to run now"}},
+		{"schedules trigger unknown", []string{"schedules", "trigger", "--config", scheduled, "nightlly"}, exitUsage,
+			[]string{`no such schedule in the config: "nightlly"; did you mean "nightly"?`}},
+		{"schedules trigger no name", []string{"schedules", "trigger", "--config", scheduled}, exitUsage, []string{"takes 1 argument"}},
+		{"queues trigger", []string{"queues", "trigger", "--config", good, "q"}, exitUsage,
+			[]string{`unknown subcommand "trigger"`}},
+		{"schedules list, for people", []string{"schedules", "list", "--config", scheduled}, exitOK,
+			[]string{"SCHEDULE", "ROUTE", "NEXT SLOT", "LAST JOB", "schedule/elsewhere", "Europe/Berlin"}},
+		{"schedules list of none", []string{"schedules", "list", "--config", good}, exitOK, []string{"no schedules"}},
 		{"produce without topic", []string{"produce", "--config", good, "v"}, exitUsage, []string{"--topic", "required"}},
 		{"produce without value", []string{"produce", "--config", good, "--topic", "t"}, exitUsage, []string{"VALUE"}},
 		{"produce bad header", []string{"produce", "--config", good, "--topic", "t", "--header", "novalue", "v"}, exitUsage,
@@ -210,14 +238,16 @@ routes:
 		// The help lists every verb and subcommand, jobs cancel too, and
 		// names flags' arguments.
 		{"help lists subcommands", []string{"help"}, exitOK,
-			[]string{"jobs cancel ID", "jobs get ID", "dlq show ID", "dlq discard ID", "queues resume Q", "routes pause R", "version"}},
+			[]string{"jobs cancel ID", "jobs get ID", "dlq show ID", "dlq discard ID", "queues resume Q", "routes pause R",
+				"schedules trigger S", "version"}},
 		{"migrate --help names ROLE", []string{"migrate", "--help"}, exitOK, []string{"--grant-runtime ROLE\n"}},
 		{"jobs list --help", []string{"jobs", "list", "--help"}, exitOK, []string{"--state STATE", "--limit N", "--after ID", "--json"}},
 	}
 	// --help on every verb and subcommand prints its usage and exits 0.
 	helps := [][]string{{"jobs"}, {"dlq"}, {"queues"}, {"routes"}, {"jobs", "get"}, {"jobs", "list"}, {"jobs", "cancel"},
 		{"dlq", "list"}, {"dlq", "show"}, {"dlq", "redrive"}, {"dlq", "discard"},
-		{"queues", "list"}, {"queues", "pause"}, {"queues", "resume"}, {"routes", "list"}, {"routes", "pause"}, {"routes", "resume"}}
+		{"queues", "list"}, {"queues", "pause"}, {"queues", "resume"}, {"routes", "list"}, {"routes", "pause"}, {"routes", "resume"},
+		{"schedules", "list"}, {"schedules", "pause"}, {"schedules", "resume"}, {"schedules", "trigger"}}
 	for name := range verbs() {
 		helps = append(helps, []string{name})
 	}

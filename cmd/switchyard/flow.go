@@ -12,12 +12,14 @@ import (
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/admin"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/schedule"
 )
 
-// runQueues and runRoutes list the configured queues or routes with
-// whether they are paused, and pause or resume one. A pause is a row in
-// Postgres: it holds for every process of the deployment, within a
-// second, and across restarts, until it is resumed.
+// runQueues, runRoutes and runSchedules list the configured queues,
+// routes or schedules with whether they are paused, and pause or resume
+// one (and trigger a schedule). A pause is a row in Postgres: it holds
+// for every process of the deployment, within a second, and across
+// restarts, until it is resumed.
 func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runPauses(ctx, "queues", pgstore.PauseQueue, func(c *config.Config) []listed {
 		var out []listed
@@ -25,7 +27,7 @@ func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			out = append(out, listed{name: name})
 		}
 		return out
-	}, printQueues, args, stdout, stderr)
+	}, printQueues, nil, args, stdout, stderr)
 }
 
 func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -44,7 +46,26 @@ func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		slices.SortFunc(out, func(a, b listed) int { return strings.Compare(a.name, b.name) })
 		return out
-	}, printRoutes, args, stdout, stderr)
+	}, printRoutes, nil, args, stdout, stderr)
+}
+
+func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runPauses(ctx, "schedules", pgstore.PauseSchedule, func(c *config.Config) []listed {
+		var out []listed
+		for _, sc := range schedule.Of(c) {
+			out = append(out, listed{name: sc.Name, extra: map[string]any{"cron": sc.Cron, "timezone": sc.Timezone,
+				"kind": sc.Kind, "queue": sc.Queue, "route": sc.Route}})
+		}
+		slices.SortFunc(out, func(a, b listed) int { return strings.Compare(a.name, b.name) })
+		return out
+	}, printSchedules, triggerSchedule, args, stdout, stderr)
+}
+
+// triggerSchedule makes one job of the schedule named now, for the CLI's
+// user (audited).
+func triggerSchedule(ctx context.Context, store *pgstore.Store, cfg *config.Config, name string) (pgstore.Enqueued, error) {
+	i := slices.IndexFunc(cfg.Schedules, func(sc config.Schedule) bool { return sc.Name == name })
+	return schedule.Trigger(ctx, store, schedule.Of(cfg)[i], cliActor(), time.Now())
 }
 
 // pauseAbout is what queues and routes subcommands' --help says.
@@ -75,6 +96,24 @@ example:
   switchyard routes pause order-refund`,
 	"routes resume": `
 Resumes a paused route: its topic is fetched again, within a second.`,
+	"schedules list": `
+Lists the config's schedules: cron and time zone, the kind, queue and route
+of their jobs, the next slot, the last slot that made a job and that job,
+and whether an operator paused the schedule (and since when).`,
+	"schedules pause": `
+Pauses a schedule for every process, within a second and across restarts:
+its slots pass without jobs, and resuming does not catch up on them.
+
+example:
+  switchyard schedules pause nightly-reconcile`,
+	"schedules resume": `
+Resumes a paused schedule: its next slot makes a job again.`,
+	"schedules trigger": `
+Makes one job of a schedule now, whatever its cron, pause or overlap say,
+beside its slots (the next slot still makes its own). Audited as yours.
+
+example:
+  switchyard schedules trigger nightly-reconcile`,
 }
 
 // listed is one configured queue or route, with what its JSON line says
@@ -88,8 +127,11 @@ type listed struct {
 type lister func(ctx context.Context, w io.Writer, now time.Time, store *pgstore.Store, cfg *config.Config,
 	paused map[string]time.Time) error
 
+// trigger makes a job of the item named now (schedules only).
+type trigger func(ctx context.Context, store *pgstore.Store, cfg *config.Config, name string) (pgstore.Enqueued, error)
+
 func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list func(*config.Config) []listed, table lister,
-	args []string, stdout, stderr io.Writer) error {
+	trig trigger, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return missingSub(verb)
 	}
@@ -99,6 +141,10 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 		subHelp(stdout, verb)
 		return nil
 	case "list", "pause", "resume":
+	case "trigger":
+		if trig == nil {
+			return unknownSub(verb, sub)
+		}
 	default:
 		return unknownSub(verb, sub)
 	}
@@ -139,6 +185,18 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 		return err
 	}
 	defer store.Close()
+	if sub == "trigger" {
+		name := fs.Arg(0)
+		enq, err := trig(ctx, store, cfg, name)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, map[string]any{"name": name, "job_id": enq.ID, "created": enq.Created})
+		}
+		fmt.Fprintf(stdout, "triggered %s %s: job %d, to run now (switchyard jobs get %d)\n", kind, name, enq.ID, enq.ID)
+		return nil
+	}
 	if sub != "list" {
 		name := fs.Arg(0)
 		change := store.Resume
@@ -159,6 +217,8 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 			fmt.Fprintf(stdout, "%s %s was not paused\n", kind, name)
 		case sub == "pause" && kind == pgstore.PauseQueue:
 			fmt.Fprintf(stdout, "paused queue %s: nothing of it is claimed, by any process, until switchyard queues resume %s\n", name, name)
+		case sub == "pause" && kind == pgstore.PauseSchedule:
+			fmt.Fprintf(stdout, "paused schedule %s: its slots pass without jobs, in every process, until switchyard schedules resume %s\n", name, name)
 		case sub == "pause":
 			fmt.Fprintf(stdout, "paused route %s: its topic is not fetched, by any process, until switchyard routes resume %s\n", name, name)
 		default:
@@ -258,6 +318,31 @@ func printRoutes(_ context.Context, w io.Writer, now time.Time, _ *pgstore.Store
 			limits = append(limits, l)
 		}
 		row(tw, r.Name, r.Topic, r.Queue, r.Kind, filter, orDash(strings.Join(limits, ", ")), pausedCell(now, paused, r.Name))
+	}
+	return tw.Flush()
+}
+
+func printSchedules(ctx context.Context, w io.Writer, now time.Time, store *pgstore.Store, cfg *config.Config,
+	paused map[string]time.Time) error {
+	scs := schedule.Of(cfg)
+	if len(scs) == 0 {
+		_, err := fmt.Fprintln(w, "no schedules (the config names them: pass --config)")
+		return err
+	}
+	slices.SortFunc(scs, func(a, b schedule.Schedule) int { return strings.Compare(a.Name, b.Name) })
+	tw := newTable(w, "SCHEDULE", "CRON", "TIMEZONE", "KIND", "QUEUE", "ROUTE", "NEXT SLOT", "LAST SLOT", "LAST JOB", "PAUSED")
+	for _, sc := range scs {
+		_, isPaused := paused[sc.Name]
+		st, err := schedule.StatusOf(ctx, store, sc, isPaused, now)
+		if err != nil {
+			return err
+		}
+		last := "-"
+		if st.LastJobID != nil {
+			last = fmt.Sprintf("%d %s", *st.LastJobID, *st.LastJobState)
+		}
+		row(tw, sc.Name, sc.Cron, sc.Timezone, sc.Kind, sc.Queue, sc.Route, ago(now, st.NextSlot), agoPtr(now, st.LastSlot),
+			last, pausedCell(now, paused, sc.Name))
 	}
 	return tw.Flush()
 }

@@ -77,6 +77,12 @@ func verbList() []verb {
 			{"pause", "R", "fetch nothing for a route, fleet-wide"},
 			{"resume", "R", "fetch for a paused route again"},
 		}},
+		{name: "schedules", run: runSchedules, subs: []sub{
+			{"list", "", "the config's schedules: cron, route, next and last slot, paused"},
+			{"pause", "S", "let a schedule's slots pass without jobs, fleet-wide"},
+			{"resume", "S", "make jobs of a paused schedule's slots again"},
+			{"trigger", "S", "make one job of a schedule now, beside its slots"},
+		}},
 		{name: "audit", run: runAudit, subs: []sub{
 			{"list", "", "who cancelled, re-drove, discarded, paused or resumed what, and when"},
 		}},
