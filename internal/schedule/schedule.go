@@ -313,11 +313,13 @@ func Trigger(ctx context.Context, store *pgstore.Store, sc Schedule, by string, 
 
 // Status is what GET /v1/schedules shows of a schedule.
 type Status struct {
-	Name     string    `json:"name"`
-	Cron     string    `json:"cron"`
-	Timezone string    `json:"timezone"`
-	Kind     string    `json:"kind"`
-	Queue    string    `json:"queue"`
+	Name     string `json:"name"`
+	Cron     string `json:"cron"`
+	Timezone string `json:"timezone"`
+	Kind     string `json:"kind"`
+	Queue    string `json:"queue"`
+	// Route is the route its jobs are stored under (Schedule.Route).
+	Route    string    `json:"route"`
 	Paused   bool      `json:"paused"`
 	NextSlot time.Time `json:"next_slot"`
 	// The last slot that made a job, and that job; nil before the first
@@ -329,7 +331,8 @@ type Status struct {
 
 // StatusOf reads a schedule's status at now.
 func StatusOf(ctx context.Context, store *pgstore.Store, sc Schedule, paused bool, now time.Time) (Status, error) {
-	st := Status{Name: sc.Name, Cron: sc.Cron, Timezone: sc.Timezone, Kind: sc.Kind, Queue: sc.Queue, Paused: paused}
+	st := Status{Name: sc.Name, Cron: sc.Cron, Timezone: sc.Timezone, Kind: sc.Kind, Queue: sc.Queue,
+		Route: sc.keys().Route, Paused: paused}
 	cr, err := cron.Parse(sc.Cron)
 	if err != nil {
 		return st, fmt.Errorf("schedule %s: %w", sc.Name, err)
