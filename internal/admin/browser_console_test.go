@@ -107,16 +107,17 @@ func newConsole(t *testing.T, cfg Config) *console {
 	return c
 }
 
-// consoleSchedules are the schedules of the console's server.
+// consoleSchedules are the schedules of the console's server: the
+// hourly export's jobs join the route of its kind, the seeded exports.
 func consoleSchedules() []schedule.Schedule {
 	cfg := config.Config{Schedules: []config.Schedule{
 		{Name: "nightly-reconcile", Cron: "0 2 * * *", Kind: "reconcile", Queue: "bulk"},
 		{Name: "hourly-export", Cron: "15 * * * *", Timezone: "Europe/Berlin", Kind: "export.render", Queue: "reports"},
-	}}
+	}, Routes: []config.Route{{Name: "exports", Topic: "exports", Kind: "export.render", Queue: "reports"}}}
 	cfg.SetDefaults()
-	var out []schedule.Schedule
-	for _, sc := range cfg.Schedules {
-		out = append(out, schedule.Schedule{Schedule: sc, MaxAttempts: 3})
+	out := schedule.Of(&cfg)
+	for i := range out {
+		out[i].MaxAttempts = 3
 	}
 	return out
 }
@@ -462,6 +463,9 @@ func TestBrowserConsolePages(t *testing.T) {
 
 	p.goTo("schedules")
 	p.waitText(`tr[data-schedule="hourly-export"]`, "Europe/Berlin")
+	if got := p.text(`tr[data-schedule="hourly-export"]`); !strings.Contains(got, "exports") {
+		t.Errorf("the hourly export's row does not name the route its jobs join: %q", got)
+	}
 	if got := p.text(`tr[data-schedule="nightly-reconcile"]`); !strings.Contains(got, "0 2 * * *") || !strings.Contains(got, "in ") {
 		t.Errorf("the nightly schedule's row has no cron or next slot: %q", got)
 	}

@@ -702,13 +702,14 @@ const schedulesPage = {
       const base = "v1/schedules/" + encodeURIComponent(s.name);
       return el("tr", { "data-schedule": s.name },
         td(s.name), td(el("code", { text: s.cron })), td(s.timezone || "UTC"), td(s.kind), td(link("#/jobs" + query({ queue: s.queue }), s.queue)),
+        td(link("#/jobs" + query({ route: s.route }), s.route)),
         td(s.paused ? badge("paused") : badge("active", "ok")), td(when(s.next_slot)), td(when(s.last_slot)),
         td(s.last_job_id ? el("span", {}, jobLink(s.last_job_id), " ", s.last_job_state ? badge(s.last_job_state) : null) : "—"),
         canOperate() ? td(el("div", { class: "actions" },
           s.paused ? actionButton("Resume", base + "/resume", { name: "resume" }) : actionButton("Pause", base + "/pause", { name: "pause", cls: "danger" }),
           actionButton("Trigger now", base + "/trigger", { name: "trigger", done: (r) => "Schedule " + s.name + " triggered: job " + (r.job ? r.job.id : "?") + "." }))) : null);
     });
-    const headers = ["name", "cron", "time zone", "kind", "queue", "state", "next slot", "last slot", "last job"];
+    const headers = ["name", "cron", "time zone", "kind", "queue", "route", "state", "next slot", "last slot", "last job"];
     if (canOperate()) headers.push("");
     return [el("h1", { text: "Schedules" }), table(headers, rows, "no schedules configured")];
   },
