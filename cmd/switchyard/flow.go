@@ -68,7 +68,7 @@ func triggerSchedule(ctx context.Context, store *pgstore.Store, cfg *config.Conf
 	return schedule.Trigger(ctx, store, schedule.Of(cfg)[i], cliActor(), time.Now())
 }
 
-// pauseAbout is what queues and routes subcommands' --help says.
+// pauseAbout is what queues, routes and schedules subcommands' --help says.
 var pauseAbout = map[string]string{
 	"queues list": `
 Lists the config's queues: the jobs waiting for a lane, queued, reserved
@@ -116,7 +116,7 @@ example:
   switchyard schedules trigger nightly-reconcile`,
 }
 
-// listed is one configured queue or route, with what its JSON line says
+// listed is one configured queue, route or schedule, with what its JSON line says
 // beside its name and pause.
 type listed struct {
 	name  string
