@@ -52,13 +52,13 @@ routes:
 	testenv.Eventually(t, 30*time.Second, "the target called", func() bool { return len(tg.received()) == 1 })
 	post()
 	testenv.Eventually(t, 30*time.Second, "the job succeeded", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1
 	})
 	got := tg.received()
 	if len(got) != 1 || string(got[0].Body) != `{"order":42}` || contentType != "application/json" {
 		t.Fatalf("target received %v with Content-Type %q; want one call with the posted body as JSON", got, contentType)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 1 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 1 {
 		t.Fatalf("%d jobs for one idempotency key, want 1", n)
 	}
 }

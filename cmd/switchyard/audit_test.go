@@ -59,7 +59,7 @@ routes:
 	if code, body := apiAs(t, addr, "POST", redrive, ""); code != http.StatusUnauthorized {
 		t.Fatalf("re-drive without a token: %d %s, want 401", code, body)
 	}
-	if n := count(t, store, `SELECT count(*) FROM dlq_entries WHERE redriven_at IS NULL`); n != 1 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE redriven_at IS NULL`); n != 1 {
 		t.Fatalf("%d parked entries after refused re-drives, want the 1", n)
 	}
 	failing.Store(false)

@@ -70,7 +70,7 @@ routes:
 	testenv.Eventually(t, 10*time.Second, "the processes to count two cancelled attempts", func() bool {
 		return cancelledAttempts(t, addrs) == 2
 	})
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'cancelled'`); n != 2 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'cancelled'`); n != 2 {
 		t.Fatalf("%d cancelled jobs, want 2", n)
 	}
 	time.Sleep(500 * time.Millisecond)

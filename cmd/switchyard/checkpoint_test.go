@@ -56,7 +56,7 @@ routes:
 	mu.Unlock()
 	testenv.Produce(t, topic, records(0, 1)...)
 	testenv.Eventually(t, 30*time.Second, "the first attempt's checkpoint to be saved", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE checkpoint = 'page 3'`) == 1
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE checkpoint = 'page 3'`) == 1
 	})
 	a.kill()
 	b := startRun(t, "run-b", cfg)
@@ -69,7 +69,7 @@ routes:
 		t.Fatal("no second attempt within 60 s")
 	}
 	testenv.Eventually(t, 30*time.Second, "the job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1
 	})
 
 	addrB := adminAddr(t, b)
@@ -89,7 +89,7 @@ routes:
 	if code := postCheckpoint(t, addrB, id, token, secret, strings.Repeat("x", 5000)); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("checkpoint of 5,000 bytes: %d, want 413", code)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE checkpoint = 'page 3'`); n != 1 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE checkpoint = 'page 3'`); n != 1 {
 		t.Errorf("the refused checkpoints changed the job's")
 	}
 }

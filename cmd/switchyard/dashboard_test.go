@@ -52,12 +52,12 @@ func TestDashboardPauseStopsClaiming(t *testing.T) {
 	testenv.Produce(t, topic, &kgo.Record{Value: []byte(`{"n":1}`)}, &kgo.Record{Value: []byte(`{"n":2}`)},
 		&kgo.Record{Value: []byte(`{"n":3}`)})
 	testenv.Eventually(t, 30*time.Second, "the three records to wait as queued jobs", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'queued'`) == 3
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'queued'`) == 3
 	})
 	// The process polls q every 100 ms and re-reads the pauses twice a
 	// second: two seconds with no claim is twenty polls that took nothing.
 	if testenv.Until(2*time.Second, func() bool {
-		return len(tg.received()) > 1 || count(t, store, `SELECT count(*) FROM all_jobs WHERE state <> 'queued' AND state <> 'succeeded'`) > 0
+		return len(tg.received()) > 1 || testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state <> 'queued' AND state <> 'succeeded'`) > 0
 	}) {
 		t.Fatalf("a paused queue claimed: %d calls, jobs %v", len(tg.received()), jobs(t, store))
 	}
@@ -68,7 +68,7 @@ func TestDashboardPauseStopsClaiming(t *testing.T) {
 	run(chromedp.Click(`tr[data-queue="q"] button[data-action="resume"]`, chromedp.NodeVisible))
 	testenv.Eventually(t, 30*time.Second, "the three jobs to run once q is resumed", func() bool { return len(tg.received()) == 4 })
 	testenv.Eventually(t, 20*time.Second, "the page to show q active", func() bool { return strings.Contains(row(), "active") })
-	if n := count(t, store, `SELECT count(*) FROM audit_log WHERE target = 'queue/q'`); n != 2 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE target = 'queue/q'`); n != 2 {
 		t.Errorf("%d audit entries for queue/q, want the pause and the resume", n)
 	}
 	term(t, p, 30*time.Second)

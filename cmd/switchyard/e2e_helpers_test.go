@@ -516,17 +516,6 @@ func jobByDedupe(t *testing.T, s *pgstore.Store, key string) *jobRow {
 	return nil
 }
 
-func count(t *testing.T, s *pgstore.Store, query string, args ...any) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var n int
-	if err := s.Pool().QueryRow(ctx, query, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return n
-}
-
 // storedOffsets returns kafka_offsets.next_offset by partition.
 func storedOffsets(t *testing.T, s *pgstore.Store, group, topic string) map[int32]int64 {
 	t.Helper()

@@ -79,13 +79,13 @@ func produceInBursts(topic string, brokers []string, partitions, n, burst int, t
 func checkStoredPrefix(t *testing.T, s *pgstore.Store, group, topic string) {
 	t.Helper()
 	for p, next := range storedOffsets(t, s, group, topic) {
-		n := count(t, s, `SELECT count(*) FROM all_jobs WHERE src_topic = $1 AND src_partition = $2 AND src_offset < $3`,
+		n := testenv.Count(t, s, `SELECT count(*) FROM all_jobs WHERE src_topic = $1 AND src_partition = $2 AND src_offset < $3`,
 			topic, p, next)
 		if int64(n) != next {
 			t.Fatalf("I1: partition %d has stored next offset %d but only %d job rows below it", p, next, n)
 		}
 	}
-	if n := count(t, s, `SELECT count(*) FROM dlq_entries`); n != 0 {
+	if n := testenv.Count(t, s, `SELECT count(*) FROM dlq_entries`); n != 0 {
 		t.Fatalf("%d DLQ entries, want none", n)
 	}
 }
@@ -164,7 +164,7 @@ func TestFaultKill9WhileProducing(t *testing.T) {
 	end := endOffsets(t, adm, topic)
 	testenv.Eventually(t, 2*time.Minute, "stored offsets at the end offsets and every job succeeded", func() bool {
 		return offsetsCovered(storedOffsets(t, store, group, topic), end) &&
-			count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == records
+			testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == records
 	})
 
 	stored := storedOffsets(t, store, group, topic)
@@ -173,7 +173,7 @@ func TestFaultKill9WhileProducing(t *testing.T) {
 			t.Errorf("partition %d: stored next offset %d, end offset %d", part, stored[part], end[part])
 		}
 	}
-	if n := count(t, store, `SELECT count(*) FROM dlq_entries`); n != 0 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 0 {
 		t.Errorf("%d DLQ entries, want none", n)
 	}
 	rows := jobs(t, store)
@@ -331,7 +331,7 @@ func TestFaultJobKillsWorker(t *testing.T) {
 		}
 		tokens[c.Token] = true
 	}
-	if n := count(t, store, `SELECT count(*) FROM dlq_entries`); n != 1 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 1 {
 		t.Errorf("%d DLQ entries, want 1", n)
 	}
 }

@@ -177,7 +177,7 @@ func groupChurn(t *testing.T, protocol string) {
 	end := endOffsets(t, testenv.Admin(t), topic)
 	testenv.Eventually(t, 2*time.Minute, "stored offsets at the end offsets and no job left to run", func() bool {
 		return offsetsCovered(storedOffsets(t, store, group, topic), end) &&
-			count(t, store, `SELECT count(*) FROM all_jobs WHERE state IN ('waiting', 'queued', 'running', 'retrying')`) == 0
+			testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state IN ('waiting', 'queued', 'running', 'retrying')`) == 0
 	})
 	stored := storedOffsets(t, store, group, topic)
 	for part := int32(0); part < partitions; part++ {
@@ -217,7 +217,7 @@ func groupChurn(t *testing.T, protocol string) {
 			}
 		}
 	}
-	if n := count(t, store, `SELECT count(*) FROM dlq_entries`); n != 0 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 0 {
 		t.Errorf("%d DLQ entries, want none", n)
 	}
 	// The job the kill cut off ran again, under a new lease.
@@ -419,7 +419,7 @@ routes:
 			t.Errorf("job %d (%s): state %s attempts %d, want succeeded after 2 attempts", j.ID, j.DedupeKey, j.State, j.Attempts)
 		}
 	}
-	if n := count(t, store, `SELECT count(*) FROM dlq_entries`); n != 0 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 0 {
 		t.Errorf("%d DLQ entries, want none", n)
 	}
 	end := endOffsets(t, testenv.Admin(t), topic)

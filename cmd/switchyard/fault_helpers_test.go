@@ -684,7 +684,7 @@ func sourceCheck(t *testing.T, s *pgstore.Store, topic string, rows []jobRow, pr
 		if have[src] > 0 {
 			continue
 		}
-		if count(t, s, `SELECT count(*) FROM dlq_entries WHERE src_topic = $1 AND src_partition = $2 AND src_offset = $3`,
+		if testenv.Count(t, s, `SELECT count(*) FROM dlq_entries WHERE src_topic = $1 AND src_partition = $2 AND src_offset = $3`,
 			topic, src[0], src[1]) > 0 {
 			continue
 		}

@@ -116,7 +116,7 @@ routes:
 	end := endOffsets(t, testenv.Admin(t), topic)
 	testenv.Eventually(t, 2*time.Minute, "stored offsets at the end offsets and no job left to run", func() bool {
 		return offsetsCovered(storedOffsets(t, store, group, topic), end) &&
-			count(t, store, `SELECT count(*) FROM all_jobs WHERE state IN ('waiting', 'queued', 'running', 'retrying')`) == 0
+			testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state IN ('waiting', 'queued', 'running', 'retrying')`) == 0
 	})
 	for _, p := range live {
 		term(t, p, 30*time.Second)

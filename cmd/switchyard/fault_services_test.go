@@ -283,7 +283,7 @@ func TestFaultDatabaseReplaced(t *testing.T) {
 	}
 	for what, q := range map[string]string{"jobs": `SELECT count(*) FROM all_jobs`,
 		"DLQ entries": `SELECT count(*) FROM dlq_entries`, "stored offsets": `SELECT count(*) FROM kafka_offsets`} {
-		if n := count(t, store, q); n != 0 {
+		if n := testenv.Count(t, store, q); n != 0 {
 			t.Errorf("the refused run left %d %s, want none", n, what)
 		}
 	}

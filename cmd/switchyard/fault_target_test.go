@@ -111,7 +111,7 @@ routes:
 	}
 	testenv.Produce(t, topicA, recs...)
 	testenv.Eventually(t, 60*time.Second, "every job to finish", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state IN ('succeeded', 'dead')`) == len(recs)
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state IN ('succeeded', 'dead')`) == len(recs)
 	})
 	term(t, p, 30*time.Second)
 
@@ -141,7 +141,7 @@ routes:
 		}
 		var reason string
 		var attempts int
-		n := count(t, store, `SELECT count(*) FROM dlq_entries WHERE job_id = $1`, j.ID)
+		n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE job_id = $1`, j.ID)
 		if n > 0 {
 			ctx := t.Context()
 			if err := store.Pool().QueryRow(ctx, `SELECT reason, attempts FROM dlq_entries WHERE job_id = $1`, j.ID).
@@ -153,7 +153,7 @@ routes:
 			t.Errorf("%s: DLQ reason %q attempts %d (%d entries), want %q", id, reason, attempts, n, w.reason)
 		}
 	}
-	if n := count(t, store, `SELECT count(*) FROM dlq_entries`); n != 3 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 3 {
 		t.Errorf("%d DLQ entries, want 3 (hang, redirect, follow302)", n)
 	}
 

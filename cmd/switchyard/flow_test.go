@@ -72,7 +72,7 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 	pA := startRun(t, "run-a", writeConfig(t, c))
 	startRun(t, "run-b", cfgB)
 	addr := adminAddr(t, pA)
-	succeeded := func() int { return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) }
+	succeeded := func() int { return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) }
 
 	testenv.Produce(t, topic, records(0, 200)...)
 	testenv.Eventually(t, 60*time.Second, "200 jobs to succeed", func() bool { return succeeded() == 200 })
@@ -83,13 +83,13 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 	pausedAt := time.Now()
 	testenv.Produce(t, topic, records(200, 200)...)
 	testenv.Eventually(t, 30*time.Second, "the new records ingested while the queue is paused", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'queued'`) == 200
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'queued'`) == 200
 	})
 	time.Sleep(time.Until(pausedAt.Add(2500 * time.Millisecond)))
 	if n := len(tg.received()); n != 200 {
 		t.Fatalf("%d calls at the target 2.5s after the queue was paused, want the 200 from before", n)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE started_at > now() - interval '1.5 seconds'`); n != 0 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE started_at > now() - interval '1.5 seconds'`); n != 0 {
 		t.Fatalf("%d jobs started in the last 1.5s of a paused queue", n)
 	}
 	if code, body := api(t, addr, "GET", "/v1/queues"); code != http.StatusOK || !strings.Contains(body, `"paused":true`) {
@@ -108,7 +108,7 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 	testenv.Eventually(t, 60*time.Second, "the 200 held jobs to succeed after the resume", func() bool { return succeeded() == 400 })
 	testenv.Produce(t, topic, records(400, 100)...)
 	time.Sleep(2 * time.Second)
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 400 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 400 {
 		t.Fatalf("%d jobs 2s after producing 100 records to a paused route, want 400", n)
 	}
 	if code, body := api(t, addr, "GET", "/v1/routes"); code != http.StatusOK || !strings.Contains(body, `"paused":true`) {
@@ -130,7 +130,7 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 		t.Fatalf("resume route: %d %s", code, body)
 	}
 	testenv.Eventually(t, 60*time.Second, "all 500 records to succeed as jobs", func() bool { return succeeded() == 500 })
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 500 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 500 {
 		t.Fatalf("%d jobs for 500 records", n)
 	}
 	if calls := tg.received(); len(calls) != 500 {
@@ -235,10 +235,10 @@ routes:
 	ingest.kill()
 	startRun(t, "ingest-2", cfg, "--role", "ingest")
 	testenv.Eventually(t, 120*time.Second, "every record to succeed as a job", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
 	})
 	peakDepth := peak()
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != total {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != total {
 		t.Fatalf("%d jobs for %d records", n, total)
 	}
 	if calls := tg.received(); len(calls) != total {
@@ -287,16 +287,16 @@ routes:
 	}
 	testenv.Produce(t, topic, recs...)
 	testenv.Eventually(t, 60*time.Second, "every record ingested", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs`) == n
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs`) == n
 	})
-	if c := count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'coalesced'`); c != n-1 {
+	if c := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'coalesced'`); c != n-1 {
 		t.Fatalf("%d jobs coalesced, want %d", c, n-1)
 	}
 	if code, body := api(t, addr, "POST", "/v1/queues/q/resume"); code != http.StatusOK {
 		t.Fatalf("resume: %d %s", code, body)
 	}
 	testenv.Eventually(t, 30*time.Second, "the one job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1
 	})
 	calls := tg.received()
 	if len(calls) != 1 || !strings.Contains(string(calls[0].Body), fmt.Sprintf(`"seq":%d`, n-1)) {
@@ -356,9 +356,9 @@ routes:
 		a.kill()
 	}
 	testenv.Eventually(t, 120*time.Second, "every job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
 	})
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != total {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != total {
 		t.Fatalf("%d jobs for %d records", n, total)
 	}
 	// At the target, not in the table: a job whose handler returned

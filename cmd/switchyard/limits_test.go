@@ -118,21 +118,21 @@ routes:
 
 	fewDone := `SELECT count(*) FROM all_jobs WHERE state = 'succeeded' AND grp <> 'A'`
 	testenv.Eventually(t, 60*time.Second, "half of tenants B-J's jobs to succeed", func() bool {
-		return count(t, store, fewDone) >= len(tenants)*few/2
+		return testenv.Count(t, store, fewDone) >= len(tenants)*few/2
 	})
 	a.kill()
 	testenv.Eventually(t, 60*time.Second, "every job of tenants B-J to succeed", func() bool {
-		return count(t, store, fewDone) == len(tenants)*few
+		return testenv.Count(t, store, fewDone) == len(tenants)*few
 	})
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded' AND grp = 'A'`); n >= flood*9/10 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded' AND grp = 'A'`); n >= flood*9/10 {
 		t.Fatalf("tenants B-J finished only once tenant A had %d of its %d jobs done: the flood held them back", n, flood)
 	} else {
 		t.Logf("tenants B-J finished while tenant A had %d of %d done", n, flood)
 	}
 	testenv.Eventually(t, 240*time.Second, "every job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == flood+len(tenants)*few
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == flood+len(tenants)*few
 	})
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != flood+len(tenants)*few {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != flood+len(tenants)*few {
 		t.Fatalf("%d jobs for %d records", n, flood+len(tenants)*few)
 	}
 	peaks := flight.peaks()
@@ -179,9 +179,9 @@ routes:
 	testenv.Eventually(t, 60*time.Second, "a third of the jobs to run", func() bool { return len(tg.received()) >= total/3 })
 	a.kill()
 	testenv.Eventually(t, 60*time.Second, "every job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
 	})
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != total {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != total {
 		t.Fatalf("%d jobs for %d records", n, total)
 	}
 	mu.Lock()
@@ -236,7 +236,7 @@ routes:
 	addr := adminAddr(t, p)
 	testenv.Produce(t, topic, append(tenantRecords("A", perTenant), tenantRecords("B", perTenant)...)...)
 	testenv.Eventually(t, 30*time.Second, "one job of each tenant running", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'running'`) == 2
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'running'`) == 2
 	})
 	// Both groups are at their cap and six workers idle for the rest of
 	// the first jobs' two seconds: a claim each limit retry (50 ms) is
@@ -250,7 +250,7 @@ routes:
 		t.Fatalf("%.0f throttled claims in one second while no room could free: the pool claims in a busy loop", throttled)
 	}
 	testenv.Eventually(t, 30*time.Second, "every job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 2*perTenant
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 2*perTenant
 	})
 	if n := len(tg.received()); n != 2*perTenant {
 		t.Fatalf("the target received %d calls for %d jobs", n, 2*perTenant)
@@ -287,7 +287,7 @@ routes:
 	// Lease writes land in the table's statistics within a second of
 	// their commit; the window starts and ends after a settle.
 	writes := func() int {
-		return count(t, store, `SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0)::int FROM pg_stat_user_tables
+		return testenv.Count(t, store, `SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0)::int FROM pg_stat_user_tables
 			WHERE schemaname = current_schema() AND relname = 'flow_slots'`)
 	}
 	time.Sleep(2 * time.Second)
@@ -303,7 +303,7 @@ routes:
 	}
 	testenv.Produce(t, topic, tenantRecords("A", total)...)
 	testenv.Eventually(t, 30*time.Second, "every job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == total
 	})
 	if peak := flight.peaks()["all"]; peak > maxRunning {
 		t.Fatalf("%d requests in flight at once, over max_running %d", peak, maxRunning)

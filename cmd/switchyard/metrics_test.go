@@ -44,7 +44,7 @@ routes:
 	recs = append(recs, &kgo.Record{Value: []byte(`{"type":"view"}`)})
 	testenv.Produce(t, topic, recs...)
 	testenv.Eventually(t, 30*time.Second, "the 20 jobs to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 20
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 20
 	})
 	testenv.Eventually(t, 30*time.Second, "a sample of the gauges (every 5 s) with the partitions owned", func() bool {
 		body := scrape(t, addr)
@@ -135,11 +135,11 @@ routes:
 	testenv.Eventually(t, 30*time.Second, "v5 at the target", func() bool { return len(tg.received()) == 1 })
 	testenv.Produce(t, topic, v(3), v(4))
 	testenv.Eventually(t, 30*time.Second, "v3 and v4 waiting behind v5", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'waiting'`) == 2
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'waiting'`) == 2
 	})
 	close(release)
 	testenv.Eventually(t, 30*time.Second, "v5 succeeded, v3 and v4 skipped", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE kind = 'kv' AND state = 'skipped'`) == 2
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE kind = 'kv' AND state = 'skipped'`) == 2
 	})
 	testenv.Produce(t, topic, v(1))
 	testenv.Eventually(t, 30*time.Second, "v1 skipped at ingest, the late job expired, and both counted", func() bool {
@@ -147,10 +147,10 @@ routes:
 		return strings.Contains(body, `switchyard_job_attempts_total{kind="kv",outcome="skipped"} 3`) &&
 			strings.Contains(body, `switchyard_job_attempts_total{kind="kl",outcome="expired"} 1`)
 	})
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'skipped'`); n != 3 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'skipped'`); n != 3 {
 		t.Errorf("%d jobs skipped, want 3", n)
 	}
-	if n := count(t, store, `SELECT count(*) FROM outcome_tally`); n != 0 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM outcome_tally`); n != 0 {
 		t.Errorf("%d tally rows left after the sampler took them", n)
 	}
 	body := scrape(t, addr)

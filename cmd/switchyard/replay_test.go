@@ -47,17 +47,17 @@ func TestReplay(t *testing.T) {
 	if !strings.Contains(out, "replayed 10 records") || !strings.Contains(out, "10 new jobs") {
 		t.Fatalf("replay from %s: %q, want the 10 records produced after it", mark, out)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE src_offset >= 5`); n != 10 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE src_offset >= 5`); n != 10 {
 		t.Fatalf("%d jobs of the second half (offsets 5..9 of each partition), want 10", n)
 	}
 	out = replay("--from-offset", "0")
 	if !strings.Contains(out, "replayed 20 records") || !strings.Contains(out, "10 new jobs, 10 already there") {
 		t.Fatalf("replay from offset 0: %q", out)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 20 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 20 {
 		t.Fatalf("%d jobs after replaying everything twice over, want 20 (I2)", n)
 	}
-	if n := count(t, store, `SELECT count(*) FROM kafka_offsets`); n != 0 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM kafka_offsets`); n != 0 {
 		t.Fatalf("replay stored %d consumer positions, want none", n)
 	}
 
@@ -70,10 +70,10 @@ func TestReplay(t *testing.T) {
 	if !strings.Contains(out, "replayed 10 records") || !strings.Contains(out, "3 re-run") {
 		t.Fatalf("replay --rerun of partition 0: %q, want its 3 finished jobs re-run", out)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`); n != 3 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`); n != 3 {
 		t.Fatalf("%d jobs still succeeded, want partition 1's 3", n)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 20 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 20 {
 		t.Fatalf("%d jobs after --rerun, want 20", n)
 	}
 

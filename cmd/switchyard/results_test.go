@@ -41,7 +41,7 @@ routes:
 	testenv.Produce(t, kept, &kgo.Record{Value: []byte(`{}`)})
 	testenv.Produce(t, dropped, &kgo.Record{Value: []byte(`{}`)})
 	testenv.Eventually(t, 30*time.Second, "both jobs to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 2
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 2
 	})
 	var keptID, droppedID int64
 	if err := store.Pool().QueryRow(t.Context(), `SELECT

@@ -82,38 +82,38 @@ routes:
 	a := startRun(t, "run-a", cfg)
 	testenv.Produce(t, topic, recs...)
 	testenv.Eventually(t, 60*time.Second, "run-a to store some of the jobs", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs`) >= 100
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs`) >= 100
 	})
 	a.kill()
-	t.Logf("killed run-a with %d of %d jobs stored", count(t, store, `SELECT count(*) FROM all_jobs`), 4*each)
+	t.Logf("killed run-a with %d of %d jobs stored", testenv.Count(t, store, `SELECT count(*) FROM all_jobs`), 4*each)
 	b := startRun(t, "run-b", cfg)
 	addr := adminAddr(t, b)
 	testenv.Eventually(t, 90*time.Second, "every job of both routes to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 4*each
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 4*each
 	})
 	for _, c := range []struct {
 		route, kind string
 		want        int
 	}{{"order-sync", "order.sync", 2 * each}, {"order-refund", "order.refund", 2 * each}} {
-		if n := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM all_jobs WHERE route = $1 AND kind = $2`,
+		if n := testenv.Count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM all_jobs WHERE route = $1 AND kind = $2`,
 			c.route, c.kind); n != c.want {
 			t.Errorf("route %s has jobs of %d records, want %d", c.route, n, c.want)
 		}
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 4*each {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 4*each {
 		t.Errorf("%d jobs, want %d: one per record and route that takes it", n, 4*each)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs j JOIN all_jobs o ON o.src_partition = j.src_partition
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs j JOIN all_jobs o ON o.src_partition = j.src_partition
 		AND o.src_offset = j.src_offset AND o.route = 'order-refund' WHERE j.route = 'order-sync'`); n != each {
 		t.Errorf("%d records made a job in both routes, want %d", n, each)
 	}
 	for _, c := range []struct{ route, reason string }{{"order-refund", "missing_field"}, {"order-sync", "too_large"}} {
-		if n := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM dlq_entries
+		if n := testenv.Count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM dlq_entries
 			WHERE route = $1 AND reason = $2`, c.route, c.reason); n != each {
 			t.Errorf("%d records parked for %s as %s, want %d", n, c.route, c.reason, each)
 		}
 	}
-	if n := count(t, store, `SELECT count(*) FROM dlq_entries`); n != 2*each {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 2*each {
 		t.Errorf("%d DLQ entries, want %d: each poison record once for each route it is poison for", n, 2*each)
 	}
 	for _, c := range []struct {
@@ -182,7 +182,7 @@ routes:
 	}
 	testenv.Eventually(t, 60*time.Second, "the re-run refund jobs to succeed again", func() bool {
 		return len(refunds.received()) >= refundCalls+2*each &&
-			count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 4*each
+			testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 4*each
 	})
 	if n := len(syncs.received()); n != syncCalls {
 		t.Fatalf("the order-sync target received %d calls during a replay of order-refund, want none", n-syncCalls)
@@ -200,6 +200,6 @@ routes:
 		t.Fatalf("dlq redrive %d: exit %d %s %s", entry, code, out, errOut)
 	}
 	testenv.Eventually(t, 30*time.Second, "the re-driven record's job to succeed on order-refund", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE route = 'order-refund' AND state = 'succeeded'`) == 2*each+1
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE route = 'order-refund' AND state = 'succeeded'`) == 2*each+1
 	})
 }

@@ -81,7 +81,7 @@ routes:
 		return len(tg.received()) >= 2
 	})
 	testenv.Eventually(t, 30*time.Second, "the bad record to be parked", func() bool {
-		return count(t, store, `SELECT count(*) FROM dlq_entries WHERE reason = 'decode' AND last_error LIKE '%run_at%'`) == 1
+		return testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE reason = 'decode' AND last_error LIKE '%run_at%'`) == 1
 	})
 	if code, body := api(t, addr, "GET", fmt.Sprintf("/v1/jobs/%d", created.ID)); code != http.StatusOK ||
 		!strings.Contains(body, `"scheduled_at"`) {
@@ -100,7 +100,7 @@ routes:
 	startRun(t, "run-b", cfg)
 	testenv.Eventually(t, 30*time.Second, "all four jobs to be delivered", func() bool { return len(tg.received()) == 4 })
 	testenv.Eventually(t, 30*time.Second, "all four jobs to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 4
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 4
 	})
 	mu.Lock()
 	defer mu.Unlock()

@@ -36,7 +36,7 @@ schedules:
 	// come, and a process that finds the slot's job there already makes
 	// no sign of it (no log line, no row).
 	time.Sleep(2 * time.Second)
-	if n, slots := count(t, store, `SELECT count(*) FROM all_jobs`), count(t, store, `SELECT count(DISTINCT dedupe_key) FROM all_jobs`); n != slots {
+	if n, slots := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`), testenv.Count(t, store, `SELECT count(DISTINCT dedupe_key) FROM all_jobs`); n != slots {
 		t.Fatalf("%d jobs for %d slots, want one per slot", n, slots)
 	}
 	c := tg.received()[0]
@@ -90,7 +90,7 @@ schedules:
 	addr := adminAddr(t, a)
 	// A whole slot passes while paused: the next minute, and 3 s more.
 	time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute + 3*time.Second)))
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE origin = 'schedule'`); n != 0 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE origin = 'schedule'`); n != 0 {
 		t.Fatalf("%d jobs of a paused schedule", n)
 	}
 	if code, body := api(t, addr, "POST", "/v1/schedules/rebuild/resume"); code != http.StatusOK {
@@ -98,7 +98,7 @@ schedules:
 	}
 	testenv.Eventually(t, 90*time.Second, "the next slot's job delivered", func() bool { return len(tg.received()) >= 1 })
 	time.Sleep(2 * time.Second) // as in TestScheduleRunsOncePerSlot: a second job must never come
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE origin = 'schedule'`); n != 1 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE origin = 'schedule'`); n != 1 {
 		t.Fatalf("%d jobs after the resume, want the one of the next slot (the slots passed while paused are not caught up)", n)
 	}
 }
@@ -136,15 +136,15 @@ schedules:
 		}
 	}
 	testenv.Eventually(t, 120*time.Second, "every job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == recs+runs
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == recs+runs
 	})
 	// The runs, had they been a route of their own, would have run at
 	// once beside the records' jobs (8 more in flight).
 	capReached(t, flight.peaks()["all"], maxRunning)
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE route = $1 AND origin = 'schedule'`, topic); n != runs {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE route = $1 AND origin = 'schedule'`, topic); n != runs {
 		t.Fatalf("%d scheduled jobs under the route of their kind, want %d", n, runs)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != recs+runs {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != recs+runs {
 		t.Fatalf("%d jobs for %d records and %d runs", n, recs, runs)
 	}
 	scheduled := 0
@@ -196,10 +196,10 @@ schedules:
 		}
 	}
 	testenv.Eventually(t, 60*time.Second, "every run to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 2*runs
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 2*runs
 	})
 	for _, c := range []struct{ route, grp string }{{grouped, "schedule/sg"}, {rated, "*"}} {
-		if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE route = $1 AND grp = $2 AND origin = 'schedule'`,
+		if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE route = $1 AND grp = $2 AND origin = 'schedule'`,
 			c.route, c.grp); n != runs {
 			t.Fatalf("%d scheduled jobs of route %s in group %q, want %d", n, c.route, c.grp, runs)
 		}

@@ -60,8 +60,8 @@ routes:
 		&kgo.Record{Value: []byte(`not json`)},
 		&kgo.Record{Value: []byte(`{"id":"nokey-1"}`)})
 	testenv.Eventually(t, time.Minute, "a succeeded job and three DLQ entries", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1 &&
-			count(t, store, `SELECT count(*) FROM dlq_entries`) == 3
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1 &&
+			testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`) == 3
 	})
 
 	examples := os.Getenv("SCHEMATHESIS_MAX_EXAMPLES")

@@ -94,7 +94,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	p := start(t, "run-secrets", env, "run", "--config", cfg)
 	addr := adminAddr(t, p)
 	testenv.Eventually(t, 30*time.Second, "the produced job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1
 	})
 	for _, c := range []struct {
 		path, auth string

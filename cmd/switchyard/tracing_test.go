@@ -122,7 +122,7 @@ routes:
 	testenv.Produce(t, topic, &kgo.Record{Value: []byte(`{"id":"r1"}`),
 		Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-" + traceID + "-" + recordSpan + "-01")}}})
 	testenv.Eventually(t, 60*time.Second, "the job to succeed on its second attempt", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded' AND attempts = 2`) == 1
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded' AND attempts = 2`) == 1
 	})
 	if code, body := apiAs(t, addr, "POST", "/v1/queues/q/pause", "Bearer "+token); code != http.StatusOK {
 		t.Fatalf("pause: %d %s", code, body)
@@ -249,7 +249,7 @@ routes:
 		t.Fatalf("enqueue: %d", res.StatusCode)
 	}
 	testenv.Eventually(t, 30*time.Second, "the job to succeed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == 1
 	})
 	find := func(name string) *tracepb.Span {
 		for _, s := range rcv.received() {

@@ -51,15 +51,6 @@ func startWith(t *testing.T, store *pgstore.Store, cfg Config, crash func() bool
 	return c
 }
 
-func count(t *testing.T, store *pgstore.Store, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := store.Pool().QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 func records(partition int32, from, to int) []*kgo.Record {
 	var rs []*kgo.Record
 	for i := from; i < to; i++ {
@@ -86,7 +77,7 @@ func TestCrashBetweenPostgresAndKafkaCommit(t *testing.T) {
 	if err := c1.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	stored := count(t, store, `SELECT count(*) FROM all_jobs`)
+	stored := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`)
 	if stored == 0 {
 		t.Fatal("first batch was not stored before the crash point")
 	}
@@ -104,17 +95,17 @@ func TestCrashBetweenPostgresAndKafkaCommit(t *testing.T) {
 	m := metrics.New(prometheus.NewRegistry())
 	startConsumerMetrics(t, store, group, []*Route{route(t, topic, "")}, nil, m)
 	testenv.Eventually(t, 60*time.Second, "all 200 records stored", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs`) == 200
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs`) == 200
 	})
 	// Resuming from Kafka's (absent) commit would re-read the stored
 	// batch; resuming from Postgres reads each record once.
 	if d := testutil.ToFloat64(m.IngestRecords.WithLabelValues(topic, "duplicate")); d != 0 {
 		t.Fatalf("%v records were read again after the crash: resumed from Kafka, not Postgres", d)
 	}
-	if n := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM all_jobs`); n != 200 {
+	if n := testenv.Count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM all_jobs`); n != 200 {
 		t.Fatalf("distinct sources = %d, want 200", n)
 	}
-	if n := count(t, store, `SELECT sum(next_offset) FROM kafka_offsets WHERE group_id = $1`, group); n != 200 {
+	if n := testenv.Count(t, store, `SELECT sum(next_offset) FROM kafka_offsets WHERE group_id = $1`, group); n != 200 {
 		t.Fatalf("stored offsets sum = %d, want 200", n)
 	}
 }
@@ -130,14 +121,14 @@ func TestDedupeAcrossRedeliveryAndReproduce(t *testing.T) {
 	testenv.Produce(t, topic, records(0, 0, 30)...) // re-produced: same event ids, new offsets
 	startConsumer(t, store, testenv.Name("g"), []*Route{route(t, topic, "event")}, nil)
 	testenv.Eventually(t, 60*time.Second, "60 records consumed", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 60
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 60
 	})
 	// A second group replays everything into the same table.
 	startConsumer(t, store, testenv.Name("g"), []*Route{route(t, topic, "event")}, nil)
 	testenv.Eventually(t, 60*time.Second, "replay consumed", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 120
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 120
 	})
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 30 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 30 {
 		t.Fatalf("jobs = %d, want 30 (one per event id)", n)
 	}
 }
@@ -163,14 +154,14 @@ func TestPoisonDoesNotBlock(t *testing.T) {
 	)
 	startConsumer(t, store, testenv.Name("g"), []*Route{route(t, topic, "event")}, nil)
 	testenv.Eventually(t, 60*time.Second, "partition consumed", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 7
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 7
 	})
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 2 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 2 {
 		t.Fatalf("jobs = %d, want 2", n)
 	}
 	want := map[string]int{"decode": 2, "missing_field": 2, "too_large": 1}
 	for reason, n := range want {
-		if got := count(t, store, `SELECT count(*) FROM dlq_entries WHERE reason = $1 AND job_id IS NULL`, reason); got != n {
+		if got := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE reason = $1 AND job_id IS NULL`, reason); got != n {
 			t.Errorf("dlq %s = %d, want %d", reason, got, n)
 		}
 	}
@@ -205,9 +196,9 @@ func TestFetchBoundPassesLargerRecords(t *testing.T) {
 	k.FetchMaxBytes = config.MinFetchMaxBytes
 	startWith(t, store, Config{Kafka: k, Routes: []*Route{r}}, nil, nil)
 	testenv.Eventually(t, 60*time.Second, "every record stored", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs`) == n
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs`) == n
 	})
-	if tx := count(t, store, `SELECT count(DISTINCT created_at) FROM all_jobs`); tx < n/2 {
+	if tx := testenv.Count(t, store, `SELECT count(DISTINCT created_at) FROM all_jobs`); tx < n/2 {
 		t.Fatalf("%d records stored in %d transactions: fetches were not bounded to %d bytes",
 			n, tx, config.MinFetchMaxBytes)
 	}
@@ -237,7 +228,7 @@ func TestStaleMemberIsFenced(t *testing.T) {
 	if _, err := store.IngestCommit(ctx, batch(10, 21)); err != pgstore.ErrOffsetFenced {
 		t.Fatalf("zombie: err = %v, want ErrOffsetFenced", err)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 2 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 2 {
 		t.Fatalf("jobs = %d, want 2: a fenced batch wrote rows", n)
 	}
 }
@@ -252,7 +243,7 @@ func TestFailsClosedWithoutStoredOffsets(t *testing.T) {
 	testenv.Produce(t, topic, records(0, 0, 5)...)
 	c := startConsumer(t, store, group, []*Route{route(t, topic, "")}, nil)
 	testenv.Eventually(t, 60*time.Second, "consumed", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs`) == 5
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs`) == 5
 	})
 	if err := c.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -286,9 +277,9 @@ func TestServerSideGroupProtocol(t *testing.T) {
 	startWith(t, store, cfg, nil, nil)
 	startWith(t, store, cfg, nil, nil)
 	testenv.Eventually(t, 60*time.Second, "200 records stored", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 200
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 200
 	})
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 200 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 200 {
 		t.Fatalf("jobs = %d, want 200", n)
 	}
 }
@@ -314,7 +305,7 @@ func TestLagWhileIngestIsStuck(t *testing.T) {
 		return ls[0]
 	}
 	testenv.Eventually(t, 60*time.Second, "10 records stored and no lag", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 10 && lag().Records == 0
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 10 && lag().Records == 0
 	})
 	if l := lag(); l.Seconds != 0 {
 		t.Fatalf("caught up, lag seconds %v, want 0", l.Seconds)
@@ -367,14 +358,14 @@ func TestStoredBatchWakesItsQueues(t *testing.T) {
 		t.Fatal("no wake-up for a stored batch")
 	}
 	testenv.Eventually(t, 60*time.Second, "the events consumed", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 5
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 5
 	})
 	for len(woken) > 0 {
 		<-woken // the events' other batches, if they came in several
 	}
 	testenv.Produce(t, topic, records(0, 0, 5)...) // the same events again: nothing new to run
 	testenv.Eventually(t, 60*time.Second, "the duplicates consumed", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 10
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 10
 	})
 	if len(woken) != 0 {
 		t.Fatalf("%d wake-ups for batches of duplicates", len(woken))

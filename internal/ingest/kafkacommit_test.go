@@ -62,7 +62,7 @@ func kafkaCommitted(t *testing.T, group, topic string, partitions int32) []int64
 
 func storedSum(t *testing.T, store *pgstore.Store, group string) int {
 	t.Helper()
-	return count(t, store, `SELECT coalesce(sum(next_offset), 0)::int FROM kafka_offsets WHERE group_id = $1`, group)
+	return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0)::int FROM kafka_offsets WHERE group_id = $1`, group)
 }
 
 // Kafka's committed offset follows the stored one at a pace, not after

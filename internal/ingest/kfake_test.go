@@ -84,7 +84,7 @@ func TestKafkaCommitFailuresLoseNothing(t *testing.T) {
 	}
 	first := start(nil)
 	testenv.Eventually(t, 30*time.Second, "40 records stored", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 40
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 40
 	})
 	if logs.FilterMessageSnippet("kafka commit failed").Len() == 0 {
 		t.Error("failed Kafka commits were not logged")
@@ -98,12 +98,12 @@ func TestKafkaCommitFailuresLoseNothing(t *testing.T) {
 	// stored exactly one more.
 	fakeProduce(t, broker, topic, records(0, 40, 41)...)
 	testenv.Eventually(t, 30*time.Second, "the new record stored", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 41
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 41
 	})
 	if d := testutil.ToFloat64(m.IngestRecords.WithLabelValues(topic, "duplicate")); d != 0 {
 		t.Fatalf("%v records read again: resumed from Kafka, not Postgres", d)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 41 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 41 {
 		t.Fatalf("%d jobs, want 41", n)
 	}
 }
@@ -145,12 +145,12 @@ func TestRevokeToANewMemberLosesNothing(t *testing.T) {
 		return stored(second) > 0
 	})
 	testenv.Eventually(t, 120*time.Second, "every record stored", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == total
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == total
 	})
-	if got := count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM all_jobs`); got != total {
+	if got := testenv.Count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM all_jobs`); got != total {
 		t.Fatalf("%d distinct records became jobs, want %d", got, total)
 	}
-	if got := count(t, store, `SELECT count(*) FROM all_jobs`); got != total {
+	if got := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); got != total {
 		t.Fatalf("%d jobs, want %d", got, total)
 	}
 }

@@ -30,12 +30,12 @@ func TestAPIAndKafkaDedupeKeysNeverCollide(t *testing.T) {
 		&kgo.Record{Value: []byte(`{"customer":"c","event":"k"}`)})
 	startConsumer(t, store, testenv.Name("g"), []*Route{r}, nil)
 	testenv.Eventually(t, 60*time.Second, "both records stored", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 2
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 2
 	})
-	if n := count(t, store, `SELECT count(*) FROM all_jobs`); n != 3 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 3 {
 		t.Fatalf("%d jobs, want 3: one per origin and dedupe key", n)
 	}
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE origin = 'kafka' AND dedupe_key IN ('k', 'api/k')`); n != 2 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE origin = 'kafka' AND dedupe_key IN ('k', 'api/k')`); n != 2 {
 		t.Fatalf("%d Kafka jobs, want 2", n)
 	}
 }

@@ -67,22 +67,22 @@ func TestAnyRecordMovesItsPartitionOn(t *testing.T) {
 
 	startConsumer(t, store, testenv.Name("g"), routes, nil)
 	testenv.Eventually(t, 60*time.Second, "every partition stored to its end", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 4+7+40
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 4+7+40
 	})
 	for _, c := range []struct {
 		topic      string
 		jobs, dlqs int
 	}{{byKey, 2, 2}, {byField, 2, 5}, {plain, 40, 0}} {
-		if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE src_topic = $1`, c.topic); n != c.jobs {
+		if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE src_topic = $1`, c.topic); n != c.jobs {
 			t.Errorf("%s: %d jobs, want %d", c.topic, n, c.jobs)
 		}
-		if n := count(t, store, `SELECT count(*) FROM dlq_entries WHERE src_topic = $1`, c.topic); n != c.dlqs {
+		if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE src_topic = $1`, c.topic); n != c.dlqs {
 			t.Errorf("%s: %d DLQ entries, want %d", c.topic, n, c.dlqs)
 		}
 	}
 	// No key was rewritten: nothing holds U+FFFD, and the two spellings
 	// that would have read alike are parked, each on its own.
-	if n := count(t, store, `SELECT count(*) FROM all_jobs WHERE strpos(key, U&'\FFFD') > 0`); n != 0 {
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE strpos(key, U&'\FFFD') > 0`); n != 0 {
 		t.Errorf("%d jobs with a rewritten key", n)
 	}
 	var reasons []string
@@ -159,15 +159,15 @@ func FuzzIngest(f *testing.F) {
 		}
 		for _, r := range routes {
 			off := stored[r.Topic]
-			if n := count(t, store, `SELECT next_offset FROM kafka_offsets WHERE topic = $1`, r.Topic); int64(n) != off+1 {
+			if n := testenv.Count(t, store, `SELECT next_offset FROM kafka_offsets WHERE topic = $1`, r.Topic); int64(n) != off+1 {
 				t.Fatalf("%s: stored offset %d, want %d", r.Topic, n, off+1)
 			}
 			// A record is a DLQ entry, or a job: its own, or the one an
 			// earlier record of its dedupe key made (I1, I2).
-			parked := count(t, store, `SELECT count(*) FROM dlq_entries WHERE src_topic = $1 AND src_offset = $2`, r.Topic, off)
+			parked := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE src_topic = $1 AND src_offset = $2`, r.Topic, off)
 			job, found := jobs[r.Topic], 0
 			if job != nil {
-				found = count(t, store, `SELECT count(*) FROM all_jobs WHERE route = $1 AND origin = 'kafka' AND dedupe_key = $2`,
+				found = testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE route = $1 AND origin = 'kafka' AND dedupe_key = $2`,
 					job.Route, job.DedupeKey)
 			}
 			if parked+found != 1 {

@@ -46,7 +46,7 @@ func TestResumedTopicIsFetchedWithoutWaitingOutAnIdleFetch(t *testing.T) {
 	c := startWith(t, store, Config{Kafka: testenv.KafkaBlock(testenv.Brokers(t), testenv.Name("g"), 50),
 		Routes: []*Route{busy, held}, Holds: holds}, nil, nil)
 	stored := func(topic string) int {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE topic = $1`, topic)
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets WHERE topic = $1`, topic)
 	}
 	testenv.Produce(t, held.Topic, records(0, 0, 1)...)
 	// A record of the other topic, once stored, means the client has just

@@ -59,7 +59,7 @@ func TestStuckIngestIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, "the batch stored", func() bool {
-		return count(t, store, `SELECT count(*) FROM all_jobs`) == 20
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs`) == 20
 	})
 	testenv.Eventually(t, 10*time.Second, "ingest ready again", func() bool { return c.Ready() == nil })
 }

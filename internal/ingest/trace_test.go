@@ -92,7 +92,7 @@ func TestConsumerTracesBatches(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	testenv.Eventually(t, 30*time.Second, "30 records stored", func() bool {
-		return count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 30
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 30
 	})
 	linked := map[string]bool{}
 	jobs := int64(0)

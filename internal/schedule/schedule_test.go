@@ -334,11 +334,11 @@ func TestScheduleUnderItsKindsRoute(t *testing.T) {
 	}
 	// The route's ttl, from when the job may run: the slot, or the tick
 	// that enqueued it (seconds later; minutes for a slot caught up).
-	if n := countRows(t, store, `SELECT count(*) FROM all_jobs WHERE route = 'r'
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE route = 'r'
 		AND NOT coalesce(deadline - scheduled_at BETWEEN interval '1 minute' AND interval '4 minutes', false)`); n != 0 {
 		t.Fatalf("%d scheduled jobs of the route without the route's ttl from their run time", n)
 	}
-	if n := countRows(t, store, `SELECT count(*) FROM all_jobs
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs
 		WHERE route = 'r' AND deadline = '2026-11-30 10:08:10Z'::timestamptz`); n != 3 {
 		t.Fatalf("%d jobs caught up at 10:07:10 with the ttl from then, want 10:05, 10:06 and 10:07", n)
 	}
@@ -388,13 +388,4 @@ schedules:
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("Of:\n got %v\nwant %v", got, want)
 	}
-}
-
-func countRows(t *testing.T, store *pgstore.Store, query string) int {
-	t.Helper()
-	var n int
-	if err := store.Pool().QueryRow(context.Background(), query).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -190,6 +190,19 @@ func MigratedStore(t testing.TB) *pgstore.Store {
 	return Store(t, Schema(t))
 }
 
+// Count runs query, which selects one integer (a count), on s, failing
+// the test on an error.
+func Count(t testing.TB, s *pgstore.Store, query string, args ...any) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var n int
+	if err := s.Pool().QueryRow(ctx, query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
 // ClaimOne claims the one runnable job of queue under a minute's lease,
 // failing the test unless exactly one was claimed.
 func ClaimOne(t testing.TB, s *pgstore.Store, queue string) *pgstore.Claimed {
