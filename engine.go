@@ -200,15 +200,12 @@ func (e *Engine) buildTargets(tracer trace.Tracer) error {
 type ownScheduleRoute struct{ own, of string }
 
 // ownScheduleRoutes are the schedules stored under their own route that
-// have a route of their kind in another queue (schedule.Schedule.Route).
+// have a route of their kind in another queue (schedule.Schedule.Like).
 func (e *Engine) ownScheduleRoutes() []ownScheduleRoute {
 	var out []ownScheduleRoute
 	for _, sc := range e.schedules() {
-		if !sc.Own() {
-			continue
-		}
-		if r, ok := e.cfg.RouteOfKind(sc.Kind, ""); ok {
-			out = append(out, ownScheduleRoute{own: sc.Route, of: r.Name})
+		if sc.Own() && sc.Like != "" {
+			out = append(out, ownScheduleRoute{own: sc.Route, of: sc.Like})
 		}
 	}
 	return out

@@ -62,10 +62,11 @@ func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 // triggerSchedule makes one job of the schedule named now, for the CLI's
-// user (audited).
+// user (audited). runPauses has checked that the config names it.
 func triggerSchedule(ctx context.Context, store *pgstore.Store, cfg *config.Config, name string) (pgstore.Enqueued, error) {
-	i := slices.IndexFunc(cfg.Schedules, func(sc config.Schedule) bool { return sc.Name == name })
-	return schedule.Trigger(ctx, store, schedule.Of(cfg)[i], cliActor(), time.Now())
+	scs := schedule.Of(cfg)
+	i := slices.IndexFunc(scs, func(sc schedule.Schedule) bool { return sc.Name == name })
+	return schedule.Trigger(ctx, store, scs[i], cliActor(), time.Now())
 }
 
 // pauseAbout is what queues, routes and schedules subcommands' --help says.

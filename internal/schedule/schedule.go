@@ -81,6 +81,10 @@ type Schedule struct {
 	// TTL is the route's ttl under a route of its kind: a job not
 	// started that long after its run time expires. 0: none.
 	TTL time.Duration
+	// Like is the route whose target, attempts and backoff its jobs take:
+	// the first route of its kind in any queue ("" when none: a Go
+	// handler runs them). Under a route of its kind, Route itself.
+	Like string
 	// MaxAttempts of its jobs.
 	MaxAttempts int
 }
@@ -90,17 +94,17 @@ func Of(cfg *config.Config) []Schedule {
 	var out []Schedule
 	for _, sc := range cfg.Schedules {
 		s := Schedule{Schedule: sc, Route: Route(sc.Name), MaxAttempts: config.DefaultMaxAttempts}
+		if r, ok := cfg.RouteOfKind(sc.Kind, ""); ok {
+			s.Like, s.MaxAttempts = r.Name, r.MaxAttempts
+		}
 		if r, ok := cfg.RouteOfKind(sc.Kind, sc.Queue); ok {
-			s.Route, s.TTL = r.Name, r.TTL.D()
+			s.Route, s.Like, s.MaxAttempts, s.TTL = r.Name, r.Name, r.MaxAttempts, r.TTL.D()
 			switch {
 			case r.Group != nil:
 				s.Group = Route(sc.Name)
 			case r.FlowLimited():
 				s.Group = pgstore.GroupAll
 			}
-		}
-		if r, ok := cfg.RouteOfKind(sc.Kind, ""); ok {
-			s.MaxAttempts = r.MaxAttempts
 		}
 		out = append(out, s)
 	}

@@ -375,15 +375,15 @@ schedules:
 	}
 	var got []string
 	for _, s := range Of(cfg) {
-		got = append(got, fmt.Sprintf("%s:%s:%s:%d:%s:%v", s.Name, s.Route, s.Group, s.MaxAttempts, s.TTL, s.Own()))
+		got = append(got, fmt.Sprintf("%s:%s:%s:%d:%s:%v:%s", s.Name, s.Route, s.Group, s.MaxAttempts, s.TTL, s.Own(), s.Like))
 	}
 	want := []string{
-		"sg:grouped:schedule/sg:8:0s:false",
-		"sc:capped:*:4:1m30s:false",
-		"sr:rated:*:8:0s:false",
-		"sf:free::6:0s:false",
-		"elsewhere:schedule/elsewhere::6:0s:true",
-		"handler:schedule/handler::8:0s:true",
+		"sg:grouped:schedule/sg:8:0s:false:grouped",
+		"sc:capped:*:4:1m30s:false:capped",
+		"sr:rated:*:8:0s:false:rated",
+		"sf:free::6:0s:false:free",
+		"elsewhere:schedule/elsewhere::6:0s:true:free",
+		"handler:schedule/handler::8:0s:true:",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("Of:\n got %v\nwant %v", got, want)
