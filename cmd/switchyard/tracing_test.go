@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,4 +277,72 @@ routes:
 		t.Errorf("POST: parent %s, want the attempt's span %s", hexID(call.GetParentSpanId()), hexID(attempt.GetSpanId()))
 	}
 	term(t, p, 30*time.Second)
+}
+
+// TestTracingLostAttemptAfterKill9: a process dies (kill -9) while its
+// attempt is at the target, before it exported anything. The process
+// that rescues the expired lease exports a span for that attempt (the
+// child of the record's span, outcome lease_lost, from the attempt's
+// start), and the next attempt's span links to it.
+func TestTracingLostAttemptAfterKill9(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
+	store := testenv.Store(t, schema)
+	rcv := newReceiver(t)
+	tg := newTarget(t)
+	var called atomic.Int64 // when attempt 1 reached the target (Unix ns)
+	tg.setBehaviour(func(r *http.Request, c call) int {
+		if c.Attempt == 1 {
+			called.Store(time.Now().UnixNano())
+			<-r.Context().Done() // held until its process dies
+		}
+		return 0
+	})
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Body: fmt.Sprintf(`tracing: {otlp_endpoint: %q, sample_ratio: 1.0}
+queues:
+  q: {concurrency: 1, lease: 2s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, max_attempts: 3, target: {http: {url: %q, timeout: 1m}}}
+`, rcv.addr, topic, tg.URL())})
+	// Spans are sent only at shutdown: the killed process sends none.
+	env := []string{"OTEL_BSP_SCHEDULE_DELAY=600000"}
+	a := start(t, "a", env, "run", "--config", cfg)
+	a.waitLog(10*time.Second, "tracing on")
+	const traceID, recordSpan = "6bf92f3577b34da6a3ce929d0e0e4736", "20f067aa0ba902b7"
+	testenv.Produce(t, topic, &kgo.Record{Value: []byte(`{"id":"r1"}`),
+		Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-" + traceID + "-" + recordSpan + "-01")}}})
+	testenv.Eventually(t, 30*time.Second, "attempt 1 to reach the target", func() bool { return len(tg.received()) == 1 })
+	a.kill()
+
+	b := start(t, "b", env, "run", "--config", cfg)
+	testenv.Eventually(t, 60*time.Second, "the job to succeed on its second attempt", func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded' AND attempts = 2`) == 1
+	})
+	term(t, b, 30*time.Second)
+
+	attempts := map[string][]*tracepb.Span{}
+	for _, s := range rcv.received() {
+		if s.GetName() == "job.attempt" {
+			attempts[spanAttr(s, "switchyard.job.attempt")] = append(attempts[spanAttr(s, "switchyard.job.attempt")], s)
+		}
+	}
+	if len(attempts["1"]) != 1 || len(attempts["2"]) != 1 {
+		t.Fatalf("want one job.attempt span of attempt 1 and one of attempt 2; got %v", attempts)
+	}
+	lost, next := attempts["1"][0], attempts["2"][0]
+	if hexID(lost.GetTraceId()) != traceID || hexID(lost.GetParentSpanId()) != recordSpan {
+		t.Errorf("the lost attempt: trace %s parent %s; want the record's trace %s and span %s",
+			hexID(lost.GetTraceId()), hexID(lost.GetParentSpanId()), traceID, recordSpan)
+	}
+	if o := spanAttr(lost, "switchyard.job.outcome"); o != "lease_lost" || lost.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("the lost attempt: outcome %q status %v; want lease_lost, an error", o, lost.GetStatus())
+	}
+	started, call := time.Unix(0, int64(lost.GetStartTimeUnixNano())), time.Unix(0, called.Load())
+	if took := time.Duration(lost.GetEndTimeUnixNano() - lost.GetStartTimeUnixNano()); took < 2*time.Second || started.After(call) {
+		t.Errorf("the lost attempt's span starts %v and lasts %v; want from before its call (%v), at least its lease",
+			started, took, call)
+	}
+	if l := next.GetLinks(); len(l) != 1 || hexID(l[0].GetSpanId()) != hexID(lost.GetSpanId()) {
+		t.Errorf("attempt 2's links %v; want one, to the lost attempt's span %s", l, hexID(lost.GetSpanId()))
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/tracing"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -320,8 +321,12 @@ func (d *Dispatcher) rescue() {
 			d.prune()
 		}
 		ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
-		r, err := d.store.JobRescue(ctx, 1000)
+		var lost []trace.Span
+		r, err := d.store.JobRescue(ctx, 1000, d.lostSpans(&lost))
 		if err == nil {
+			for _, span := range lost {
+				endAttempt(span, "lease_lost", pgstore.LeaseExpired)
+			}
 			_, err = d.store.LaneSweepGaps(ctx, 1000)
 		}
 		cancel()
@@ -342,6 +347,26 @@ func (d *Dispatcher) rescue() {
 				p.wake()
 			}
 		}
+	}
+}
+
+// lostSpans is JobRescue's spans (nil while tracing is off): a
+// job.attempt span for each attempt whose lease expired, from its start,
+// added to lost, which the caller ends once the rescue has committed. The
+// process that ran the attempt, if it died, never ended its own.
+func (d *Dispatcher) lostSpans(lost *[]trace.Span) func([]pgstore.LostAttempt) []string {
+	if d.cfg.Tracer == nil {
+		return nil
+	}
+	return func(attempts []pgstore.LostAttempt) []string {
+		*lost = (*lost)[:0]
+		spans := make([]string, len(attempts))
+		for i, a := range attempts {
+			_, span := startAttempt(context.Background(), d.cfg.Tracer, workerJob(a.Job), trace.WithTimestamp(a.StartedAt))
+			spans[i] = tracing.Format(span.SpanContext())
+			*lost = append(*lost, span)
+		}
+		return spans
 	}
 }
 

@@ -75,7 +75,9 @@
 //     attempts of grouped routes (pgstore.JobClaimParams.Ended).
 //   - Rescue: expired leases (a killed or stalled process) go back to
 //     retrying, or to dead once attempts are used up (I5). Any number of
-//     processes may run it: it is SKIP LOCKED and batched.
+//     processes may run it: it is SKIP LOCKED and batched. With tracing
+//     on, it also ends a span for each lost attempt, whose process never
+//     ended its own (lostSpans).
 //
 // A pool whose claim found its queue dry lends its idle workers to the
 // batches its process's ingest stores (lend.go): the batch's

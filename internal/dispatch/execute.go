@@ -52,7 +52,7 @@ func (p *pool) execute(r *running) {
 	// Off, the tracer is nil and nothing here costs anything.
 	var span trace.Span
 	if p.env.tracer != nil {
-		ctx, span = p.startAttempt(ctx, job)
+		ctx, span = startAttempt(ctx, p.env.tracer, job)
 	}
 	// A job that waited in ready can lose its lease meanwhile.
 	p.restamp(r)
@@ -122,7 +122,7 @@ func (r *running) settled(out pgstore.Outcome, applied bool, next *workers.Job) 
 // startAttempt starts the span of an attempt: a child of the trace
 // context of the job's record (its traceparent header) when it had one, a
 // new trace otherwise, linked to the previous attempt's span.
-func (p *pool) startAttempt(ctx context.Context, job *workers.Job) (context.Context, trace.Span) {
+func startAttempt(ctx context.Context, tracer trace.Tracer, job *workers.Job, more ...trace.SpanStartOption) (context.Context, trace.Span) {
 	for _, h := range job.Headers {
 		if strings.EqualFold(h.Key, tracing.HeaderName) {
 			if sc := tracing.Parse(string(h.Value)); sc.IsValid() {
@@ -138,7 +138,7 @@ func (p *pool) startAttempt(ctx context.Context, job *workers.Job) (context.Cont
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: prev,
 			Attributes: []attribute.KeyValue{tracing.AttrLinkKind.String("previous_attempt")}}))
 	}
-	return p.env.tracer.Start(ctx, tracing.SpanJobAttempt, opts...)
+	return tracer.Start(ctx, tracing.SpanJobAttempt, append(opts, more...)...)
 }
 
 // endAttempt ends an attempt's span (nil: tracing is off) with its

@@ -132,3 +132,78 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	}
 	return m
 }
+
+// An attempt whose process died (its lease expired and was rescued) has
+// a span too, made by the rescuing process: from the attempt's start, the
+// child of the record's traceparent, outcome lease_lost with the rescue's
+// error; the next attempt links to it. The dead process never ended its
+// own span, nor recorded its context.
+func TestLostAttemptSpan(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	var b pgstore.IngestBatch
+	b.Group = testenv.Name("g")
+	b.Jobs = []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q", Key: "a", DedupeKey: "a", Payload: []byte("{}"),
+		MaxAttempts: 3, Topic: "t", HeaderKeys: []string{"traceparent"}, HeaderVals: [][]byte{[]byte(recordTrace)}}}
+	b.Offsets = []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: -1, Next: 1}}
+	if _, err := store.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	// A process claims it and dies: nothing more is written.
+	jobs, _, err := store.JobClaim(context.Background(),
+		pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: 300 * time.Millisecond, MaxRuntime: time.Minute})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
+	}
+	var started time.Time
+	if err := store.Pool().QueryRow(context.Background(), `SELECT started_at FROM jobs WHERE id = $1`, jobs[0].ID).
+		Scan(&started); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	d, err := New(Config{
+		Queues: []Queue{{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 20 * time.Millisecond}},
+		Resolve: func(*workers.Job) (workers.Handler, error) {
+			return workers.HandlerFunc(func(context.Context, *workers.Job) error { return nil }), nil
+		},
+		Grace:          200 * time.Millisecond,
+		RescueInterval: 50 * time.Millisecond,
+		Tracer:         tp.Tracer(tracing.ScopeName),
+	}, store, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	testenv.Eventually(t, 15*time.Second, "two attempt spans to end", func() bool { return len(rec.Ended()) >= 2 })
+	byAttempt := map[int64]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		byAttempt[attrs(s)[tracing.AttrJobAttempt].AsInt64()] = s
+	}
+	lost, next := byAttempt[1], byAttempt[2]
+	if lost == nil || next == nil || len(rec.Ended()) != 2 {
+		t.Fatalf("want one span of attempt 1 and one of attempt 2; got %v", rec.Ended())
+	}
+	a := attrs(lost)
+	if lost.Name() != tracing.SpanJobAttempt || a[tracing.AttrJobOutcome].AsString() != "lease_lost" ||
+		a[tracing.AttrJobID].AsInt64() != jobs[0].ID || a[tracing.AttrJobKind].AsString() != "k" {
+		t.Errorf("the lost attempt's span: %s %v; want job.attempt of job %d, kind k, outcome lease_lost", lost.Name(), a, jobs[0].ID)
+	}
+	if lost.Status().Code != codes.Error || lost.Status().Description != pgstore.LeaseExpired {
+		t.Errorf("the lost attempt's status %v; want an error, %q", lost.Status(), pgstore.LeaseExpired)
+	}
+	if !lost.StartTime().Equal(started) || lost.EndTime().Before(started.Add(300*time.Millisecond)) {
+		t.Errorf("the lost attempt's span runs %v → %v; want from its start %v to past its lease", lost.StartTime(), lost.EndTime(), started)
+	}
+	if got := lost.Parent().SpanID().String(); got != "00f067aa0ba902b7" || lost.SpanContext().TraceID() != lost.Parent().TraceID() {
+		t.Errorf("the lost attempt's parent %s in trace %s; want the record's span", got, lost.SpanContext().TraceID())
+	}
+	if l := next.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != lost.SpanContext().SpanID() {
+		t.Errorf("attempt 2 links %v; want one, to the lost attempt's span %s", l, lost.SpanContext().SpanID())
+	}
+	if got := attrs(next)[tracing.AttrJobOutcome].AsString(); got != "succeeded" {
+		t.Errorf("attempt 2: outcome %q, want succeeded", got)
+	}
+}

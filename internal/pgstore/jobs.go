@@ -1187,27 +1187,109 @@ type Rescued struct {
 	Expired map[string]int64
 }
 
+// LeaseExpired is the error of an attempt whose lease expired, in its
+// job's errors and in the span that stands for it.
+const LeaseExpired = "lease expired: worker lost or stalled"
+
+// LostAttempt is an attempt whose lease expired, as JobRescue finds it:
+// its job as the claim handed it out, and when it started.
+type LostAttempt struct {
+	Job       *Claimed
+	StartedAt time.Time
+}
+
 // JobRescue returns running jobs whose lease expired (their worker died or
 // stalled) to retrying, or to dead with a DLQ entry when they have used
 // all their attempts (I5), and expires queued jobs past their deadline.
 // Batched and SKIP LOCKED so every process can run it at once.
-func (s *Store) JobRescue(ctx context.Context, limit int) (Rescued, error) {
+//
+// spans, when not nil, is handed the attempts whose leases expired, in
+// the rescue's transaction, and returns for each the span context that
+// stands for it ("" for none): stored as the job's attempt_span, so that
+// the next attempt links to it. A process that died never recorded its
+// attempt's own.
+func (s *Store) JobRescue(ctx context.Context, limit int, spans func([]LostAttempt) []string) (Rescued, error) {
 	var r Rescued
 	var kinds []string
 	var expired []int64
-	err := s.pool.QueryRow(ctx, `
+	rescue := func(q pgx.Row) error {
+		return q.Scan(&r.Retrying, &r.Dead, &kinds, &expired)
+	}
+	var err error
+	if spans == nil {
+		err = rescue(s.pool.QueryRow(ctx, rescueSQL, limit, nil, nil, LeaseExpired))
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			lost, err := lostAttempts(ctx, tx, limit)
+			if err != nil {
+				return err
+			}
+			ids := make([]int64, len(lost)) // not nil: only these are rescued
+			for i, l := range lost {
+				ids[i] = l.Job.ID
+			}
+			var ctxs []string
+			if len(lost) > 0 {
+				ctxs = spans(lost)
+			}
+			return rescue(tx.QueryRow(ctx, rescueSQL, limit, ids, ctxs, LeaseExpired))
+		})
+	}
+	if err != nil {
+		return Rescued{}, err
+	}
+	if len(kinds) > 0 {
+		r.Expired = make(map[string]int64, len(kinds))
+		for i, kind := range kinds {
+			r.Expired[kind] = expired[i]
+		}
+	}
+	return r, nil
+}
+
+// lostAttempts locks and reads the running jobs whose lease expired, as
+// rescueSQL picks them.
+func lostAttempts(ctx context.Context, tx pgx.Tx, limit int) ([]LostAttempt, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT `+workerColumns+`, coalesce(j.started_at, j.lease_expires_at) FROM jobs j
+		WHERE j.state = 'running' AND j.lease_expires_at < now()
+		ORDER BY j.lease_expires_at LIMIT $1 FOR UPDATE OF j SKIP LOCKED`, limit)
+	if err != nil {
+		return nil, err
+	}
+	var started time.Time
+	scan := newClaimedRows(&started)
+	var lost []LostAttempt
+	for rows.Next() {
+		j, err := scan.scan(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		lost = append(lost, LostAttempt{Job: j, StartedAt: started})
+	}
+	return lost, rows.Err()
+}
+
+// rescueSQL: $1 at most so many of each, $2 the ids of the expired leases
+// to rescue (NULL: any), $3 the span context of each ($2's order; "" for
+// none), $4 the error (LeaseExpired).
+const rescueSQL = `
 		WITH x AS (
 			SELECT id FROM jobs WHERE state = 'running' AND lease_expires_at < now()
+			  AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
 			ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
 		), u AS (
 			UPDATE jobs j SET
 				state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'retrying' END,
 				finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
 				scheduled_at = now(), lease_expires_at = NULL,
-				last_error = 'lease expired: worker lost or stalled',
+				last_error = $4::text,
 				errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempts,
-					'error', 'lease expired: worker lost or stalled', 'at', now()))
-			FROM x WHERE j.id = x.id
+					'error', $4::text, 'at', now())),
+				attempt_span = coalesce(nullif(s.span, ''), j.attempt_span)
+			FROM x LEFT JOIN unnest($2::bigint[], $3::text[]) AS s(id, span) ON s.id = x.id
+			WHERE j.id = x.id
 			RETURNING j.*
 		), d AS (
 			INSERT INTO dlq_entries (reason, route, queue, job_id, src_topic, src_partition, src_offset,
@@ -1225,19 +1307,7 @@ func (s *Store) JobRescue(ctx context.Context, limit int) (Rescued, error) {
 			SELECT kind, count(*) AS n FROM e GROUP BY kind
 		)
 		SELECT (SELECT count(*) FROM u WHERE state = 'retrying'), (SELECT count(*) FROM u WHERE state = 'dead'),
-			coalesce((SELECT array_agg(kind) FROM ek), '{}'), coalesce((SELECT array_agg(n) FROM ek), '{}')`, limit).
-		Scan(&r.Retrying, &r.Dead, &kinds, &expired)
-	if err != nil {
-		return Rescued{}, err
-	}
-	if len(kinds) > 0 {
-		r.Expired = make(map[string]int64, len(kinds))
-		for i, kind := range kinds {
-			r.Expired[kind] = expired[i]
-		}
-	}
-	return r, nil
-}
+			coalesce((SELECT array_agg(kind) FROM ek), '{}'), coalesce((SELECT array_agg(n) FROM ek), '{}')`
 
 // JobRelease gives unfinished jobs back to their queue at shutdown (I7).
 // The attempt is handed back too: a deploy is not the job's fault.

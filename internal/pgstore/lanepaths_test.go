@@ -219,7 +219,7 @@ func TestLanePathsAgree(t *testing.T) {
 			_ = p.store.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state = 'running' AND lease_expires_at < now()`).Scan(&n)
 			return n == leased
 		})
-		if _, err := p.store.JobRescue(ctx, 1000); err != nil {
+		if _, err := p.store.JobRescue(ctx, 1000, nil); err != nil {
 			t.Fatal(err)
 		}
 		if p.batched {

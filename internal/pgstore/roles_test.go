@@ -76,7 +76,7 @@ func TestRuntimeRoleNeedsOnlyDML(t *testing.T) {
 	if _, err := rt.JobComplete(ctx, outs); err != nil {
 		t.Fatalf("complete (dead, lane blocks): %v", err)
 	}
-	if _, err := rt.JobRescue(ctx, 10); err != nil {
+	if _, err := rt.JobRescue(ctx, 10, nil); err != nil {
 		t.Fatalf("rescue: %v", err)
 	}
 	if _, err := rt.LaneSweepGaps(ctx, 10); err != nil {

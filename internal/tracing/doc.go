@@ -56,6 +56,15 @@
 //     jobs.attempt_span, written by the same statement that records the
 //     outcome, and only while tracing is on: off, the statement passes a
 //     NULL array and writes nothing).
+//   - An attempt whose process died has a span too, made by the process
+//     that rescues its expired lease (dispatch's rescuer): the same
+//     job.attempt span, from the attempt's start (jobs.started_at) to the
+//     rescue, outcome lease_lost, and its context stored as attempt_span
+//     in the rescue's transaction, so that the next attempt links to it.
+//     The dead process's own span, never ended, is never exported. A
+//     process that only stalled past its lease (SIGSTOP, a long pause)
+//     ends its own span as lease_lost when it wakes: that attempt then has
+//     two spans, the rescuer's the one the next attempt links to.
 //   - The HTTP target's call is a client span, a child of the attempt, and
 //     the target receives that span's traceparent (not the record's), so
 //     that the target's server span hangs under the call that made it.
