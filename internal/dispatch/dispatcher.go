@@ -362,7 +362,12 @@ func (d *Dispatcher) lostSpans(lost *[]trace.Span) func([]pgstore.LostAttempt) [
 		*lost = (*lost)[:0]
 		spans := make([]string, len(attempts))
 		for i, a := range attempts {
-			_, span := startAttempt(context.Background(), d.cfg.Tracer, workerJob(a.Job), trace.WithTimestamp(a.StartedAt))
+			job := &workers.Job{ID: a.ID, Kind: a.Kind, Queue: a.Queue, Route: a.Route, Attempt: a.Attempt,
+				PreviousAttemptSpan: a.AttemptSpan}
+			if a.Traceparent != nil {
+				job.Headers = []workers.Header{{Key: tracing.HeaderName, Value: a.Traceparent}}
+			}
+			_, span := startAttempt(context.Background(), d.cfg.Tracer, job, trace.WithTimestamp(a.StartedAt))
 			spans[i] = tracing.Format(span.SpanContext())
 			*lost = append(*lost, span)
 		}

@@ -144,7 +144,7 @@ func TestLostAttemptSpan(t *testing.T) {
 	var b pgstore.IngestBatch
 	b.Group = testenv.Name("g")
 	b.Jobs = []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q", Key: "a", DedupeKey: "a", Payload: []byte("{}"),
-		MaxAttempts: 3, Topic: "t", HeaderKeys: []string{"traceparent"}, HeaderVals: [][]byte{[]byte(recordTrace)}}}
+		MaxAttempts: 3, Topic: "t", HeaderKeys: []string{"x-other", "TraceParent"}, HeaderVals: [][]byte{[]byte("1"), []byte(recordTrace)}}}
 	b.Offsets = []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: -1, Next: 1}}
 	if _, err := store.IngestCommit(context.Background(), b); err != nil {
 		t.Fatal(err)

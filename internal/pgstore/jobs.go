@@ -1192,10 +1192,19 @@ type Rescued struct {
 const LeaseExpired = "lease expired: worker lost or stalled"
 
 // LostAttempt is an attempt whose lease expired, as JobRescue finds it:
-// its job as the claim handed it out, and when it started.
+// what a span of it needs, and no more (not its payload, which may be
+// large, for each of up to a rescue's limit of jobs).
 type LostAttempt struct {
-	Job       *Claimed
-	StartedAt time.Time
+	ID                 int64
+	Kind, Queue, Route string
+	Attempt            int
+	StartedAt          time.Time
+	// Traceparent is the value of the job's first traceparent header
+	// (its name in any case, as the attempt reads it), nil without one.
+	Traceparent []byte
+	// AttemptSpan is the span context of the last attempt that recorded
+	// one (Claimed.AttemptSpan).
+	AttemptSpan string
 }
 
 // JobRescue returns running jobs whose lease expired (their worker died or
@@ -1226,7 +1235,7 @@ func (s *Store) JobRescue(ctx context.Context, limit int, spans func([]LostAttem
 			}
 			ids := make([]int64, len(lost)) // not nil: only these are rescued
 			for i, l := range lost {
-				ids[i] = l.Job.ID
+				ids[i] = l.ID
 			}
 			var ctxs []string
 			if len(lost) > 0 {
@@ -1251,24 +1260,21 @@ func (s *Store) JobRescue(ctx context.Context, limit int, spans func([]LostAttem
 // rescueSQL picks them.
 func lostAttempts(ctx context.Context, tx pgx.Tx, limit int) ([]LostAttempt, error) {
 	rows, err := tx.Query(ctx, `
-		SELECT `+workerColumns+`, coalesce(j.started_at, j.lease_expires_at) FROM jobs j
+		SELECT j.id, j.kind, j.queue, j.route, j.attempts, coalesce(j.started_at, j.lease_expires_at),
+			-- tracing.HeaderName, in any case: the first, as an attempt reads it.
+			(SELECT h.v FROM unnest(j.header_keys, j.header_values) AS h(k, v) WHERE lower(h.k) = 'traceparent' LIMIT 1),
+			coalesce(j.attempt_span, '')
+		FROM jobs j
 		WHERE j.state = 'running' AND j.lease_expires_at < now()
 		ORDER BY j.lease_expires_at LIMIT $1 FOR UPDATE OF j SKIP LOCKED`, limit)
 	if err != nil {
 		return nil, err
 	}
-	var started time.Time
-	scan := newClaimedRows(&started)
-	var lost []LostAttempt
-	for rows.Next() {
-		j, err := scan.scan(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		lost = append(lost, LostAttempt{Job: j, StartedAt: started})
-	}
-	return lost, rows.Err()
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (LostAttempt, error) {
+		var a LostAttempt
+		err := r.Scan(&a.ID, &a.Kind, &a.Queue, &a.Route, &a.Attempt, &a.StartedAt, &a.Traceparent, &a.AttemptSpan)
+		return a, err
+	})
 }
 
 // rescueSQL: $1 at most so many of each, $2 the ids of the expired leases
