@@ -284,8 +284,9 @@ type Route struct {
 	// MaxRunning caps this route's running jobs across every process of
 	// the fleet together (SPEC §2 I9): a dependency that sustains so many
 	// calls at once gets no more, however many processes and workers
-	// there are. Its jobs are claimed one route-locked claim at a time
-	// and never handed off in a lane. 0 = no cap. Defaults to 0.
+	// there are. Each process leases a share of it and starts the
+	// route's jobs only on its share (internal/flow), and they are never
+	// handed off in a lane. 0 = no cap. Defaults to 0.
 	MaxRunning int `yaml:"max_running"`
 	// Group caps the running jobs of each group value of this route (a
 	// tenant id, say) across the fleet: a flood from one value cannot
