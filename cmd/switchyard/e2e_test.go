@@ -259,7 +259,7 @@ func TestFaultJobKillsWorker(t *testing.T) {
 		return http.StatusInternalServerError
 	})
 	cfg := writeConfig(t, testConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(),
-		Dedupe: true, MaxAttempts: 3, Lease: time.Second})
+		Dedupe: true, MaxAttempts: 3, Lease: time.Second, Listen: "127.0.0.1:0"})
 
 	p := startRun(t, "run-0", cfg)
 	testenv.Produce(t, topic, &kgo.Record{Partition: 0, Value: []byte(`{"id":"ok-1"}`)})
@@ -305,6 +305,11 @@ func TestFaultJobKillsWorker(t *testing.T) {
 	}
 	if reason != "max_attempts" || attempts != 3 {
 		t.Errorf("DLQ entry: reason %q attempts %d, want max_attempts and 3", reason, attempts)
+	}
+	// The third attempt died with run-2; run-3, which rescued its lease,
+	// counts it, once, though it never ran it.
+	if n := metricSum(t, adminAddr(t, p), "switchyard_job_attempts_total", `outcome="lease_lost"`); n != 1 {
+		t.Errorf("%s counts %v attempts as lease_lost, want 1 (the attempt it rescued)", p.name, n)
 	}
 
 	// The route still flows.

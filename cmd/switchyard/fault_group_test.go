@@ -387,12 +387,17 @@ routes:
 	if err := lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Settled: both stale attempts counted as lease_lost — or a row
-	// changed, which the checks below report.
-	testenv.Eventually(t, 30*time.Second, `run-1 to count both stale attempts as outcome="lease_lost"`, func() bool {
-		return metricSum(t, addr1, "switchyard_job_attempts_total", `outcome="lease_lost"`) >= 2 ||
+	// Settled: both stale attempts' handler times observed as lease_lost —
+	// or a row changed, which the checks below report. The attempts are
+	// counted by run-2, which rescued their leases, and not again by run-1.
+	testenv.Eventually(t, 30*time.Second, `run-1 to settle both stale attempts as outcome="lease_lost"`, func() bool {
+		return metricSum(t, addr1, "switchyard_job_duration_seconds_count", `outcome="lease_lost"`) >= 2 ||
 			!sameRow(jobByID(t, store, j1), after1) || !sameRow(jobByID(t, store, j2), running2)
 	})
+	if n1, n2 := metricSum(t, addr1, "switchyard_job_attempts_total", `outcome="lease_lost"`),
+		metricSum(t, adminAddr(t, p2), "switchyard_job_attempts_total", `outcome="lease_lost"`); n1 != 0 || n2 != 2 {
+		t.Errorf("lease_lost attempts counted by run-1 %v, by run-2 %v; want 0 and 2 (once, by the rescuer)", n1, n2)
+	}
 	t.Logf("run-1 submitted %v of its 2 stale completions (a heartbeat that won the race cancels instead); log says lease lost: %v",
 		submitted, strings.Contains(p1.log.String(), "lease lost"))
 

@@ -327,25 +327,36 @@ func (d *Dispatcher) rescue() {
 			for _, span := range lost {
 				endAttempt(span, "lease_lost", pgstore.LeaseExpired)
 			}
+			d.rescued(r)
 			_, err = d.store.LaneSweepGaps(ctx, 1000)
 		}
 		cancel()
 		if err != nil {
 			d.log.Warn("rescue failed", zap.Error(err))
-			continue
 		}
-		var expired int64
-		for kind, n := range r.Expired {
-			expired += n
-			if d.metrics != nil {
-				d.metrics.JobAttempts.WithLabelValues(kind, "expired").Add(float64(n))
-			}
+	}
+}
+
+// rescued counts and logs what a rescue did. An attempt whose lease
+// expired is counted here, once fleet-wide, whether its process died or
+// only stalled (which then counts nothing itself: pool.observe).
+func (d *Dispatcher) rescued(r pgstore.Rescued) {
+	if d.metrics != nil {
+		for kind, n := range r.Lost {
+			d.metrics.JobAttempts.WithLabelValues(kind, "lease_lost").Add(float64(n))
 		}
-		if r.Retrying+r.Dead+expired > 0 {
-			d.log.Info("rescued expired leases", zap.Int64("retrying", r.Retrying), zap.Int64("dead", r.Dead), zap.Int64("expired", expired))
-			for _, p := range d.pools {
-				p.wake()
-			}
+	}
+	var expired int64
+	for kind, n := range r.Expired {
+		expired += n
+		if d.metrics != nil {
+			d.metrics.JobAttempts.WithLabelValues(kind, "expired").Add(float64(n))
+		}
+	}
+	if r.Retrying+r.Dead+expired > 0 {
+		d.log.Info("rescued expired leases", zap.Int64("retrying", r.Retrying), zap.Int64("dead", r.Dead), zap.Int64("expired", expired))
+		for _, p := range d.pools {
+			p.wake()
 		}
 	}
 }

@@ -247,7 +247,12 @@ func (p *pool) observe(job *workers.Job, outcome string, elapsed time.Duration) 
 	if m == nil {
 		return
 	}
-	m.JobAttempts.WithLabelValues(job.Kind, outcome).Inc()
+	// A lost lease is counted by the process that rescues it (rescued),
+	// which also sees the attempts of processes that died: counted here
+	// too, a stalled process's would count twice.
+	if outcome != "lease_lost" {
+		m.JobAttempts.WithLabelValues(job.Kind, outcome).Inc()
+	}
 	if outcome == string(jobstate.Succeeded) || outcome == string(jobstate.Dead) {
 		m.Flow.Finished(job.Queue, 1)
 	}

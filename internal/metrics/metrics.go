@@ -82,7 +82,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"queue", "kind"}),
 		JobAttempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_job_attempts_total",
-			Help: "How attempts and jobs end, by outcome: succeeded, retry, dead, lease_lost, cancelled (attempts); skipped (a stale version), coalesced (replaced by a newer job of its key), expired (past its ttl before it started): jobs that never ran.",
+			Help: "How attempts and jobs end, by outcome: succeeded, retry, dead, lease_lost (counted by the process that rescued the lease), cancelled (attempts); skipped (a stale version), coalesced (replaced by a newer job of its key), expired (past its ttl before it started): jobs that never ran.",
 		}, []string{"kind", "outcome"}),
 		DLQEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_dlq_entries",

@@ -1183,6 +1183,9 @@ type Rescued struct {
 	// Retrying and Dead count jobs whose lease expired, back to their
 	// queue or, out of attempts, parked.
 	Retrying, Dead int64
+	// Lost counts the same jobs by kind: attempts whose lease expired
+	// (switchyard_job_attempts_total's lease_lost, counted once, here).
+	Lost map[string]int64
 	// Expired counts queued jobs past their deadline, by kind.
 	Expired map[string]int64
 }
@@ -1219,10 +1222,10 @@ type LostAttempt struct {
 // attempt's own.
 func (s *Store) JobRescue(ctx context.Context, limit int, spans func([]LostAttempt) []string) (Rescued, error) {
 	var r Rescued
-	var kinds []string
-	var expired []int64
+	var lostKinds, expiredKinds []string
+	var lost, expired []int64
 	rescue := func(q pgx.Row) error {
-		return q.Scan(&r.Retrying, &r.Dead, &kinds, &expired)
+		return q.Scan(&r.Retrying, &r.Dead, &lostKinds, &lost, &expiredKinds, &expired)
 	}
 	var err error
 	if spans == nil {
@@ -1247,13 +1250,20 @@ func (s *Store) JobRescue(ctx context.Context, limit int, spans func([]LostAttem
 	if err != nil {
 		return Rescued{}, err
 	}
-	if len(kinds) > 0 {
-		r.Expired = make(map[string]int64, len(kinds))
-		for i, kind := range kinds {
-			r.Expired[kind] = expired[i]
-		}
-	}
+	r.Lost, r.Expired = byKind(lostKinds, lost), byKind(expiredKinds, expired)
 	return r, nil
+}
+
+// byKind pairs a statement's kinds with their counts; nil for none.
+func byKind(kinds []string, n []int64) map[string]int64 {
+	if len(kinds) == 0 {
+		return nil
+	}
+	m := make(map[string]int64, len(kinds))
+	for i, kind := range kinds {
+		m[kind] = n[i]
+	}
+	return m
 }
 
 // lostAttempts locks and reads the running jobs whose lease expired, as
@@ -1309,10 +1319,13 @@ const rescueSQL = `
 			WHERE j.id IN (SELECT id FROM jobs WHERE deadline IS NOT NULL AND state IN ('queued', 'retrying')
 				AND deadline < now() LIMIT $1 FOR UPDATE SKIP LOCKED)
 			RETURNING j.kind
+		), lk AS (
+			SELECT kind, count(*) AS n FROM u GROUP BY kind
 		), ek AS (
 			SELECT kind, count(*) AS n FROM e GROUP BY kind
 		)
 		SELECT (SELECT count(*) FROM u WHERE state = 'retrying'), (SELECT count(*) FROM u WHERE state = 'dead'),
+			coalesce((SELECT array_agg(kind) FROM lk), '{}'), coalesce((SELECT array_agg(n) FROM lk), '{}'),
 			coalesce((SELECT array_agg(kind) FROM ek), '{}'), coalesce((SELECT array_agg(n) FROM ek), '{}')`
 
 // JobRelease gives unfinished jobs back to their queue at shutdown (I7).
