@@ -43,10 +43,6 @@ func TestAttemptSpans(t *testing.T) {
 	if _, err := store.IngestCommit(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-
 	var mu sync.Mutex
 	inside := map[int]trace.SpanContext{} // attempt of job a → the span its handler ran in
 	var failed atomic.Bool
@@ -62,17 +58,12 @@ func TestAttemptSpans(t *testing.T) {
 		}
 		return nil
 	})
-	d, err := New(Config{
+	rec := runTraced(t, store, Config{
 		Queues:  []Queue{{Name: "q", Concurrency: 2, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 20 * time.Millisecond}},
 		Backoff: map[string]Backoff{"r": {Initial: time.Millisecond, Max: 5 * time.Millisecond}},
 		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
 		Grace:   200 * time.Millisecond,
-		Tracer:  tp.Tracer(tracing.ScopeName),
-	}, store, zaptest.NewLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, d)
+	})
 	testenv.Eventually(t, 15*time.Second, "three attempt spans to end", func() bool { return len(rec.Ended()) >= 3 })
 	byAttempt := map[int]sdktrace.ReadOnlySpan{}
 	var other sdktrace.ReadOnlySpan
@@ -125,6 +116,22 @@ func TestAttemptSpans(t *testing.T) {
 	}
 }
 
+// runTraced starts a dispatcher of cfg whose spans the returned recorder
+// keeps.
+func runTraced(t *testing.T, store *pgstore.Store, cfg Config) *tracetest.SpanRecorder {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	cfg.Tracer = tp.Tracer(tracing.ScopeName)
+	d, err := New(cfg, store, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	return rec
+}
+
 func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	m := map[attribute.Key]attribute.Value{}
 	for _, kv := range s.Attributes() {
@@ -161,22 +168,14 @@ func TestLostAttemptSpan(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	d, err := New(Config{
+	rec := runTraced(t, store, Config{
 		Queues: []Queue{{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 20 * time.Millisecond}},
 		Resolve: func(*workers.Job) (workers.Handler, error) {
 			return workers.HandlerFunc(func(context.Context, *workers.Job) error { return nil }), nil
 		},
 		Grace:          200 * time.Millisecond,
 		RescueInterval: 50 * time.Millisecond,
-		Tracer:         tp.Tracer(tracing.ScopeName),
-	}, store, zaptest.NewLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, d)
+	})
 	testenv.Eventually(t, 15*time.Second, "two attempt spans to end", func() bool { return len(rec.Ended()) >= 2 })
 	byAttempt := map[int64]sdktrace.ReadOnlySpan{}
 	for _, s := range rec.Ended() {
