@@ -1232,17 +1232,17 @@ func (s *Store) JobRescue(ctx context.Context, limit int, spans func([]LostAttem
 		err = rescue(s.pool.QueryRow(ctx, rescueSQL, limit, nil, nil, LeaseExpired))
 	} else {
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			lost, err := lostAttempts(ctx, tx, limit)
+			attempts, err := lostAttempts(ctx, tx, limit)
 			if err != nil {
 				return err
 			}
-			ids := make([]int64, len(lost)) // not nil: only these are rescued
-			for i, l := range lost {
-				ids[i] = l.ID
+			ids := make([]int64, len(attempts)) // not nil: only these are rescued
+			for i, a := range attempts {
+				ids[i] = a.ID
 			}
 			var ctxs []string
-			if len(lost) > 0 {
-				ctxs = spans(lost)
+			if len(attempts) > 0 {
+				ctxs = spans(attempts)
 			}
 			return rescue(tx.QueryRow(ctx, rescueSQL, limit, ids, ctxs, LeaseExpired))
 		})
