@@ -307,9 +307,17 @@ func TestFaultJobKillsWorker(t *testing.T) {
 		t.Errorf("DLQ entry: reason %q attempts %d, want max_attempts and 3", reason, attempts)
 	}
 	// The third attempt died with run-2; run-3, which rescued its lease,
-	// counts it, once, though it never ran it.
+	// counts it, once, though it never ran it, and logs the job's end.
 	if n := metricSum(t, adminAddr(t, p), "switchyard_job_attempts_total", `outcome="lease_lost"`); n != 1 {
 		t.Errorf("%s counts %v attempts as lease_lost, want 1 (the attempt it rescued)", p.name, n)
+	}
+	dead := false
+	for _, line := range strings.Split(p.log.String(), "\n") {
+		dead = dead || strings.Contains(line, `"msg":"job dead"`) && strings.Contains(line, fmt.Sprintf(`"job_id":%d,`, poison.ID)) &&
+			strings.Contains(line, `"reason":"max_attempts"`)
+	}
+	if !dead {
+		t.Errorf("%s did not log the poison job %d dead (max_attempts)", p.name, poison.ID)
 	}
 
 	// The route still flows.

@@ -339,11 +339,18 @@ func (d *Dispatcher) rescue() {
 
 // rescued counts and logs what a rescue did. An attempt whose lease
 // expired is counted here, once fleet-wide, whether its process died or
-// only stalled (which then counts nothing itself: pool.observe).
+// only stalled (which then counts nothing itself: pool.observe); so is a
+// job it parked, which no attempt ended.
 func (d *Dispatcher) rescued(r pgstore.Rescued) {
 	if d.metrics != nil {
 		for kind, n := range r.Lost {
 			d.metrics.JobAttempts.WithLabelValues(kind, "lease_lost").Add(float64(n))
+		}
+	}
+	for _, j := range r.Dead {
+		logDead(d.log.Named(metrics.EventsLogger), j.ID, j.Kind, j.Queue, j.Attempts, "max_attempts", pgstore.LeaseExpired)
+		if d.metrics != nil {
+			d.metrics.Flow.Finished(j.Queue, 1)
 		}
 	}
 	var expired int64
@@ -353,8 +360,8 @@ func (d *Dispatcher) rescued(r pgstore.Rescued) {
 			d.metrics.JobAttempts.WithLabelValues(kind, "expired").Add(float64(n))
 		}
 	}
-	if r.Retrying+r.Dead+expired > 0 {
-		d.log.Info("rescued expired leases", zap.Int64("retrying", r.Retrying), zap.Int64("dead", r.Dead), zap.Int64("expired", expired))
+	if r.Retrying+int64(len(r.Dead))+expired > 0 {
+		d.log.Info("rescued expired leases", zap.Int64("retrying", r.Retrying), zap.Int("dead", len(r.Dead)), zap.Int64("expired", expired))
 		for _, p := range d.pools {
 			p.wake()
 		}

@@ -107,9 +107,7 @@ func (r *running) settled(out pgstore.Outcome, applied bool, next *workers.Job) 
 		outcome = metricOutcome(out.State)
 	}
 	if applied && out.State == jobstate.Dead {
-		p.env.events.Info("job dead", zap.Int64("job_id", job.ID), zap.String("kind", job.Kind),
-			zap.String("queue", job.Queue), zap.Int("attempts", job.Attempt), zap.String("reason", out.Reason),
-			zap.String("error", out.Error))
+		logDead(p.env.events, job.ID, job.Kind, job.Queue, job.Attempt, out.Reason, out.Error)
 	}
 	p.observe(job, outcome, r.elapsed)
 	endAttempt(r.span, outcome, out.Error)
@@ -117,6 +115,13 @@ func (r *running) settled(out pgstore.Outcome, applied bool, next *workers.Job) 
 	if next != nil {
 		p.adopt(next, r.chain)
 	}
+}
+
+// logDead logs the events line of a job that ended dead, in whichever
+// process ended it: its attempt's, or the one that rescued its lease.
+func logDead(events *zap.Logger, id int64, kind, queue string, attempts int, reason, err string) {
+	events.Info("job dead", zap.Int64("job_id", id), zap.String("kind", kind), zap.String("queue", queue),
+		zap.Int("attempts", attempts), zap.String("reason", reason), zap.String("error", err))
 }
 
 // startAttempt starts the span of an attempt: a child of the trace

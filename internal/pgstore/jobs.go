@@ -1180,14 +1180,22 @@ func collectTokens(set map[int64]bool) func(pgx.Rows) error {
 
 // Rescued is what one JobRescue did.
 type Rescued struct {
-	// Retrying and Dead count jobs whose lease expired, back to their
-	// queue or, out of attempts, parked.
-	Retrying, Dead int64
-	// Lost counts the same jobs by kind: attempts whose lease expired
+	// Retrying counts jobs whose lease expired, back to their queue.
+	Retrying int64
+	// Dead are those that were out of attempts, parked.
+	Dead []DeadJob
+	// Lost counts both by kind: attempts whose lease expired
 	// (switchyard_job_attempts_total's lease_lost, counted once, here).
 	Lost map[string]int64
 	// Expired counts queued jobs past their deadline, by kind.
 	Expired map[string]int64
+}
+
+// DeadJob is a job that a rescue parked (reason max_attempts).
+type DeadJob struct {
+	ID          int64
+	Kind, Queue string
+	Attempts    int
 }
 
 // LeaseExpired is the error of an attempt whose lease expired, in its
@@ -1222,10 +1230,12 @@ type LostAttempt struct {
 // attempt's own.
 func (s *Store) JobRescue(ctx context.Context, limit int, spans func([]LostAttempt) []string) (Rescued, error) {
 	var r Rescued
-	var lostKinds, expiredKinds []string
-	var lost, expired []int64
+	var lostKinds, expiredKinds, deadKinds, deadQueues []string
+	var lost, expired, deadIDs []int64
+	var deadAttempts []int
 	rescue := func(q pgx.Row) error {
-		return q.Scan(&r.Retrying, &r.Dead, &lostKinds, &lost, &expiredKinds, &expired)
+		return q.Scan(&r.Retrying, &deadIDs, &deadKinds, &deadQueues, &deadAttempts,
+			&lostKinds, &lost, &expiredKinds, &expired)
 	}
 	var err error
 	if spans == nil {
@@ -1251,6 +1261,9 @@ func (s *Store) JobRescue(ctx context.Context, limit int, spans func([]LostAttem
 		return Rescued{}, err
 	}
 	r.Lost, r.Expired = byKind(lostKinds, lost), byKind(expiredKinds, expired)
+	for i, id := range deadIDs {
+		r.Dead = append(r.Dead, DeadJob{ID: id, Kind: deadKinds[i], Queue: deadQueues[i], Attempts: deadAttempts[i]})
+	}
 	return r, nil
 }
 
@@ -1324,9 +1337,12 @@ const rescueSQL = `
 		), ek AS (
 			SELECT kind, count(*) AS n FROM e GROUP BY kind
 		)
-		SELECT (SELECT count(*) FROM u WHERE state = 'retrying'), (SELECT count(*) FROM u WHERE state = 'dead'),
+		SELECT (SELECT count(*) FROM u WHERE state = 'retrying'),
+			coalesce(array_agg(id), '{}'), coalesce(array_agg(kind), '{}'), coalesce(array_agg(queue), '{}'),
+				coalesce(array_agg(attempts), '{}'),
 			coalesce((SELECT array_agg(kind) FROM lk), '{}'), coalesce((SELECT array_agg(n) FROM lk), '{}'),
-			coalesce((SELECT array_agg(kind) FROM ek), '{}'), coalesce((SELECT array_agg(n) FROM ek), '{}')`
+			coalesce((SELECT array_agg(kind) FROM ek), '{}'), coalesce((SELECT array_agg(n) FROM ek), '{}')
+		FROM (SELECT id, kind, queue, attempts FROM u WHERE state = 'dead' ORDER BY id) dead`
 
 // JobRelease gives unfinished jobs back to their queue at shutdown (I7).
 // The attempt is handed back too: a deploy is not the job's fault.
