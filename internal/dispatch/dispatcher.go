@@ -100,9 +100,12 @@ var DefaultBackoff = Backoff{Initial: config.DefaultBackoffInitial, Max: config.
 
 // Dispatcher owns the pools of one process.
 type Dispatcher struct {
-	cfg     Config
-	store   *pgstore.Store
-	log     *zap.Logger
+	cfg   Config
+	store *pgstore.Store
+	log   *zap.Logger
+	// events logs one line per job that ends dead (metrics.EventsLogger),
+	// in its pool or in the rescue that parked it.
+	events  *zap.Logger
 	metrics *metrics.Metrics
 
 	pools     map[string]*pool
@@ -151,6 +154,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 	}
 	d := &Dispatcher{cfg: cfg, store: store, log: log.Named("dispatch"), metrics: m,
 		pools: map[string]*pool{}, stopClaim: make(chan struct{}), process: rand.Text()}
+	d.events = d.log.Named(metrics.EventsLogger)
 	d.jobCtx, d.hardStop = context.WithCancelCause(context.Background())
 	d.completer = newCompleter(store, d.log, m)
 	d.slots = newSlots(store, d.log, d.process, cfg.Limits, maxLease, minLease, d.wakeAll)
@@ -163,7 +167,7 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 
 // poolEnv is what the dispatcher gives each of its pools.
 func (d *Dispatcher) poolEnv() poolEnv {
-	return poolEnv{store: d.store, events: d.log.Named(metrics.EventsLogger), metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
+	return poolEnv{store: d.store, events: d.events, metrics: d.metrics, completer: d.completer, resolve: d.cfg.Resolve,
 		backoff: d.backoff, jobCtx: d.jobCtx, stopClaim: d.stopClaim, paused: d.cfg.Paused, limits: d.cfg.Limits,
 		slots: d.slots, holder: d.process, resultMax: d.cfg.ResultMaxBytes, attemptKey: d.cfg.AttemptKey,
 		tracer: d.cfg.Tracer}
@@ -348,7 +352,7 @@ func (d *Dispatcher) rescued(r pgstore.Rescued) {
 		}
 	}
 	for _, j := range r.Dead {
-		logDead(d.log.Named(metrics.EventsLogger), j.ID, j.Kind, j.Queue, j.Attempts, "max_attempts", pgstore.LeaseExpired)
+		logDead(d.events, j.ID, j.Kind, j.Queue, j.Attempts, "max_attempts", pgstore.LeaseExpired)
 		if d.metrics != nil {
 			d.metrics.Flow.Finished(j.Queue, 1)
 		}
