@@ -307,9 +307,13 @@ func TestFaultJobKillsWorker(t *testing.T) {
 		t.Errorf("DLQ entry: reason %q attempts %d, want max_attempts and 3", reason, attempts)
 	}
 	// The third attempt died with run-2; run-3, which rescued its lease,
-	// counts it, once, though it never ran it, and logs the job's end.
-	if n := metricSum(t, adminAddr(t, p), "switchyard_job_attempts_total", `outcome="lease_lost"`); n != 1 {
-		t.Errorf("%s counts %v attempts as lease_lost, want 1 (the attempt it rescued)", p.name, n)
+	// counts it, once, though it never ran it: dead, as the job's last
+	// attempt, and not lease_lost; and logs the job's end.
+	if n := metricSum(t, adminAddr(t, p), "switchyard_job_attempts_total", `outcome="dead"`); n != 1 {
+		t.Errorf("%s counts %v attempts as dead, want 1 (the last attempt, whose lease it rescued)", p.name, n)
+	}
+	if n := metricSum(t, adminAddr(t, p), "switchyard_job_attempts_total", `outcome="lease_lost"`); n != 0 {
+		t.Errorf("%s counts %v attempts as lease_lost, want 0 (the one it rescued ended the job)", p.name, n)
 	}
 	dead := false
 	for _, line := range strings.Split(p.log.String(), "\n") {

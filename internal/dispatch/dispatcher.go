@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/metrics"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/tracing"
+	"github.com/switchyard-dev/switchyard/jobstate"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -325,11 +326,15 @@ func (d *Dispatcher) rescue() {
 			d.prune()
 		}
 		ctx, cancel := context.WithTimeout(d.jobCtx, 30*time.Second)
-		var lost []trace.Span
+		var lost []lostSpan
 		r, err := d.store.JobRescue(ctx, 1000, d.lostSpans(&lost))
 		if err == nil {
-			for _, span := range lost {
-				endAttempt(span, "lease_lost", pgstore.LeaseExpired)
+			dead := make(map[int64]bool, len(r.Dead))
+			for _, j := range r.Dead {
+				dead[j.ID] = true
+			}
+			for _, l := range lost {
+				endAttempt(l.span, rescuedOutcome(dead[l.id]), pgstore.LeaseExpired)
 			}
 			d.rescued(r)
 			_, err = d.store.LaneSweepGaps(ctx, 1000)
@@ -341,19 +346,32 @@ func (d *Dispatcher) rescue() {
 	}
 }
 
+// rescuedOutcome is the outcome of an attempt whose lease expired: as a
+// failed attempt's, dead when it was the job's last (the rescue parked
+// it), and lease_lost, not retry, when the job goes back to its queue.
+func rescuedOutcome(dead bool) string {
+	if dead {
+		return string(jobstate.Dead)
+	}
+	return "lease_lost"
+}
+
 // rescued counts and logs what a rescue did. An attempt whose lease
 // expired is counted here, once fleet-wide, whether its process died or
-// only stalled (which then counts nothing itself: pool.observe); so is a
-// job it parked, which no attempt ended.
+// only stalled (which then counts nothing itself: pool.observe); so is
+// the end of a job it parked, which no attempt's process recorded.
 func (d *Dispatcher) rescued(r pgstore.Rescued) {
-	if d.metrics != nil {
-		for kind, n := range r.Lost {
-			d.metrics.JobAttempts.WithLabelValues(kind, "lease_lost").Add(float64(n))
+	var retried int64
+	for kind, n := range r.Retried {
+		retried += n
+		if d.metrics != nil {
+			d.metrics.JobAttempts.WithLabelValues(kind, rescuedOutcome(false)).Add(float64(n))
 		}
 	}
 	for _, j := range r.Dead {
 		logDead(d.events, j.ID, j.Kind, j.Queue, j.Attempts, "max_attempts", pgstore.LeaseExpired)
 		if d.metrics != nil {
+			d.metrics.JobAttempts.WithLabelValues(j.Kind, rescuedOutcome(true)).Inc()
 			d.metrics.Flow.Finished(j.Queue, 1)
 		}
 	}
@@ -364,19 +382,25 @@ func (d *Dispatcher) rescued(r pgstore.Rescued) {
 			d.metrics.JobAttempts.WithLabelValues(kind, "expired").Add(float64(n))
 		}
 	}
-	if r.Retrying+int64(len(r.Dead))+expired > 0 {
-		d.log.Info("rescued expired leases", zap.Int64("retrying", r.Retrying), zap.Int("dead", len(r.Dead)), zap.Int64("expired", expired))
+	if retried+int64(len(r.Dead))+expired > 0 {
+		d.log.Info("rescued expired leases", zap.Int64("retrying", retried), zap.Int("dead", len(r.Dead)), zap.Int64("expired", expired))
 		for _, p := range d.pools {
 			p.wake()
 		}
 	}
 }
 
+// lostSpan is the span of an attempt whose lease expired, and its job.
+type lostSpan struct {
+	id   int64
+	span trace.Span
+}
+
 // lostSpans is JobRescue's spans (nil while tracing is off): a
 // job.attempt span for each attempt whose lease expired, from its start,
 // added to lost, which the caller ends once the rescue has committed. The
 // process that ran the attempt, if it died, never ended its own.
-func (d *Dispatcher) lostSpans(lost *[]trace.Span) func([]pgstore.LostAttempt) []string {
+func (d *Dispatcher) lostSpans(lost *[]lostSpan) func([]pgstore.LostAttempt) []string {
 	if d.cfg.Tracer == nil {
 		return nil
 	}
@@ -391,7 +415,7 @@ func (d *Dispatcher) lostSpans(lost *[]trace.Span) func([]pgstore.LostAttempt) [
 			}
 			_, span := startAttempt(context.Background(), d.cfg.Tracer, job, trace.WithTimestamp(a.StartedAt))
 			spans[i] = tracing.Format(span.SpanContext())
-			*lost = append(*lost, span)
+			*lost = append(*lost, lostSpan{a.ID, span})
 		}
 		return spans
 	}

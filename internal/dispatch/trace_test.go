@@ -1,8 +1,10 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -150,18 +152,22 @@ func TestLostAttemptSpan(t *testing.T) {
 	store := testenv.MigratedStore(t)
 	var b pgstore.IngestBatch
 	b.Group = testenv.Name("g")
+	// Job a has attempts left when its lease is lost; job b, on its last,
+	// is parked by the rescue.
 	b.Jobs = []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q", Key: "a", DedupeKey: "a", Payload: []byte("{}"),
-		MaxAttempts: 3, Topic: "t", HeaderKeys: []string{"x-other", "TraceParent"}, HeaderVals: [][]byte{[]byte("1"), []byte(recordTrace)}}}
-	b.Offsets = []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: -1, Next: 1}}
+		MaxAttempts: 3, Topic: "t", HeaderKeys: []string{"x-other", "TraceParent"}, HeaderVals: [][]byte{[]byte("1"), []byte(recordTrace)}},
+		{Route: "r", Kind: "k", Queue: "q", Key: "b", DedupeKey: "b", Payload: []byte("{}"), MaxAttempts: 1, Topic: "t", Offset: 1}}
+	b.Offsets = []pgstore.OffsetAdvance{{Topic: "t", Partition: 0, Expected: -1, Next: 2}}
 	if _, err := store.IngestCommit(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	// A process claims it and dies: nothing more is written.
+	// A process claims them and dies: nothing more is written.
 	jobs, _, err := store.JobClaim(context.Background(),
-		pgstore.JobClaimParams{Queue: "q", Limit: 1, Lease: 300 * time.Millisecond, MaxRuntime: time.Minute})
-	if err != nil || len(jobs) != 1 {
+		pgstore.JobClaimParams{Queue: "q", Limit: 2, Lease: 300 * time.Millisecond, MaxRuntime: time.Minute})
+	if err != nil || len(jobs) != 2 {
 		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
 	}
+	slices.SortFunc(jobs, func(x, y *pgstore.Claimed) int { return cmp.Compare(x.Key, y.Key) })
 	var started time.Time
 	if err := store.Pool().QueryRow(context.Background(), `SELECT started_at FROM jobs WHERE id = $1`, jobs[0].ID).
 		Scan(&started); err != nil {
@@ -176,14 +182,19 @@ func TestLostAttemptSpan(t *testing.T) {
 		Grace:          200 * time.Millisecond,
 		RescueInterval: 50 * time.Millisecond,
 	})
-	testenv.Eventually(t, 15*time.Second, "two attempt spans to end", func() bool { return len(rec.Ended()) >= 2 })
-	byAttempt := map[int64]sdktrace.ReadOnlySpan{}
+	testenv.Eventually(t, 15*time.Second, "three attempt spans to end", func() bool { return len(rec.Ended()) >= 3 })
+	type attempt struct{ job, n int64 }
+	spans := map[attempt]sdktrace.ReadOnlySpan{}
 	for _, s := range rec.Ended() {
-		byAttempt[attrs(s)[tracing.AttrJobAttempt].AsInt64()] = s
+		a := attrs(s)
+		spans[attempt{a[tracing.AttrJobID].AsInt64(), a[tracing.AttrJobAttempt].AsInt64()}] = s
 	}
-	lost, next := byAttempt[1], byAttempt[2]
-	if lost == nil || next == nil || len(rec.Ended()) != 2 {
-		t.Fatalf("want one span of attempt 1 and one of attempt 2; got %v", rec.Ended())
+	lost, next, parked := spans[attempt{jobs[0].ID, 1}], spans[attempt{jobs[0].ID, 2}], spans[attempt{jobs[1].ID, 1}]
+	if lost == nil || next == nil || parked == nil || len(rec.Ended()) != 3 {
+		t.Fatalf("want spans of job a's attempts 1 and 2 and of job b's attempt 1; got %v", rec.Ended())
+	}
+	if got := attrs(parked)[tracing.AttrJobOutcome].AsString(); got != "dead" || parked.Status().Description != pgstore.LeaseExpired {
+		t.Errorf("job b's lost last attempt: outcome %q, status %v; want dead, %q", got, parked.Status(), pgstore.LeaseExpired)
 	}
 	a := attrs(lost)
 	if lost.Name() != tracing.SpanJobAttempt || a[tracing.AttrJobOutcome].AsString() != "lease_lost" ||

@@ -1180,13 +1180,13 @@ func collectTokens(set map[int64]bool) func(pgx.Rows) error {
 
 // Rescued is what one JobRescue did.
 type Rescued struct {
-	// Retrying counts jobs whose lease expired, back to their queue.
-	Retrying int64
-	// Dead are those that were out of attempts, parked.
+	// Retried counts by kind the jobs whose lease expired that went back
+	// to their queue (switchyard_job_attempts_total's lease_lost, counted
+	// once fleet-wide: by the process that rescued them).
+	Retried map[string]int64
+	// Dead are those that were out of attempts, parked: their attempt
+	// ended the job, as a pool's last failed attempt does (outcome dead).
 	Dead []DeadJob
-	// Lost counts both by kind: attempts whose lease expired
-	// (switchyard_job_attempts_total's lease_lost, counted once, here).
-	Lost map[string]int64
 	// Expired counts queued jobs past their deadline, by kind.
 	Expired map[string]int64
 }
@@ -1230,12 +1230,12 @@ type LostAttempt struct {
 // attempt's own.
 func (s *Store) JobRescue(ctx context.Context, limit int, spans func([]LostAttempt) []string) (Rescued, error) {
 	var r Rescued
-	var lostKinds, expiredKinds, deadKinds, deadQueues []string
-	var lost, expired, deadIDs []int64
+	var retriedKinds, expiredKinds, deadKinds, deadQueues []string
+	var retried, expired, deadIDs []int64
 	var deadAttempts []int
 	rescue := func(q pgx.Row) error {
-		return q.Scan(&r.Retrying, &deadIDs, &deadKinds, &deadQueues, &deadAttempts,
-			&lostKinds, &lost, &expiredKinds, &expired)
+		return q.Scan(&deadIDs, &deadKinds, &deadQueues, &deadAttempts,
+			&retriedKinds, &retried, &expiredKinds, &expired)
 	}
 	var err error
 	if spans == nil {
@@ -1260,7 +1260,7 @@ func (s *Store) JobRescue(ctx context.Context, limit int, spans func([]LostAttem
 	if err != nil {
 		return Rescued{}, err
 	}
-	r.Lost, r.Expired = byKind(lostKinds, lost), byKind(expiredKinds, expired)
+	r.Retried, r.Expired = byKind(retriedKinds, retried), byKind(expiredKinds, expired)
 	for i, id := range deadIDs {
 		r.Dead = append(r.Dead, DeadJob{ID: id, Kind: deadKinds[i], Queue: deadQueues[i], Attempts: deadAttempts[i]})
 	}
@@ -1332,15 +1332,14 @@ const rescueSQL = `
 			WHERE j.id IN (SELECT id FROM jobs WHERE deadline IS NOT NULL AND state IN ('queued', 'retrying')
 				AND deadline < now() LIMIT $1 FOR UPDATE SKIP LOCKED)
 			RETURNING j.kind
-		), lk AS (
-			SELECT kind, count(*) AS n FROM u GROUP BY kind
+		), rk AS (
+			SELECT kind, count(*) AS n FROM u WHERE state = 'retrying' GROUP BY kind
 		), ek AS (
 			SELECT kind, count(*) AS n FROM e GROUP BY kind
 		)
-		SELECT (SELECT count(*) FROM u WHERE state = 'retrying'),
-			coalesce(array_agg(id), '{}'), coalesce(array_agg(kind), '{}'), coalesce(array_agg(queue), '{}'),
+		SELECT coalesce(array_agg(id), '{}'), coalesce(array_agg(kind), '{}'), coalesce(array_agg(queue), '{}'),
 				coalesce(array_agg(attempts), '{}'),
-			coalesce((SELECT array_agg(kind) FROM lk), '{}'), coalesce((SELECT array_agg(n) FROM lk), '{}'),
+			coalesce((SELECT array_agg(kind) FROM rk), '{}'), coalesce((SELECT array_agg(n) FROM rk), '{}'),
 			coalesce((SELECT array_agg(kind) FROM ek), '{}'), coalesce((SELECT array_agg(n) FROM ek), '{}')
 		FROM (SELECT id, kind, queue, attempts FROM u WHERE state = 'dead' ORDER BY id) dead`
 

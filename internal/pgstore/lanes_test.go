@@ -47,8 +47,8 @@ func TestStaleLaneHeadOutcomeChangesNothing(t *testing.T) {
 	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, head); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := s.JobRescue(ctx, 10, nil); err != nil || r.Retrying != 1 {
-		t.Fatalf("rescue: %d, %v", r.Retrying, err)
+	if r, err := s.JobRescue(ctx, 10, nil); err != nil || r.Retried["k"] != 1 {
+		t.Fatalf("rescue: %v, %v", r.Retried, err)
 	}
 	again, live := claimOne()
 	if again != head || live == stale {

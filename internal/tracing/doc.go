@@ -59,7 +59,8 @@
 //   - An attempt whose process died has a span too, made by the process
 //     that rescues its expired lease (dispatch's rescuer): the same
 //     job.attempt span, from the attempt's start (jobs.started_at) to the
-//     rescue, outcome lease_lost, and its context stored as attempt_span
+//     rescue, outcome lease_lost (dead when it was the job's last attempt,
+//     parked by the rescue), and its context stored as attempt_span
 //     in the rescue's transaction, so that the next attempt links to it.
 //     The dead process's own span, never ended, is never exported. A
 //     process that only stalled past its lease (SIGSTOP, a long pause)
