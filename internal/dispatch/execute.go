@@ -254,8 +254,10 @@ func (p *pool) observe(job *workers.Job, outcome string, elapsed time.Duration) 
 	}
 	// A lost lease is counted by the process that rescues it (rescued),
 	// which also sees the attempts of processes that died: counted here
-	// too, a stalled process's would count twice.
-	if outcome != "lease_lost" {
+	// too, a stalled process's would count twice. A cancelled attempt is
+	// counted by the cancel's own transaction (pgstore.JobCancel), which
+	// also sees the attempts whose handler returned before it arrived.
+	if outcome != "lease_lost" && outcome != "cancelled" {
 		m.JobAttempts.WithLabelValues(job.Kind, outcome).Inc()
 	}
 	if outcome == string(jobstate.Succeeded) || outcome == string(jobstate.Dead) {

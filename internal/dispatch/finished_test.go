@@ -53,3 +53,38 @@ func TestJobEndedByItsHandlerCountsItsState(t *testing.T) {
 		t.Errorf("job states %v, want the one job skipped", st)
 	}
 }
+
+// A job cancelled while its handler runs, which returns before the cancel
+// reaches it, has its success rejected: the attempt is counted cancelled
+// once, by the cancel's own transaction (a tally the samplers take), and
+// under no outcome by the process that ran it, which never learned why.
+func TestCancelledAttemptIsCountedByTheCancel(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 3)
+	h := workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
+		return store.JobCancel(ctx, j.ID, "test") // and return at once, successfully
+	})
+	m := metrics.New(prometheus.NewRegistry())
+	d, err := New(Config{
+		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 20 * time.Millisecond}},
+		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
+		Grace:   200 * time.Millisecond,
+	}, store, zaptest.NewLogger(t), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	testenv.Eventually(t, 15*time.Second, "the job to end cancelled", func() bool { return states(t, store)["cancelled"] == 1 })
+	ends, err := store.OutcomeTallyTake(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ends) != 1 || ends[[2]string{"k", "cancelled"}] != 1 {
+		t.Errorf("tallied ends %v, want one cancelled attempt of kind k", ends)
+	}
+	time.Sleep(100 * time.Millisecond) // room for the rejected success to be settled
+	if got := testutil.CollectAndCount(m.JobAttempts); got != 0 {
+		t.Errorf("the process counted %d outcome series, want none: the cancel counted the attempt", got)
+	}
+}

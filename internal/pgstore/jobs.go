@@ -1389,6 +1389,13 @@ func truncate(s string, n int) string {
 // JobCancel cancels a job that has not finished. A running job's lease is
 // thereby lost: its next heartbeat cancels the handler, and its completion
 // is rejected.
+//
+// The cancelled attempt of a running job is counted here, in the cancel's
+// transaction (outcome_tally, which the processes' samplers take into
+// switchyard_job_attempts_total{outcome="cancelled"}), not by the
+// attempt's process: that one may have died, or its handler returned
+// before the cancel reached it and its completion was rejected, and a
+// cancel from the CLI runs in no serving process at all.
 func (s *Store) JobCancel(ctx context.Context, id int64, by string) error {
 	var state jobstate.State
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -1397,7 +1404,10 @@ func (s *Store) JobCancel(ctx context.Context, id int64, by string) error {
 			upd AS (
 				UPDATE jobs j SET state = 'cancelled', finished_at = now(), lease_expires_at = NULL
 				FROM old WHERE j.id = old.id AND old.state IN ('waiting', 'queued', 'running', 'retrying')
-				RETURNING j.id
+				RETURNING j.kind, old.state
+			), tally AS (
+				INSERT INTO outcome_tally (kind, outcome, n)
+				SELECT kind, 'cancelled', 1 FROM upd WHERE state = 'running'
 			)
 			SELECT old.state FROM old`, id).Scan(&state)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -353,6 +353,40 @@ func TestCancelRacingAKeptCompletionIsAConflict(t *testing.T) {
 	if got, err := s.JobGet(ctx, j.ID); err != nil || got.State != jobstate.Succeeded {
 		t.Fatalf("job: %+v %v, want succeeded", got, err)
 	}
+	if n := testenv.Count(t, s, `SELECT count(*) FROM outcome_tally`); n != 0 {
+		t.Fatalf("%d tallied ends; a cancel that came too late counts no attempt", n)
+	}
+}
+
+// A cancel counts the attempt it ends (outcome_tally's cancelled, in its
+// own transaction): a running job's, and not a queued job's, which ran
+// no attempt.
+func TestCancelTalliesTheAttemptItEnds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	var b pgstore.IngestBatch
+	for _, d := range []string{"a", "b"} {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: d, Payload: []byte("{}"),
+			MaxAttempts: 3, Topic: "t"})
+	}
+	if _, err := s.IngestCommit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	running := testenv.ClaimOne(t, s, "q")
+	var queued int64
+	if err := s.Pool().QueryRow(ctx, `SELECT id FROM jobs WHERE state = 'queued'`).Scan(&queued); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []int64{running.ID, queued} {
+		if err := s.JobCancel(ctx, id, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ends, err := s.OutcomeTallyTake(ctx)
+	if err != nil || len(ends) != 1 || ends[[2]string{"k", "cancelled"}] != 1 {
+		t.Fatalf("tallied ends %v (%v), want the running job's attempt cancelled alone", ends, err)
+	}
 }
 
 // ANALYZE of job_history leaves its jobs column out (migration 0030):

@@ -99,7 +99,8 @@ func (s *Sampler) publishFlow(ctx context.Context) error {
 }
 
 // takeTally counts the job ends that SQL tallied (stale versions skipped
-// by lane promotion) into switchyard_job_attempts_total.
+// by lane promotion, running attempts cancelled by an operator) into
+// switchyard_job_attempts_total.
 func (s *Sampler) takeTally(ctx context.Context) error {
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
