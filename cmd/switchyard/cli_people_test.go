@@ -77,9 +77,10 @@ func TestCLIPagesAndPayloads(t *testing.T) {
 	code, stdout, stderr = runCLI("jobs", "list", "--config", cfg, "--limit", "2", "--json")
 	var page struct {
 		Items []pgstore.JobRow `json:"items"`
+		Next  string           `json:"next"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &page); code != exitOK || err != nil || len(page.Items) != 2 ||
-		!strings.Contains(stderr, "--json") || !strings.Contains(stderr, "more:") {
+		page.Next != fmt.Sprint(first+1) || !strings.Contains(stderr, "--json") || !strings.Contains(stderr, "more:") {
 		t.Fatalf("jobs list --json: exit %d %v\nstdout: %s\nstderr: %s", code, err, stdout, stderr)
 	}
 
@@ -180,5 +181,36 @@ func TestReplayProgressLine(t *testing.T) {
 	want := "\rreplaying orders: 25% of the range (20,000 of 80,000 offsets), 20,000 records read, 10,000 records/s, about 6s left\x1b[K\r\x1b[K"
 	if b.String() != want {
 		t.Fatalf("progress:\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// Text from records and targets reaches a table or a detail view with
+// its control characters and bidirectional overrides escaped: an escape
+// sequence in a key or a target's error must not act on the operator's
+// terminal (recolor it, retitle it, clear it).
+func TestCLIEscapesWhatATerminalWouldActOn(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const key, bad = "\x1b[31mRED\x1b]0;pwned\x07", "\x1b[2J\u202ecleared"
+	if _, err := store.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "t", Kind: "k", Queue: "q",
+		Key: key, DedupeKey: "t/0/0", Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := store.Pool().QueryRow(ctx, `UPDATE jobs SET last_error = $1 RETURNING id`, bad).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"jobs", "list"}, {"jobs", "get", fmt.Sprint(id)}} {
+		code, stdout, stderr := runCLI(append(args, "--config", cfg)...)
+		if code != exitOK || strings.ContainsAny(stdout+stderr, "\x1b\x07\u202e") || !strings.Contains(stdout, `\x1b[31mRED\x1b]0;pwned\x07`) {
+			t.Errorf("%s: exit %d, want the key escaped and no control character\nstdout: %q\nstderr: %q", strings.Join(args, " "), code, stdout, stderr)
+		}
+	}
+	if _, stdout, _ := runCLI("jobs", "get", "--config", cfg, fmt.Sprint(id)); !strings.Contains(stdout, `\x1b[2J\u202ecleared`) {
+		t.Errorf("jobs get: want the error escaped\n%q", stdout)
 	}
 }

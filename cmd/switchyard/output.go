@@ -30,14 +30,50 @@ func newTable(w io.Writer, headers ...string) *tabwriter.Writer {
 func row(tw *tabwriter.Writer, cells ...string) {
 	for i, c := range cells {
 		// A tab or newline inside a cell would break the columns.
-		cells[i] = strings.Map(func(r rune) rune {
+		cells[i] = visible(strings.Map(func(r rune) rune {
 			if r == '\t' || r == '\n' || r == '\r' {
 				return ' '
 			}
 			return r
-		}, c)
+		}, c), false)
 	}
 	fmt.Fprintln(tw, strings.Join(cells, "\t"))
+}
+
+// visible writes the characters a terminal would act on rather than show
+// — control characters (an escape sequence in a record's key or a
+// target's error could recolor, retitle or clear the operator's
+// terminal) and bidirectional overrides (which reorder what is shown) —
+// as Go escapes, \x1b or \u202e; newlines and tabs too unless lines is
+// set. Every
+// text of a table or detail view passes here: much of it (keys, errors,
+// header names) comes from records and targets, not from the operator.
+func visible(s string, lines bool) string {
+	if strings.IndexFunc(s, func(r rune) bool { return shown(r, lines) != "" }) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if e := shown(r, lines); e != "" {
+			b.WriteString(e)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// shown is r's escape if visible must escape it, else "".
+func shown(r rune, lines bool) string {
+	switch {
+	case (r == '\n' || r == '\t') && lines:
+		return ""
+	case r < 0x80 && unicode.IsControl(r):
+		return fmt.Sprintf(`\x%02x`, r)
+	case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
+		return fmt.Sprintf(`\u%04x`, r)
+	}
+	return ""
 }
 
 // ago says how far t is from now, in its largest unit: "12s ago", "3m
@@ -120,10 +156,10 @@ func (v *kv) flush() error {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(v.w, "%s:\n%s\n", p[0], indent(strings.TrimRight(p[1], "\n"), "  "))
+			fmt.Fprintf(v.w, "%s:\n%s\n", visible(p[0], false), indent(visible(strings.TrimRight(p[1], "\n"), true), "  "))
 			continue
 		}
-		fmt.Fprintf(tw, "%s:\t%s\n", p[0], p[1])
+		fmt.Fprintf(tw, "%s:\t%s\n", visible(p[0], false), visible(p[1], false))
 	}
 	return tw.Flush()
 }
@@ -267,13 +303,18 @@ type listOut struct {
 
 // printList prints a page of rows read with one more than limit: the
 // extra row, left out, says there is a next page, and the hint names the
-// last row's id shown.
+// last row's id shown. As JSON it is the API's list shape, next the
+// cursor to pass as --after ("" on the last page).
 func printList[T any](o listOut, rows []T, limit int, id func(T) int64, table func(io.Writer, time.Time, []T) error) error {
 	more := len(rows) > limit
 	rows = rows[:min(len(rows), limit)]
 	var err error
 	if o.json {
-		err = printJSON(o.stdout, map[string]any{"items": nonNilSlice(rows)})
+		next := ""
+		if more {
+			next = fmt.Sprint(id(rows[len(rows)-1]))
+		}
+		err = printJSON(o.stdout, map[string]any{"items": nonNilSlice(rows), "next": next})
 	} else {
 		err = table(o.stdout, time.Now(), rows)
 	}
