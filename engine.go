@@ -316,11 +316,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	e.store = store
-	if problem, err := store.SchemaCheck(ctx); err != nil {
-		return fmt.Errorf("postgres: read schema version: %w", err)
-	} else if problem != "" {
-		return fmt.Errorf("postgres: schema %q is not this binary's (%s): run `switchyard migrate` first",
-			e.cfg.Postgres.Schema, problem)
+	if err := store.RequireCurrent(ctx); err != nil {
+		return err
 	}
 	if e.attemptKey, err = store.AttemptKey(ctx); err != nil {
 		return fmt.Errorf("postgres: read the attempt key: %w", err)

@@ -94,12 +94,9 @@ func New(ctx context.Context, cfg *config.Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if problem, err := store.SchemaCheck(ctx); err != nil || problem != "" {
+	if err := store.RequireCurrent(ctx); err != nil {
 		store.Close()
-		if err == nil {
-			err = errors.New(problem)
-		}
-		return nil, fmt.Errorf("postgres: schema %q is not ready: %w (run `switchyard migrate`)", cfg.Postgres.Schema, err)
+		return nil, err
 	}
 	depths := map[string]int{}
 	for name, q := range cfg.Queues {

@@ -59,6 +59,8 @@ schedules:
   - {name: nightly, cron: "0 2 * * *", kind: k, queue: q}
   - {name: elsewhere, cron: "*/5 * * * *", timezone: Europe/Berlin, kind: k2, queue: other}
 `})
+	unmigrated := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: testenv.Name("unmigrated"),
+		TargetURL: "http://127.0.0.1:1/"})
 	head := "kafka: {brokers: [\"127.0.0.1:19092\"], group: g}\npostgres: {url: \"postgres://x@127.0.0.1/db\"}\n"
 	unnamed := writeFile(t, head+`queues:
   q: {concurrency: 1}
@@ -135,6 +137,10 @@ routes:
 		{"audit list bad action", []string{"audit", "list", "--config", good, "--action", "cancell"}, exitUsage,
 			[]string{`--action: "cancell" is not an action; did you mean "cancel"?`, "(valid: cancel, "}},
 		{"jobs list empty", []string{"jobs", "list", "--config", good, "--json"}, exitOK, []string{`"items": []`}},
+		{"jobs list of an unmigrated schema", []string{"jobs", "list", "--config", unmigrated}, exitFailure,
+			[]string{"is not this binary's (at 0, want ", "run `switchyard migrate` first"}},
+		{"dlq show of an unmigrated schema", []string{"dlq", "show", "--config", unmigrated, "1"}, exitFailure,
+			[]string{"is not this binary's (at 0, want "}},
 		{"jobs list empty, for people", []string{"jobs", "list", "--config", good}, exitOK, []string{"no jobs"}},
 		{"jobs unknown subcommand", []string{"jobs", "frob"}, exitUsage, []string{`"frob"`}},
 		{"dlq show missing", []string{"dlq", "show", "--config", good, "999999"}, exitFailure,

@@ -43,8 +43,19 @@ func openListStore(ctx context.Context, fs *flag.FlagSet, cfgPath string, stderr
 	return connect(ctx, cfg)
 }
 
+// connect opens the store of a verb that reads or changes jobs, once its
+// schema is known to be this binary's: an unmigrated one would answer
+// with a missing table's SQL error.
 func connect(ctx context.Context, cfg *config.Config) (*pgstore.Store, error) {
-	return pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.RequireCurrent(ctx); err != nil {
+		store.Close()
+		return nil, err
+	}
+	return store, nil
 }
 
 func printJSON(w io.Writer, v any) error {

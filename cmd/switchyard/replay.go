@@ -14,7 +14,6 @@ import (
 
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
-	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
 // runReplay re-reads a range of a topic through its routes (or the one
@@ -129,7 +128,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	store, err := connect(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -206,6 +206,21 @@ func (s *Store) SchemaCheck(ctx context.Context) (string, error) {
 	return "", nil
 }
 
+// RequireCurrent is SchemaCheck as the error that every user of the
+// schema (a process, the Go client, a CLI verb) gives before it reads or
+// writes, rather than a missing table's SQL error: nil when the schema
+// is this binary's.
+func (s *Store) RequireCurrent(ctx context.Context) error {
+	problem, err := s.SchemaCheck(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: read schema version: %w", err)
+	}
+	if problem != "" {
+		return fmt.Errorf("postgres: schema %q is not this binary's (%s): run `switchyard migrate` first", s.schema, problem)
+	}
+	return nil
+}
+
 func isUndefinedTable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "42P01"
