@@ -128,10 +128,8 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.HTTP.Listen != "off" {
-		if err := cfg.AdminTokenErrors(); err != nil {
-			return nil, err
-		}
+	if err := cfg.ServingErrors(); err != nil {
+		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -301,10 +299,10 @@ func (e *Engine) Addr() string {
 func (e *Engine) Done() <-chan error { return e.fatal }
 
 // Start connects to Postgres (whose schema must be migrated), checks every
-// go-target route has a handler, and starts the HTTP server, the consumer
-// and the worker pools. It returns once they run.
+// go-target route has a handler (CheckHandlers), and starts the HTTP
+// server, the consumer and the worker pools. It returns once they run.
 func (e *Engine) Start(ctx context.Context) error {
-	if err := e.checkHandlers(); err != nil {
+	if err := e.CheckHandlers(); err != nil {
 		return err
 	}
 	if err := e.startTracing(ctx); err != nil {
@@ -419,7 +417,11 @@ func (e *Engine) flowChanged() {
 	}
 }
 
-func (e *Engine) checkHandlers() error {
+// CheckHandlers reports what of the config nothing would run: a route
+// with target go: true, or a schedule whose kind has no route, without a
+// registered handler. Start checks it; called after the Register calls,
+// it tells a config's problem from a failure to start.
+func (e *Engine) CheckHandlers() error {
 	if e.opts.Role == RoleIngest {
 		return nil
 	}

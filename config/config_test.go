@@ -634,11 +634,6 @@ routes:
 			},
 		},
 		{
-			name: "no token on an address others can reach",
-			yaml: base + goRoute + "http: {listen: \"0.0.0.0:8080\"}\n",
-			want: []string{"http.listen: 0.0.0.0:8080 is not a loopback address; set SWITCHYARD_ADMIN_TOKEN (or admin.tokens) to listen on it"},
-		},
-		{
 			name: "allowed_hosts that are not host names",
 			yaml: base + goRoute + "http: {allowed_hosts: [ok.example.com, \"http://x.example.com\", \"y.example.com:8080\"]}\n",
 			want: []string{`http.allowed_hosts[1]: "http://x.example.com": want a host name`, `http.allowed_hosts[2]: "y.example.com:8080"`},
@@ -719,9 +714,24 @@ func TestEmptyDocument(t *testing.T) {
 	}
 }
 
-// A serving process checks the tokens' variables; the CLI, which reads
-// the same file without them, does not (Parse succeeds).
-func TestAdminTokenErrors(t *testing.T) {
+// A serving process checks the tokens' variables and that an address
+// others can reach has a token to require; the CLI, which reads the same
+// file without the variables and serves nothing, does not (Parse
+// succeeds).
+func TestServingErrors(t *testing.T) {
+	open, err := Parse([]byte(base+goRoute+"http: {listen: \"0.0.0.0:8080\"}\n"), mapEnv(nil))
+	if err != nil {
+		t.Fatalf("parse: %v (an open address is a serving process's problem only)", err)
+	}
+	const want = "http.listen: 0.0.0.0:8080 is not a loopback address; set SWITCHYARD_ADMIN_TOKEN (or admin.tokens) to listen on it"
+	if err := open.ServingErrors(); err == nil || err.Error() != want {
+		t.Errorf("ServingErrors() = %v; want %q", err, want)
+	}
+	open.HTTP.Listen = "off"
+	if err := open.ServingErrors(); err != nil {
+		t.Errorf("ServingErrors() with http.listen off = %v; want nil", err)
+	}
+
 	doc := base + goRoute + "admin:\n  tokens:\n" +
 		"    - {name: oncall, token_env: ONCALL, role: operate}\n" +
 		"    - {name: pager, token_env: SAME}\n" +
@@ -735,14 +745,14 @@ func TestAdminTokenErrors(t *testing.T) {
 	if cfg.Admin.Tokens[1].Role != RoleRead {
 		t.Errorf("default role %q, want read", cfg.Admin.Tokens[1].Role)
 	}
-	err = cfg.AdminTokenErrors()
+	err = cfg.ServingErrors()
 	for _, want := range []string{
 		"admin.tokens[1].token_env: SAME holds the same token as admin.tokens[0]",
 		"admin.tokens[2].token_env: UNSET is not set, or empty",
 		"admin.tokens[3].token_env: CI_TOKEN holds the same token as SWITCHYARD_ADMIN_TOKEN",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("AdminTokenErrors() = %v; want it to say %q", err, want)
+			t.Errorf("ServingErrors() = %v; want it to say %q", err, want)
 		}
 	}
 	if err != nil && strings.Contains(err.Error(), "t0k3n") {

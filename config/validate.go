@@ -184,10 +184,6 @@ func (c *Config) validateHTTP(p *problems) {
 	}
 	if msg := checkHostPort(c.HTTP.Listen, true); msg != "" {
 		p.add("http.listen", "%q: %s, or \"off\"", c.HTTP.Listen, msg)
-		return
-	}
-	if c.HTTP.Token == "" && len(c.Admin.Tokens) == 0 && !Loopback(c.HTTP.Listen) {
-		p.add("http.listen", "%s is not a loopback address; set %s (or admin.tokens) to listen on it", c.HTTP.Listen, EnvAdminToken)
 	}
 }
 
@@ -206,8 +202,8 @@ func (c *Config) validateTracing(p *problems) {
 }
 
 // validateAdmin checks the named tokens' names, roles and variables. The
-// variables' values are checked by AdminTokenErrors, by the processes
-// that serve the API only: the CLI's verbs read the same file from an
+// variables' values are checked by ServingErrors, by the processes that
+// serve the API only: the CLI's verbs read the same file from an
 // operator's shell, which holds none of the tokens.
 func (c *Config) validateAdmin(p *problems) {
 	byName := map[string]int{}
@@ -232,11 +228,17 @@ func (c *Config) validateAdmin(p *problems) {
 	}
 }
 
-// AdminTokenErrors reports, for a process that serves the admin API, the
-// named tokens whose variable is unset or empty, or holds another
-// holder's token. Token values are never echoed.
-func (c *Config) AdminTokenErrors() error {
+// ServingErrors reports what keeps a process from serving the admin API
+// on http.listen (not "off"): an address others can reach with no token
+// to require, and named tokens whose variable is unset or empty, or
+// holds another holder's token. The CLI's verbs, which serve nothing and
+// run where none of the tokens is set, read the same file without these
+// checks. Token values are never echoed.
+func (c *Config) ServingErrors() error {
 	var p problems
+	if c.HTTP.Listen != "off" && c.HTTP.Token == "" && len(c.Admin.Tokens) == 0 && !Loopback(c.HTTP.Listen) {
+		p.add("http.listen", "%s is not a loopback address; set %s (or admin.tokens) to listen on it", c.HTTP.Listen, EnvAdminToken)
+	}
 	byToken := map[string]int{}
 	for i, t := range c.Admin.Tokens {
 		f := fmt.Sprintf("admin.tokens[%d]", i)

@@ -59,6 +59,15 @@ schedules:
   - {name: nightly, cron: "0 2 * * *", kind: k, queue: q}
   - {name: elsewhere, cron: "*/5 * * * *", timezone: Europe/Berlin, kind: k2, queue: other}
 `})
+	openListen := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, Listen: "0.0.0.0:18999",
+		TargetURL: "http://127.0.0.1:1/"})
+	orphanSchedule := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Body: `queues:
+  q: {concurrency: 1}
+routes:
+  - {topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
+schedules:
+  - {name: s1, cron: "0 2 * * *", kind: nokind, queue: q}
+`})
 	unmigrated := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: testenv.Name("unmigrated"),
 		TargetURL: "http://127.0.0.1:1/"})
 	head := "kafka: {brokers: [\"127.0.0.1:19092\"], group: g}\npostgres: {url: \"postgres://x@127.0.0.1/db\"}\n"
@@ -89,7 +98,6 @@ routes:
 routes:
   - {topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
 `)
-	openListen := writeFile(t, head+"http: {listen: \"0.0.0.0:8080\"}\n"+validQueuesAndRoute)
 	unsetToken := writeFile(t, head+"admin: {tokens: [{name: oncall, token_env: SWITCHYARD_TEST_UNSET_TOKEN}]}\n"+validQueuesAndRoute)
 
 	cases := []struct {
@@ -116,9 +124,13 @@ routes:
 		{"explicit zero", []string{"run", "--config", explicitZero}, exitUsage,
 			[]string{"queues.q.concurrency: set to 0", "default (4)"}},
 		{"open listen without a token", []string{"run", "--config", openListen}, exitUsage,
-			[]string{"http.listen: 0.0.0.0:8080 is not a loopback address", "SWITCHYARD_ADMIN_TOKEN"}},
+			[]string{"http.listen: 0.0.0.0:18999 is not a loopback address", "SWITCHYARD_ADMIN_TOKEN"}},
+		{"a schedule of a kind nothing runs", []string{"run", "--config", orphanSchedule}, exitUsage,
+			[]string{"config " + orphanSchedule + ": schedules[0].kind: \"nokind\" has no route"}},
+		{"a verb that serves nothing, of a config that listens openly", []string{"jobs", "list", "--config", openListen}, exitOK,
+			[]string{"no jobs"}},
 		{"a token's variable unset", []string{"run", "--config", unsetToken}, exitUsage,
-			[]string{"admin.tokens[0].token_env: SWITCHYARD_TEST_UNSET_TOKEN is not set, or empty"}},
+			[]string{"config " + unsetToken + ": admin.tokens[0].token_env: SWITCHYARD_TEST_UNSET_TOKEN is not set, or empty"}},
 		{"missing config file", []string{"run", "--config", filepath.Join(t.TempDir(), "nope.yaml")}, exitUsage,
 			[]string{"nope.yaml", "no such file"}},
 		{"jobs get abc", []string{"jobs", "get", "--config", good, "abc"}, exitUsage, []string{`"abc"`, "job id"}},

@@ -106,11 +106,19 @@ func runRun(ctx context.Context, args []string, _, stderr io.Writer) error {
 		log.Info("an environment variable overrides the config file",
 			zap.String("variable", o.variable), zap.String("field", o.field), zap.String("file", *cfgPath))
 	}
-	log.Info("garbage collector", zap.String("pace", paceGC(ctx)))
+	if err := cfg.ServingErrors(); err != nil {
+		return usagef("config %s: %v", *cfgPath, err)
+	}
 	eng, err := switchyard.New(cfg, switchyard.Options{Logger: log, Role: *role, ResetOffsets: *reset})
 	if err != nil {
 		return usageError{err.Error()}
 	}
+	// This binary registers no Go handler: a schedule of a kind that no
+	// route takes is the file's problem, said before anything starts.
+	if err := eng.CheckHandlers(); err != nil {
+		return usagef("config %s: %v", *cfgPath, err)
+	}
+	log.Info("garbage collector", zap.String("pace", paceGC(ctx)))
 	return serve(ctx, eng, log, cfg.ShutdownGrace.D())
 }
 
