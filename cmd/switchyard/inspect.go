@@ -43,11 +43,16 @@ func openListStore(ctx context.Context, fs *flag.FlagSet, cfgPath string, stderr
 	return connect(ctx, cfg)
 }
 
+// open opens the store of a verb, whatever its schema holds (migrate).
+func open(ctx context.Context, cfg *config.Config) (*pgstore.Store, error) {
+	return pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+}
+
 // connect opens the store of a verb that reads or changes jobs, once its
 // schema is known to be this binary's: an unmigrated one would answer
 // with a missing table's SQL error.
 func connect(ctx context.Context, cfg *config.Config) (*pgstore.Store, error) {
-	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
+	store, err := open(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	store, cfg, err := openStore(ctx, fs, *cfgPath, stderr)
+	cfg, err := loadConfig(fs, *cfgPath, true, stderr)
+	if err != nil {
+		return err
+	}
+	store, err := open(ctx, cfg)
 	if err != nil {
 		return err
 	}
