@@ -453,20 +453,17 @@ func (e *Engine) startHTTP() error {
 	for _, t := range e.cfg.Admin.Tokens {
 		tokens = append(tokens, admin.Token{Name: t.Name, Secret: t.Token, Operate: t.Role == config.RoleOperate})
 	}
-	concurrency := map[string]int{}
-	for name, q := range e.cfg.Queues {
-		concurrency[name] = q.Concurrency
-	}
+	listing := admin.ListingOf(e.cfg)
 	enqueuer := ingest.NewEnqueuer(e.store, e.compiled, e.maxDepths())
 	enqueuer.Flow = e.metrics.Flow
 	srv := admin.New(admin.Config{
 		Token:        e.cfg.HTTP.Token,
 		Tokens:       tokens,
 		AllowedHosts: e.cfg.HTTP.AllowedHosts,
-		Queues:       e.cfg.QueueNames(),
-		Concurrency:  concurrency,
-		Schedules:    e.schedules(),
-		Routes:       e.adminRoutes(),
+		Queues:       listing.Queues,
+		Concurrency:  listing.Concurrency,
+		Schedules:    listing.Schedules,
+		Routes:       listing.Routes,
 		Metrics:      promhttp.HandlerFor(e.opts.Registry, promhttp.HandlerOpts{}),
 		Ready:        e.kafkaReady,
 		DLQ:          e.dlq,
@@ -616,16 +613,6 @@ func (e *Engine) fail(err error) {
 	case e.fatal <- err:
 	default:
 	}
-}
-
-// adminRoutes are the configured routes as the admin API lists them.
-func (e *Engine) adminRoutes() []admin.RouteConfig {
-	var out []admin.RouteConfig
-	for _, r := range e.cfg.Routes {
-		out = append(out, admin.RouteConfig{Name: r.Name, Topic: r.Topic, Queue: r.Queue, Filter: admin.NewRouteFilter(r),
-			MaxDepth: e.cfg.Queues[r.Queue].MaxDepth, Limits: admin.NewRouteLimits(r)})
-	}
-	return out
 }
 
 // routeRows are the config's routes as the SQL function enqueue() takes

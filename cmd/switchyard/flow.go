@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
+
 	"slices"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/admin"
@@ -21,44 +23,50 @@ import (
 // for every process of the deployment, within a second, and across
 // restarts, until it is resumed.
 func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runPauses(ctx, "queues", pgstore.PauseQueue, func(c *config.Config) []listed {
-		var out []listed
-		for _, name := range c.QueueNames() {
-			out = append(out, listed{name: name})
-		}
-		return out
-	}, printQueues, nil, args, stdout, stderr)
+	return runPauses(ctx, "queues", pgstore.PauseQueue, pausable{
+		names: func(c *config.Config) []string { return c.QueueNames() },
+		items: func(ctx context.Context, store *pgstore.Store, l admin.Listing) (any, error) {
+			return l.QueueItems(ctx, store)
+		},
+		table: printQueues,
+	}, args, stdout, stderr)
 }
 
 func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runPauses(ctx, "routes", pgstore.PauseRoute, func(c *config.Config) []listed {
-		var out []listed
-		for _, r := range c.Routes {
-			// Its topic, filter and limits as the API shows them.
-			l := listed{name: r.Name, extra: map[string]any{"topic": r.Topic}}
-			if f := admin.NewRouteFilter(r); f != nil {
-				l.extra["filter"] = f
+	return runPauses(ctx, "routes", pgstore.PauseRoute, pausable{
+		names: func(c *config.Config) []string {
+			var out []string
+			for _, r := range c.Routes {
+				out = append(out, r.Name)
 			}
-			if limits := admin.NewRouteLimits(r); limits != nil {
-				l.extra["limits"] = limits
-			}
-			out = append(out, l)
-		}
-		slices.SortFunc(out, func(a, b listed) int { return strings.Compare(a.name, b.name) })
-		return out
-	}, printRoutes, nil, args, stdout, stderr)
+			slices.Sort(out)
+			return out
+		},
+		// Without lag: the CLI reads no consumer positions (GET /v1/routes
+		// has them).
+		items: func(ctx context.Context, store *pgstore.Store, l admin.Listing) (any, error) {
+			return l.RouteItems(ctx, store, nil, zap.NewNop())
+		},
+		table: printRoutes,
+	}, args, stdout, stderr)
 }
 
 func runSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runPauses(ctx, "schedules", pgstore.PauseSchedule, func(c *config.Config) []listed {
-		var out []listed
-		for _, sc := range schedule.Of(c) {
-			out = append(out, listed{name: sc.Name, extra: map[string]any{"cron": sc.Cron, "timezone": sc.Timezone,
-				"kind": sc.Kind, "queue": sc.Queue, "route": sc.Route}})
-		}
-		slices.SortFunc(out, func(a, b listed) int { return strings.Compare(a.name, b.name) })
-		return out
-	}, printSchedules, triggerSchedule, args, stdout, stderr)
+	return runPauses(ctx, "schedules", pgstore.PauseSchedule, pausable{
+		names: func(c *config.Config) []string {
+			var out []string
+			for _, sc := range c.Schedules {
+				out = append(out, sc.Name)
+			}
+			slices.Sort(out)
+			return out
+		},
+		items: func(ctx context.Context, store *pgstore.Store, l admin.Listing) (any, error) {
+			return l.ScheduleItems(ctx, store, time.Now())
+		},
+		table:   printSchedules,
+		trigger: triggerSchedule,
+	}, args, stdout, stderr)
 }
 
 // triggerSchedule makes one job of the schedule named now, for the CLI's
@@ -117,22 +125,20 @@ example:
   switchyard schedules trigger nightly-reconcile`,
 }
 
-// listed is one configured queue, route or schedule, with what its JSON line says
-// beside its name and pause.
-type listed struct {
-	name  string
-	extra map[string]any
+// pausable is what runPauses needs of queues, routes or schedules.
+type pausable struct {
+	// names are the configured ones, which alone can be paused.
+	names func(*config.Config) []string
+	// items are their list with --json: the admin API's items.
+	items func(ctx context.Context, store *pgstore.Store, l admin.Listing) (any, error)
+	// table prints their list for people.
+	table func(ctx context.Context, w io.Writer, now time.Time, store *pgstore.Store, cfg *config.Config,
+		paused map[string]time.Time) error
+	// trigger makes a job of the one named now (schedules only).
+	trigger func(ctx context.Context, store *pgstore.Store, cfg *config.Config, name string) (pgstore.Enqueued, error)
 }
 
-// lister prints the table of a list for people.
-type lister func(ctx context.Context, w io.Writer, now time.Time, store *pgstore.Store, cfg *config.Config,
-	paused map[string]time.Time) error
-
-// trigger makes a job of the item named now (schedules only).
-type trigger func(ctx context.Context, store *pgstore.Store, cfg *config.Config, name string) (pgstore.Enqueued, error)
-
-func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list func(*config.Config) []listed, table lister,
-	trig trigger, args []string, stdout, stderr io.Writer) error {
+func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, p pausable, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return missingSub(verb)
 	}
@@ -143,7 +149,7 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 		return nil
 	case "list", "pause", "resume":
 	case "trigger":
-		if trig == nil {
+		if p.trigger == nil {
 			return unknownSub(verb, sub)
 		}
 	default:
@@ -169,11 +175,7 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 	if err != nil {
 		return err
 	}
-	all := list(cfg)
-	var known []string
-	for _, l := range all {
-		known = append(known, l.name)
-	}
+	known := p.names(cfg)
 	if sub != "list" && !slices.Contains(known, fs.Arg(0)) {
 		name := fs.Arg(0)
 		if len(known) == 0 {
@@ -188,7 +190,7 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 	defer store.Close()
 	if sub == "trigger" {
 		name := fs.Arg(0)
-		enq, err := trig(ctx, store, cfg, name)
+		enq, err := p.trigger(ctx, store, cfg, name)
 		if err != nil {
 			return err
 		}
@@ -227,21 +229,18 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, list fu
 		}
 		return nil
 	}
+	if *asJSON {
+		items, err := p.items(ctx, store, admin.ListingOf(cfg))
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, map[string]any{"items": items, "next": ""})
+	}
 	pauses, err := store.Pauses(ctx)
 	if err != nil {
 		return err
 	}
-	if !*asJSON {
-		return table(ctx, stdout, time.Now(), store, cfg, pauses[kind])
-	}
-	items := []map[string]any{}
-	for _, l := range all {
-		_, paused := pauses[kind][l.name]
-		item := map[string]any{"name": l.name, "paused": paused}
-		maps.Copy(item, l.extra)
-		items = append(items, item)
-	}
-	return printJSON(stdout, map[string]any{"items": items})
+	return p.table(ctx, stdout, time.Now(), store, cfg, pauses[kind])
 }
 
 // pausedCell is "no", or since when.

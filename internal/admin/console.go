@@ -136,19 +136,9 @@ func (s *Server) schedule(name string) (schedule.Schedule, bool) {
 
 // scheduleList: GET /v1/schedules, each with its next and last slot.
 func (s *Server) scheduleList(w http.ResponseWriter, r *http.Request) error {
-	pauses, err := s.store.Pauses(r.Context())
+	items, err := s.listing().ScheduleItems(r.Context(), s.store, time.Now())
 	if err != nil {
 		return err
-	}
-	now := time.Now()
-	items := make([]schedule.Status, 0, len(s.cfg.Schedules))
-	for _, sc := range s.cfg.Schedules {
-		_, paused := pauses[pgstore.PauseSchedule][sc.Name]
-		st, err := schedule.StatusOf(r.Context(), s.store, sc, paused, now)
-		if err != nil {
-			return err
-		}
-		items = append(items, st)
 	}
 	s.writeJSON(w, http.StatusOK, page[schedule.Status]{Items: items})
 	return nil

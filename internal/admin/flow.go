@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sort"
-
-	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
@@ -109,48 +106,9 @@ type pause struct {
 }
 
 func (s *Server) routeList(w http.ResponseWriter, r *http.Request) error {
-	pauses, err := s.store.Pauses(r.Context())
+	items, err := s.listing().RouteItems(r.Context(), s.store, s.cfg.Lag, s.log)
 	if err != nil {
 		return err
-	}
-	routes := slices.Clone(s.cfg.Routes)
-	sort.Slice(routes, func(i, j int) bool { return routes[i].Name < routes[j].Name })
-	var lags map[string]ingest.TopicLag
-	var lagErr error
-	if s.cfg.Lag != nil && len(routes) > 0 {
-		var topics []string
-		for _, rc := range routes {
-			topics = append(topics, rc.Topic)
-		}
-		if lags, lagErr = s.cfg.Lag(r.Context(), topics); lagErr != nil {
-			s.log.Warn("reading kafka lag for GET /v1/routes failed", zap.Error(lagErr))
-		}
-	}
-	items := make([]Route, 0, len(routes))
-	for _, rc := range routes {
-		item := Route{Name: rc.Name, Topic: rc.Topic, Queue: rc.Queue, Filter: rc.Filter, Limits: rc.Limits}
-		switch lag, ok := lags[rc.Topic]; {
-		case lagErr != nil:
-			item.LagError = lagErr.Error()
-		case ok:
-			item.Lag = &lag
-		}
-		_, item.Paused = pauses[pgstore.PauseRoute][rc.Name]
-		if rc.MaxDepth > 0 {
-			depth, err := s.store.QueueDepth(r.Context(), rc.Queue, rc.MaxDepth)
-			if err != nil {
-				return err
-			}
-			item.Backpressured = depth >= rc.MaxDepth
-		}
-		items = append(items, item)
-	}
-	for i := range items {
-		for _, o := range items {
-			if o.Topic == items[i].Topic && o.Name != items[i].Name && (o.Paused || o.Backpressured) {
-				items[i].HeldBy = append(items[i].HeldBy, o.Name)
-			}
-		}
 	}
 	s.writeJSON(w, http.StatusOK, page[Route]{Items: items})
 	return nil

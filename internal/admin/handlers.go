@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -156,33 +154,9 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) error {
 // queueList is not paginated: queues come from configuration and are few.
 // It still answers the list shape so clients handle every list alike.
 func (s *Server) queueList(w http.ResponseWriter, r *http.Request) error {
-	stats, err := s.store.QueueStats(r.Context())
+	items, err := s.listing().QueueItems(r.Context(), s.store)
 	if err != nil {
 		return err
-	}
-	pauses, err := s.store.Pauses(r.Context())
-	if err != nil {
-		return err
-	}
-	names := slices.Clone(s.cfg.Queues)
-	for name := range stats {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	names = slices.Compact(names)
-	items := make([]pgstore.QueueStat, 0, len(names))
-	for _, name := range names {
-		st := stats[name]
-		if st == nil {
-			st = &pgstore.QueueStat{Queue: name, Jobs: map[string]int64{}, DLQ: map[string]int64{}}
-		}
-		// Every queue reports each depth state and every DLQ reason, zero
-		// included, so that its shape does not change as work comes and goes.
-		zeroFill(st.Jobs, append(jobStateNames(jobstate.Depth), pgstore.Reserved))
-		zeroFill(st.DLQ, dlq.Reasons)
-		_, st.Paused = pauses[pgstore.PauseQueue][name]
-		st.Concurrency = s.cfg.Concurrency[name]
-		items = append(items, *st)
 	}
 	s.writeJSON(w, http.StatusOK, page[pgstore.QueueStat]{Items: items})
 	return nil

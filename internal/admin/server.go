@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/config"
-	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/schedule"
 )
@@ -76,7 +75,7 @@ type Config struct {
 	AttemptKey []byte
 	// Lag reads the fleet's Kafka lag by topic for GET /v1/routes
 	// (ingest.LagReader.Lag); nil leaves lag out.
-	Lag func(ctx context.Context, topics []string) (map[string]ingest.TopicLag, error)
+	Lag LagFunc
 	// AllowedHosts are the host names (without port) that requests may
 	// name in their Host header besides loopback names and IP addresses:
 	// the names this server is reached by (http.allowed_hosts). Any other
@@ -99,6 +98,11 @@ type Server struct {
 	log     *zap.Logger
 	handler http.Handler
 	ready   readiness
+}
+
+// listing is the server's configured queues, routes and schedules.
+func (s *Server) listing() Listing {
+	return Listing{Queues: s.cfg.Queues, Concurrency: s.cfg.Concurrency, Schedules: s.cfg.Schedules, Routes: s.cfg.Routes}
 }
 
 // New builds the server. cfg is copied, so the caller may reuse it; log
