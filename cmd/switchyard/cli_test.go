@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,19 +221,23 @@ routes:
 		{"mistyped queue name", []string{"queues", "pause", "--config", good, "qq"}, exitUsage,
 			[]string{`no such queue in the config: "qq"; did you mean "q"?`}},
 
-		// Filter values are checked: exit 2 naming the valid ones.
-		{"jobs list unknown queue", []string{"jobs", "list", "--config", split, "--queue", "nope"}, exitUsage,
-			[]string{`--queue: "nope" is not a queue of the config`, "(valid: q)"}},
-		{"jobs list unknown route", []string{"jobs", "list", "--config", split, "--route", "t-refnud"}, exitUsage,
+		// Filter values are checked: a name the config does not know is
+		// listed anyway (a renamed route's jobs stay), with a note naming
+		// the valid ones; a schedule's own route is known.
+		{"jobs list unknown queue", []string{"jobs", "list", "--config", split, "--queue", "nope"}, exitOK,
+			[]string{`note: --queue: "nope" is not a queue of the config`, "(valid: q); listing it anyway", "no jobs"}},
+		{"jobs list unknown route", []string{"jobs", "list", "--config", split, "--route", "t-refnud"}, exitOK,
 			[]string{`--route: "t-refnud" is not a route of the config; did you mean "t-refund"?`, "(valid: t, t-refund, u)"}},
+		{"jobs list of a schedule's route", []string{"jobs", "list", "--config", scheduled, "--route", "schedule/elsewhere"}, exitOK,
+			[]string{"schedule/elsewhere"}}, // the job "schedules trigger" made above
 		{"jobs list bad state named", []string{"jobs", "list", "--config", good, "--state", "daed"}, exitUsage,
 			[]string{`did you mean "dead"?`, "valid: waiting, queued, running"}},
 		{"dlq list unknown reason", []string{"dlq", "list", "--config", good, "--reason", "max_attempt"}, exitUsage,
 			[]string{`--reason: "max_attempt" is not a DLQ reason; did you mean "max_attempts"?`,
 				"valid: decode, missing_field, too_large, permanent, max_attempts, gap"}},
-		{"dlq list unknown queue", []string{"dlq", "list", "--config", good, "--queue", "nope"}, exitUsage,
+		{"dlq list unknown queue", []string{"dlq", "list", "--config", good, "--queue", "nope"}, exitOK,
 			[]string{`--queue: "nope" is not a queue of the config`, "valid: q"}},
-		{"dlq list unknown route", []string{"dlq", "list", "--config", split, "--route", "nope"}, exitUsage,
+		{"dlq list unknown route", []string{"dlq", "list", "--config", split, "--route", "nope"}, exitOK,
 			[]string{`--route: "nope" is not a route of the config`, "valid: t, t-refund, u"}},
 		{"dlq redrive all matching an unknown queue", []string{"dlq", "redrive", "--config", good, "--all-matching", "queue=nope"},
 			exitUsage, []string{`--all-matching: queue: "nope" is not a queue of the config`}},
@@ -301,8 +306,13 @@ routes:
 			if strings.Contains(stdout+stderr, "SPEC") || strings.Contains(stdout+stderr, "§") {
 				t.Errorf("switchyard %q refers to the spec:\n%s%s", c.args, stdout, stderr)
 			}
-			if strings.Contains(stderr, "note:") {
+			if strings.Contains(stderr, "note:") && strings.Contains(stderr, " overrides ") {
 				t.Errorf("switchyard %q: a note of an override the test did not make: %s", c.args, stderr)
+			}
+			if strings.Contains(stderr, "listing it anyway") && c.code == exitOK && slices.ContainsFunc(c.args, func(a string) bool {
+				return strings.HasPrefix(a, "schedule/")
+			}) {
+				t.Errorf("switchyard %q: a note for a schedule's own route, which the config names: %s", c.args, stderr)
 			}
 		})
 	}

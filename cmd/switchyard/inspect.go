@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/schedule"
 	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
@@ -30,15 +31,18 @@ func openStore(ctx context.Context, fs *flag.FlagSet, cfgPath string, stderr io.
 	return store, cfg, err
 }
 
-// openListStore is openStore for a list filtered by queue and route: the
-// filter is checked against the config before anything connects.
+// openListStore is openStore for a list filtered by queue and route. A
+// name the config does not know is listed anyway, with a note on stderr
+// (and the names it does know): the jobs and entries of a renamed or
+// removed route or queue stay behind, and a typo shows as an empty list
+// beside the note.
 func openListStore(ctx context.Context, fs *flag.FlagSet, cfgPath string, stderr io.Writer, queue, route string) (*pgstore.Store, error) {
 	cfg, err := loadConfig(fs, cfgPath, true, stderr)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkQueueAndRoute(cfg, queue, route); err != nil {
-		return nil, err
+		fmt.Fprintf(stderr, "switchyard: note: %v; listing it anyway\n", err)
 	}
 	return connect(ctx, cfg)
 }
@@ -115,12 +119,19 @@ func routeNames(cfg *config.Config) []string {
 	return out
 }
 
-// checkQueueAndRoute checks --queue and --route against the config.
+// checkQueueAndRoute checks --queue and --route against the config: its
+// routes and its schedules' own (schedule/NAME), which hold their jobs.
 func checkQueueAndRoute(cfg *config.Config, queue, route string) error {
 	if err := checkOneOf("queue", "a queue of the config", queue, cfg.QueueNames()); err != nil {
 		return err
 	}
-	return checkOneOf("route", "a route of the config", route, routeNames(cfg))
+	routes := routeNames(cfg)
+	for _, sc := range schedule.Of(cfg) {
+		if !slices.Contains(routes, sc.Route) {
+			routes = append(routes, sc.Route)
+		}
+	}
+	return checkOneOf("route", "a route of the config", route, routes)
 }
 
 // jobsAbout is what each jobs subcommand's --help says beside its flags.
