@@ -346,6 +346,22 @@ func TestCLIBadSSLMode(t *testing.T) {
 	}
 }
 
+// A database that refuses the connection is said once, without the
+// password, though sslmode=prefer (the default) dials twice.
+func TestCLIUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, "kafka: {brokers: [\"127.0.0.1:19092\"]}\npostgres: {url: \"postgres://u:pw@127.0.0.1:1/db\"}\n"+validQueuesAndRoute)
+	p := start(t, "jobs", []string{"SWITCHYARD_DATABASE_URL="}, "jobs", "list", "--config", file)
+	if code := p.wait(30 * time.Second); code != exitFailure {
+		t.Fatalf("exit %d, want %d", code, exitFailure)
+	}
+	msg := p.log.String()
+	if !strings.Contains(msg, "postgres: cannot connect: 127.0.0.1:1 ") || strings.Count(msg, "connection refused") != 1 ||
+		strings.Contains(msg, "pw") {
+		t.Fatalf("message %q; want the refused connection once, without the password", msg)
+	}
+}
+
 // freshSchema names a schema that does not exist yet and drops it when the
 // test ends.
 func freshSchema(t *testing.T) (string, *pgstore.Store) {

@@ -151,10 +151,27 @@ func redact(err error) error {
 	}
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
-		return fmt.Errorf("cannot connect: %w", ce.Unwrap())
+		return connectError{ce.Unwrap()}
 	}
 	return err
 }
+
+// connectError is a failed connect's reasons, one per dial: each said
+// once, since sslmode=prefer (the default) dials twice, with TLS and
+// without, and a refused port refuses both alike.
+type connectError struct{ err error }
+
+func (e connectError) Error() string {
+	var seen []string
+	for _, line := range strings.Split(e.err.Error(), "\n") {
+		if !slices.Contains(seen, line) {
+			seen = append(seen, line)
+		}
+	}
+	return "cannot connect: " + strings.Join(seen, "; ")
+}
+
+func (e connectError) Unwrap() error { return e.err }
 
 func notFound(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
