@@ -49,7 +49,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return unknownSub("audit", args[0])
 	}
 	fs, cfgPath := newFlags("audit list", "audit list [--config FILE] [--actor A] [--action X] [--target T] [--limit N] [--after ID] [--json]",
-		auditAbout, stderr)
+		auditAbout, stdout)
 	var f pgstore.AuditFilter
 	fs.StringVar(&f.Actor, "actor", "", "only actions of this `ACTOR` (a token's name, or cli:<user>)")
 	fs.StringVar(&f.Action, "action", "", "only this `ACTION`: "+strings.Join(pgstore.AuditActions, ", "))

@@ -20,7 +20,7 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("bench", "bench [--config FILE] [--scale] [--only NAME,...] [sizes]", "", stderr)
+	fs, cfgPath := newFlags("bench", "bench [--config FILE] [--scale] [--only NAME,...] [sizes]", "", stdout)
 	var c bench.Config
 	fs.IntVar(&c.Records, "records", 200_000, "records for ingest_records_per_s and copy_rows_per_s")
 	fs.IntVar(&c.Jobs, "jobs", 200_000, "jobs burnt down by raw_claim, work and ordered")

@@ -297,6 +297,10 @@ routes:
 					t.Errorf("switchyard %q: output does not contain %q\nstdout: %s\nstderr: %s", c.args, w, stdout, stderr)
 				}
 			}
+			// Asked for, help is the output (a pager reads stdout).
+			if slices.Contains(c.args, "--help") && c.code == exitOK && !strings.HasPrefix(stdout, "usage: switchyard") {
+				t.Errorf("switchyard %q: help not on stdout\nstdout: %s\nstderr: %s", c.args, stdout, stderr)
+			}
 			if strings.Contains(stdout+stderr, "panic") || strings.Contains(stdout+stderr, "goroutine ") {
 				t.Errorf("switchyard %q panicked:\n%s", c.args, stderr)
 			}

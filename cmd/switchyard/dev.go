@@ -106,7 +106,7 @@ const (
 )
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, _ := newFlags("dev", "dev [--kafka-port N] [--http ADDR] [--verbose]", devAbout, stderr)
+	fs, _ := newFlags("dev", "dev [--kafka-port N] [--http ADDR] [--verbose]", devAbout, stdout)
 	kafkaPort := fs.Int("kafka-port", 9092, "port of the embedded Kafka-protocol broker (0 = any free port)")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "admin API and dashboard `ADDR`ess")
 	verbose := fs.Bool("verbose", false, "log everything at info (Kafka client, pools, flow control), not only what a person follows")

@@ -159,7 +159,7 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, p pausa
 	if sub != "list" {
 		synopsis += " NAME"
 	}
-	fs, cfgPath := newFlags(verb+" "+sub, synopsis, pauseAbout[verb+" "+sub], stderr)
+	fs, cfgPath := newFlags(verb+" "+sub, synopsis, pauseAbout[verb+" "+sub], stdout)
 	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -174,7 +174,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		subHelp(stdout, "jobs")
 		return nil
 	case "get", "cancel":
-		fs, cfgPath := newFlags("jobs "+sub, "jobs "+sub+" [--config FILE] [--json] ID", jobsAbout[sub], stderr)
+		fs, cfgPath := newFlags("jobs "+sub, "jobs "+sub+" [--config FILE] [--json] ID", jobsAbout[sub], stdout)
 		asJSON := jsonFlag(fs)
 		if err := parseFlags(fs, args); err != nil {
 			return err
@@ -212,7 +212,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return printJob(stdout, time.Now(), j)
 	case "list":
 		fs, cfgPath := newFlags("jobs list", "jobs list [--config FILE] [--state S] [--queue Q] [--route R] [--key K] [--limit N] [--after ID] [--json]",
-			jobsAbout[sub], stderr)
+			jobsAbout[sub], stdout)
 		var f pgstore.JobFilter
 		state := fs.String("state", "", "only jobs in this `STATE` ("+jobstate.Join(jobstate.All)+")")
 		fs.StringVar(&f.Queue, "queue", "", "only jobs of this `QUEUE`")
@@ -346,7 +346,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		subHelp(stdout, "dlq")
 		return nil
 	case "show":
-		fs, cfgPath := newFlags("dlq show", "dlq show [--config FILE] [--json] ID", dlqShowAbout, stderr)
+		fs, cfgPath := newFlags("dlq show", "dlq show [--config FILE] [--json] ID", dlqShowAbout, stdout)
 		asJSON := jsonFlag(fs)
 		if err := parseFlags(fs, args); err != nil {
 			return err
@@ -373,7 +373,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return printDLQEntry(stdout, time.Now(), e)
 	case "list":
 		fs, cfgPath := newFlags("dlq list", "dlq list [--config FILE] [--reason R] [--queue Q] [--route R] [--state S] [--limit N] [--after ID] [--json]",
-			dlqListAbout, stderr)
+			dlqListAbout, stdout)
 		var f pgstore.DLQFilter
 		fs.StringVar(&f.State, "state", pgstore.DLQParked, "`STATE`: parked (still to handle), redriven (their history) or all")
 		fs.StringVar(&f.Reason, "reason", "", "only entries parked for this `REASON` ("+strings.Join(dlq.Reasons, ", ")+")")
@@ -540,7 +540,7 @@ examples:
   switchyard dlq redrive 17
   switchyard dlq redrive --all-matching reason=missing_field,route=order-refund`
 	}
-	fs, cfgPath := newFlags("dlq "+sub, synopsis, about, stderr)
+	fs, cfgPath := newFlags("dlq "+sub, synopsis, about, stdout)
 	matching := ""
 	if sub == "redrive" {
 		fs.StringVar(&matching, "all-matching", "", "re-drive every entry matching `FILTER`: key=value[,key=value] (keys: reason, queue, route)")

@@ -204,11 +204,14 @@ func orList(names []string) string {
 
 // newFlags makes a verb's flag set with the shared --config flag; its
 // --help prints the synopsis, then about (what the verb does, with
-// examples; may be empty), then the flags. Parse errors are returned as
-// usage errors (parseFlags); --help prints and exits 0.
-func newFlags(name, synopsis, about string, stderr io.Writer) (*flag.FlagSet, *string) {
+// examples; may be empty), then the flags, to help (stdout). Parse
+// errors are returned as usage errors (parseFlags); --help prints and
+// exits 0.
+func newFlags(name, synopsis, about string, help io.Writer) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// Its output is the help that --help asks for, which goes to stdout
+	// (a pager reads it); parse errors are main's to say, on stderr.
+	fs.SetOutput(help)
 	cfgPath := fs.String("config", envOr("SWITCHYARD_CONFIG", "switchyard.yaml"), "config `FILE` (env SWITCHYARD_CONFIG)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: switchyard %s\n\n", synopsis)

@@ -42,7 +42,7 @@ examples:
   echo '{"id":1}' | switchyard produce --topic orders -`
 
 func runProduce(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("produce", "produce [--config FILE] --topic T [--key K] [--header k=v]... [--json] VALUE|-", produceAbout, stderr)
+	fs, cfgPath := newFlags("produce", "produce [--config FILE] --topic T [--key K] [--header k=v]... [--json] VALUE|-", produceAbout, stdout)
 	topic := fs.String("topic", "", "`TOPIC` to write to (required)")
 	key := fs.String("key", "", "record `KEY`")
 	var headers headerFlags

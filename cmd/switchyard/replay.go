@@ -38,7 +38,7 @@ examples:
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cfgPath := newFlags("replay",
 		"replay [--config FILE] (--topic T | --route R) (--from-time RFC3339 | --from-offset N) [--to-time RFC3339] [--partition P] [--rerun] [--json]",
-		replayAbout, stderr)
+		replayAbout, stdout)
 	topic := fs.String("topic", "", "`TOPIC` to re-read, through every route of it")
 	routeName := fs.String("route", "", "re-read the topic of this `ROUTE`, for this route only (the other routes of the topic are left alone)")
 	fromTime := fs.String("from-time", "", "start at the first record at or after this `TIME` (RFC3339)")

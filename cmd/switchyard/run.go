@@ -28,7 +28,7 @@ examples:
   switchyard migrate --grant-runtime switchyard_runtime`
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cfgPath := newFlags("migrate", "migrate [--config FILE] [--grant-runtime ROLE] [--json]", migrateAbout, stderr)
+	fs, cfgPath := newFlags("migrate", "migrate [--config FILE] [--grant-runtime ROLE] [--json]", migrateAbout, stdout)
 	grantTo := fs.String("grant-runtime", "", "after migrating, grant `ROLE` the DML-only privileges switchyard run needs")
 	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -85,8 +85,8 @@ examples:
   switchyard run --config switchyard.yaml
   switchyard run --role work      # workers only; ingest runs elsewhere`
 
-func runRun(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fs, cfgPath := newFlags("run", "run [--config FILE] [--role all|ingest|work] [--reset-offsets]", runAbout, stderr)
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cfgPath := newFlags("run", "run [--config FILE] [--role all|ingest|work] [--reset-offsets]", runAbout, stdout)
 	role := fs.String("role", switchyard.RoleAll, "which parts run here: `all|ingest|work`")
 	reset := fs.Bool("reset-offsets", false, "resume from Kafka's committed offsets for partitions with none stored in Postgres (after a database loss)")
 	if err := parseFlags(fs, args); err != nil {

@@ -58,7 +58,7 @@ func (v buildVersion) String() string {
 }
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, _ := newFlags("version", "version [--json]", "Prints the version of this build, and its VCS revision when the build recorded one.", stderr)
+	fs, _ := newFlags("version", "version [--json]", "Prints the version of this build, and its VCS revision when the build recorded one.", stdout)
 	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
