@@ -36,7 +36,9 @@ help: ## Show this help
 	@echo "Variables: GO PKGS TEST_TIMEOUT FAULT_TIMEOUT GOTESTFLAGS BENCH_ARGS SCALE_OUT PEERS_ARGS ARGS SWITCHYARD_FAULT_CYCLES"
 
 build: ## Build bin/switchyard
-	$(GO) build -o bin/switchyard ./cmd/switchyard
+	@# auto: stamped with the commit where git can say it (GOFLAGS may turn
+	@# stamping off), and still built from a tree without .git.
+	$(GO) build -buildvcs=auto -o bin/switchyard ./cmd/switchyard
 
 release: ## Static linux/amd64 and linux/arm64 binaries in dist/, stamped with the commit, and dist/SHA256SUMS
 	rm -rf dist && mkdir -p dist

@@ -63,7 +63,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() != 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if err := checkLimit(f.Limit); err != nil {
+	if err := checkPage(f.Limit, f.Before); err != nil {
 		return err
 	}
 	if err := checkOneOf("action", "an action", f.Action, pgstore.AuditActions); err != nil {

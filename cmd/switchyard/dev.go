@@ -116,6 +116,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
+	// Every verb has --config; dev writes and runs its own example.
+	if given(fs, "config") {
+		return usagef("--config: dev runs its own example config (it prints where); `switchyard run --config FILE` runs yours")
+	}
 	log := devLogger(stderr, *verbose)
 	log.Debug("garbage collector", zap.String("pace", paceGC(ctx)))
 	// Before anything starts: a port in use would otherwise only show

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,10 +76,21 @@ func printJSON(w io.Writer, v any) error {
 
 func parseID(what, s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(s, "-") {
+		return 0, usagef("%s: %s is larger than any id (at most %d)", what, s, int64(math.MaxInt64))
+	}
 	if err != nil || id <= 0 {
 		return 0, usagef("%s: %q is not a positive integer id", what, s)
 	}
 	return id, nil
+}
+
+// entries is n DLQ entries, said as a count.
+func entries(n int) string {
+	if n == 1 {
+		return "1 entry"
+	}
+	return fmt.Sprintf("%d entries", n)
 }
 
 func notFoundAs(err error, what string, id int64) error {
@@ -101,10 +113,14 @@ func checkOneOf(flagName, what, value string, valid []string) error {
 	return usagef("--%s: %q is not %s%s (valid: %s)", flagName, value, what, didYouMean(value, valid), strings.Join(valid, ", "))
 }
 
-// checkLimit checks a listing's --limit: a page holds 1 to 1000 rows.
-func checkLimit(limit int) error {
+// checkPage checks a listing's --limit (a page holds 1 to 1000 rows) and
+// --after (an id from the page before, or 0 for the first).
+func checkPage(limit int, after int64) error {
 	if limit < 1 || limit > 1000 {
 		return usagef("--limit: %d is not between 1 and 1000", limit)
+	}
+	if after < 0 {
+		return usagef("--after: %d is not an id: give the last id of the page before (0, the default, for the first)", after)
 	}
 	return nil
 }
@@ -227,7 +243,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if fs.NArg() != 0 {
 			return usagef("unexpected argument %q", fs.Arg(0))
 		}
-		if err := checkLimit(f.Limit); err != nil {
+		if err := checkPage(f.Limit, f.After); err != nil {
 			return err
 		}
 		if err := checkOneOf("state", "a job state", *state, jobstate.Strings(jobstate.All)); err != nil {
@@ -388,7 +404,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if fs.NArg() != 0 {
 			return usagef("unexpected argument %q", fs.Arg(0))
 		}
-		if err := checkLimit(f.Limit); err != nil {
+		if err := checkPage(f.Limit, f.After); err != nil {
 			return err
 		}
 		if err := checkOneOf("reason", "a DLQ reason", f.Reason, dlq.Reasons); err != nil {
@@ -632,10 +648,10 @@ examples:
 			return err
 		}
 	} else {
-		fmt.Fprintf(stdout, "re-drove %d entries, %d failed\n", done, len(failed))
+		fmt.Fprintf(stdout, "re-drove %s, %d failed\n", entries(done), len(failed))
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("%d entries could not be re-driven", len(failed))
+		return fmt.Errorf("%s could not be re-driven", entries(len(failed)))
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -122,12 +123,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && vs[args[1]].run != nil {
+			// help VERB [SUB] is VERB [SUB] --help.
+			return run(ctx, append(args[1:], "--help"), stdout, stderr)
+		}
 		printUsage(stdout)
 		return exitOK
 	case "-version", "--version":
 		args = append([]string{"version"}, args[1:]...)
 	}
 	v, ok := vs[args[0]]
+	if !ok && strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "switchyard: %s: flags go after the verb: switchyard <verb> %s ...\n\n", args[0], args[0])
+		printUsage(stderr)
+		return exitUsage
+	}
 	if !ok {
 		fmt.Fprintf(stderr, "switchyard: unknown verb %q%s\n\n", args[0], didYouMean(args[0], slices.Collect(maps.Keys(vs))))
 		printUsage(stderr)
@@ -246,9 +256,39 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 			}
 			return usagef("unknown flag --%s (`switchyard %s --help` lists the flags)", name, fs.Name())
 		}
-		return usagef("%v (`switchyard %s --help` lists the flags)", err, fs.Name())
+		return usagef("%s (`switchyard %s --help` lists the flags)", flagProblem(fs, err), fs.Name())
 	}
 	return nil
+}
+
+// reBadFlagValue matches the flag package's errors for a value it could
+// not parse: `invalid value "abc" for flag -limit: parse error`, and
+// `invalid boolean value "yes" for -json: parse error`.
+var reBadFlagValue = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-(\S+): `)
+
+// flagProblem says a parse error of the flag package as this tool's
+// errors say things: the flag as people type it (--limit), and what it
+// takes.
+func flagProblem(fs *flag.FlagSet, err error) string {
+	if name, ok := strings.CutPrefix(err.Error(), "flag needs an argument: -"); ok {
+		return fmt.Sprintf("--%s needs a value", strings.TrimLeft(name, "-"))
+	}
+	m := reBadFlagValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err.Error()
+	}
+	want := "a value it takes"
+	if f := fs.Lookup(m[2]); f != nil {
+		switch fmt.Sprintf("%T", f.Value) {
+		case "*flag.intValue", "*flag.int64Value", "*flag.uintValue", "*flag.uint64Value":
+			want = "a whole number"
+		case "*flag.boolValue":
+			want = "true or false (or the flag alone)"
+		case "*flag.durationValue":
+			want = "a duration such as 30s or 5m"
+		}
+	}
+	return fmt.Sprintf("--%s: %s is not %s", m[2], m[1], want)
 }
 
 // parseInterspersed parses flags wherever they are among the arguments,
@@ -334,9 +374,15 @@ func loadConfig(fs *flag.FlagSet, path string, dbOnly bool, notes io.Writer) (*c
 // configNamed reports whether the user named a config file, by flag or
 // environment, rather than relying on the default path.
 func configNamed(fs *flag.FlagSet) bool {
-	named := os.Getenv("SWITCHYARD_CONFIG") != ""
-	fs.Visit(func(f *flag.Flag) { named = named || f.Name == "config" })
-	return named
+	return os.Getenv("SWITCHYARD_CONFIG") != "" || given(fs, "config")
+}
+
+// given reports whether the command line set the flag named, even to
+// its default or to nothing.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // dbOnlyConfig is the config of a verb that only needs the database.

@@ -37,6 +37,10 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
+	// Checked before anything migrates, and given empty too.
+	if given(fs, "grant-runtime") && !pgstore.ValidSchema(*grantTo) {
+		return usagef("--grant-runtime: %q is not a role name: want a lower-case identifier ([a-z_][a-z0-9_]*)", *grantTo)
+	}
 	cfg, err := loadConfig(fs, *cfgPath, true, stderr)
 	if err != nil {
 		return err
