@@ -214,3 +214,38 @@ func TestCLIEscapesWhatATerminalWouldActOn(t *testing.T) {
 		t.Errorf("jobs get: want the error escaped\n%q", stdout)
 	}
 }
+
+// jobs retry runs a job waiting out its backoff now, as the API's retry
+// does, audited as the CLI's user; a job that is not waiting is exit 1.
+func TestCLIRetryNow(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := store.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "t", Kind: "k", Queue: "q",
+		DedupeKey: "t/0/0", Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := store.Pool().QueryRow(ctx, `UPDATE jobs SET state = 'retrying', attempts = 1, scheduled_at = now() + interval '1 hour'
+		RETURNING id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI("jobs", "retry", "--config", cfg, fmt.Sprint(id))
+	if code != exitOK || !strings.Contains(stdout, fmt.Sprintf("job %d runs now", id)) {
+		t.Fatalf("jobs retry: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	var due bool
+	if err := store.Pool().QueryRow(ctx, `SELECT state = 'retrying' AND scheduled_at <= now() FROM jobs WHERE id = $1`, id).Scan(&due); err != nil || !due {
+		t.Fatalf("the job is not runnable now (%v)", err)
+	}
+	if n := testenv.Count(t, store, fmt.Sprintf(`SELECT count(*) FROM audit_log WHERE action = 'retry' AND target = 'job/%d' AND actor LIKE 'cli:%%'`, id)); n != 1 {
+		t.Errorf("%d audit entries of the retry by the CLI, want 1", n)
+	}
+	code, _, stderr = runCLI("jobs", "retry", "--config", cfg, fmt.Sprint(id))
+	if code != exitFailure || !strings.Contains(stderr, pgstore.NotWaiting(id)) {
+		t.Errorf("jobs retry of a queued job: exit %d, stderr %s", code, stderr)
+	}
+}

@@ -230,7 +230,7 @@ routes:
 		// Did you mean, for a verb, a subcommand and a flag.
 		{"mistyped verb", []string{"josb", "list"}, exitUsage, []string{`unknown verb "josb"; did you mean "jobs"?`}},
 		{"mistyped subcommand", []string{"jobs", "lsit"}, exitUsage,
-			[]string{`unknown subcommand "lsit"; did you mean "list"?`, "list, get or cancel"}},
+			[]string{`unknown subcommand "lsit"; did you mean "list"?`, "list, get, cancel or retry"}},
 		{"mistyped dlq subcommand", []string{"dlq", "redirve", "1"}, exitUsage, []string{`did you mean "redrive"?`}},
 		{"mistyped queues subcommand", []string{"queues", "pasue", "q"}, exitUsage, []string{`did you mean "pause"?`}},
 		{"mistyped flag", []string{"jobs", "list", "--config", good, "--stat", "dead"}, exitUsage,

@@ -169,6 +169,14 @@ workers.ErrCancelled. A job that already finished is an error (exit 1).
 
 example:
   switchyard jobs cancel 4711`,
+	"retry": `
+Runs a job that waits for its time now: a retry waiting out its backoff,
+or a job whose run_at or delay is ahead. Audited as yours, as the
+dashboard's and the API's retry are. A job that is not waiting for its
+time (queued, running, finished) is an error (exit 1).
+
+example:
+  switchyard jobs retry 4711`,
 	"list": `
 Lists the jobs that match every filter given, in id order, a page at a
 time: when there are more, the last line says how to read the next page
@@ -189,7 +197,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "-h", "-help", "--help", "help":
 		subHelp(stdout, "jobs")
 		return nil
-	case "get", "cancel":
+	case "get", "cancel", "retry":
 		fs, cfgPath := newFlags("jobs "+sub, "jobs "+sub+" [--config FILE] [--json] ID", jobsAbout[sub], stdout)
 		asJSON := jsonFlag(fs)
 		if err := parseFlags(fs, args); err != nil {
@@ -207,10 +215,18 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		defer store.Close()
-		if sub == "cancel" {
+		switch sub {
+		case "cancel":
 			if err := store.JobCancel(ctx, id, cliActor()); err != nil {
 				if errors.Is(err, pgstore.ErrConflict) {
 					return fmt.Errorf("job %d already finished; nothing to cancel", id)
+				}
+				return notFoundAs(err, "job", id)
+			}
+		case "retry":
+			if err := store.JobRetryNow(ctx, id, cliActor()); err != nil {
+				if errors.Is(err, pgstore.ErrConflict) {
+					return errors.New(pgstore.NotWaiting(id))
 				}
 				return notFoundAs(err, "job", id)
 			}
@@ -222,8 +238,11 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *asJSON {
 			return printJSON(stdout, j)
 		}
-		if sub == "cancel" {
+		switch sub {
+		case "cancel":
 			fmt.Fprintf(stdout, "cancelled job %d\n\n", id)
+		case "retry":
+			fmt.Fprintf(stdout, "job %d runs now\n\n", id)
 		}
 		return printJob(stdout, time.Now(), j)
 	case "list":

@@ -61,6 +61,7 @@ func verbList() []verb {
 			{"list", "", "list jobs by --state, --queue, --route, --key; a page at a time"},
 			{"get", "ID", "show a job, with its result"},
 			{"cancel", "ID", "cancel a job that has not finished"},
+			{"retry", "ID", "run a job waiting for a retry or its run_at now"},
 		}},
 		{name: "dlq", run: runDLQ, subs: []sub{
 			{"list", "", "list dead-letter entries by --reason, --queue, --route"},

@@ -24,8 +24,7 @@ func (s *Server) jobRetry(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := s.store.JobRetryNow(r.Context(), id, caller(r).Name); err != nil {
 		if errors.Is(err, pgstore.ErrConflict) {
-			return &httpError{status: http.StatusConflict,
-				msg: fmt.Sprintf("job %d is not waiting for its time (retrying or delayed): nothing to run now", id)}
+			return &httpError{status: http.StatusConflict, msg: pgstore.NotWaiting(id)}
 		}
 		return actionError(err, "job", id)
 	}

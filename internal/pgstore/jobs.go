@@ -1441,6 +1441,12 @@ func (s *Store) JobCancel(ctx context.Context, id int64, by string) error {
 	return nil
 }
 
+// NotWaiting says why JobRetryNow refused job id with ErrConflict, to
+// whoever asked (the API, the CLI).
+func NotWaiting(id int64) string {
+	return fmt.Sprintf("job %d is not waiting for its time (retrying or delayed): nothing to run now", id)
+}
+
 // JobRetryNow makes a job that waits for its time — a retry's backoff,
 // or a run_at or delay — runnable now, for by, and wakes its queue. A job
 // in any other state is ErrConflict.
