@@ -285,10 +285,11 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "wrong type",
-			yaml: "queues:\n  bulk: {concurrency: many}\nkafka:\n  brokers: k:9092\n",
+			yaml: "queues:\n  bulk: {concurrency: many}\nkafka:\n  brokers: k:9092\nroutes:\n  - {topic: t, ordered: \"true\"}\n",
 			want: []string{
 				`line 2: queues.bulk.concurrency: want a whole number, got "many"`,
 				`line 4: kafka.brokers: want a list, got "k:9092"`,
+				`line 6: routes[0].ordered: want true or false, got "true", a string: write it without quotes`,
 			},
 		},
 		{

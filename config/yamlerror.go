@@ -94,6 +94,10 @@ func explain(msg string, nodes []located) string {
 		if kind == yaml.ScalarNode {
 			got = strconv.Quote(value)
 		}
+		if goType == "bool" && (strings.EqualFold(value, "true") || strings.EqualFold(value, "false")) {
+			// Only a quoted true reaches here: the quotes make it a string.
+			got += ", a string: write it without quotes"
+		}
 		return say(field, fmt.Sprintf("want %s, got %s", want(goType), got))
 	}
 	if u := reDuration.FindStringSubmatch(rest); u != nil {
