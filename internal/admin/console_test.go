@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,20 @@ func TestConsoleEndpoints(t *testing.T) {
 	if c := decode[count](t, e.get(t, "/v1/dlq/count?queue=bulk").must(t, http.StatusOK)); c.Count != 0 {
 		t.Fatalf("count after: %d, want 0", c.Count)
 	}
+	// A re-driven entry is neither re-driven nor discarded again: 409
+	// naming its job, and its id still answers.
+	var entry, redriveJob int64
+	if err := st.Pool().QueryRow(ctx, `SELECT id, redrive_job_id FROM dlq_entries ORDER BY id LIMIT 1`).
+		Scan(&entry, &redriveJob); err != nil {
+		t.Fatal(err)
+	}
+	for _, action := range []string{"redrive", "discard"} {
+		got := wantError(t, e.do(t, "POST", fmt.Sprintf("/v1/dlq/%d/%s", entry, action), nil, ""), http.StatusConflict, "")
+		if want := fmt.Sprintf("entry %d was re-driven already, to job %d", entry, redriveJob); !strings.Contains(got.Error, want) {
+			t.Errorf("%s of a re-driven entry: %q, want it to say %q", action, got.Error, want)
+		}
+	}
+	e.get(t, fmt.Sprintf("/v1/dlq/%d", entry)).must(t, http.StatusOK)
 
 	// Lanes: the interactive lane, with two waiting behind its head.
 	lanes := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes").must(t, http.StatusOK))

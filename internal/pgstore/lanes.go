@@ -255,7 +255,7 @@ func (s *Store) JobApply(ctx context.Context, id, token int64, version *int64, f
 func (s *Store) DLQRedrive(ctx context.Context, entryID int64, by string) (int64, error) {
 	var jobID int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		id, err := lockEntry(ctx, tx, entryID, true)
+		id, err := lockEntry(ctx, tx, entryID)
 		if err != nil {
 			return err
 		}
@@ -304,10 +304,11 @@ func redriveEntry(ctx context.Context, tx pgx.Tx, entryID, jobID int64, by strin
 }
 
 // DLQDiscard removes an entry for good. A dead job stays dead; if it was
-// blocking its lane, the lane moves on to its next job.
+// blocking its lane, the lane moves on to its next job. An entry
+// re-driven already is ErrRedriven, as for a re-drive (lockEntry).
 func (s *Store) DLQDiscard(ctx context.Context, entryID int64, by string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		id, err := lockEntry(ctx, tx, entryID, false)
+		id, err := lockEntry(ctx, tx, entryID)
 		if err != nil && !errors.Is(err, ErrRecordEntry) {
 			return err
 		}
@@ -331,7 +332,7 @@ func (s *Store) DLQDiscard(ctx context.Context, entryID int64, by string) error 
 // entry as it was and returns an error wrapping ErrRefused.
 func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob, by string) (jobID int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := lockEntry(ctx, tx, entryID, true); !errors.Is(err, ErrRecordEntry) {
+		if _, err := lockEntry(ctx, tx, entryID); !errors.Is(err, ErrRecordEntry) {
 			if err == nil {
 				return ErrConflict
 			}
@@ -365,16 +366,21 @@ func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob,
 	return jobID, err
 }
 
-// lockEntry locks a DLQ entry and returns its job id, or ErrRecordEntry.
-// For a re-drive (parked), an entry re-driven already is ErrRedriven.
-func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64, parked bool) (int64, error) {
+// lockEntry locks a parked DLQ entry and returns its job id, or
+// ErrRecordEntry. An entry re-driven already is ErrRedriven, whatever the
+// action: its job, not the entry, is what to act on now. A second
+// re-drive would run the job again; a discard would delete the entry that
+// answers for the job it made (an old id answers until that job is
+// pruned), and, were that job dead again, move its lane past it in the
+// name of an entry that no longer parks it (its new entry does).
+func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64) (int64, error) {
 	var jobID, redriveJob *int64
 	err := tx.QueryRow(ctx, `SELECT job_id, redrive_job_id FROM dlq_entries WHERE id = $1 FOR UPDATE`,
 		entryID).Scan(&jobID, &redriveJob)
 	if err != nil {
 		return 0, notFound(err)
 	}
-	if parked && redriveJob != nil {
+	if redriveJob != nil {
 		return 0, fmt.Errorf("%w: entry %d was re-driven already, to job %d", ErrRedriven, entryID, *redriveJob)
 	}
 	if jobID == nil {
