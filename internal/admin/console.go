@@ -1,11 +1,15 @@
 package admin
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -113,15 +117,52 @@ func (s *Server) laneList(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return badRequest("blocked", "blocked must be true or false")
 	}
-	lanes, err := s.store.LaneList(r.Context(), q.filters["route"], blocked, q.limit)
+	after, err := parseLaneCursor(q.after)
 	if err != nil {
 		return err
 	}
-	if lanes == nil {
-		lanes = []pgstore.LaneRow{}
+	lanes, err := s.store.LaneList(r.Context(), pgstore.LaneFilter{Route: q.filters["route"], BlockedOnly: blocked,
+		After: after, Limit: q.limit + 1})
+	if err != nil {
+		return err
 	}
-	s.writeJSON(w, http.StatusOK, page[pgstore.LaneRow]{Items: lanes})
+	s.writeJSON(w, http.StatusOK, newPage(lanes, q.limit, laneCursor))
 	return nil
+}
+
+// laneCursor is the cursor of GET /v1/lanes: a lane's place in the list
+// (pgstore.LanePlace), as blocked.waiting.route.key with route and key in
+// unpadded base64url, so that the cursor is plain in a URL whatever a
+// key holds. Lanes have no id to page by.
+func laneCursor(l pgstore.LaneRow) string {
+	return fmt.Sprintf("%t.%d.%s.%s", l.Blocked, l.Waiting,
+		base64.RawURLEncoding.EncodeToString([]byte(l.Route)), base64.RawURLEncoding.EncodeToString([]byte(l.Key)))
+}
+
+// parseLaneCursor reads laneCursor's text; nil for "" (the first page).
+func parseLaneCursor(s string) (*pgstore.LanePlace, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) != 4 || (parts[0] != "true" && parts[0] != "false") {
+		return nil, badCursor()
+	}
+	waiting, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || waiting < 0 {
+		return nil, badCursor()
+	}
+	var text [2]string
+	for i, part := range parts[2:] {
+		b, err := base64.RawURLEncoding.DecodeString(part)
+		// Postgres would refuse such text with an error we would report
+		// as a 500.
+		if err != nil || !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 {
+			return nil, badCursor()
+		}
+		text[i] = string(b)
+	}
+	return &pgstore.LanePlace{Blocked: parts[0] == "true", Waiting: waiting, Route: text[0], Key: text[1]}, nil
 }
 
 // schedule finds a configured schedule by name.

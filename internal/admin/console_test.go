@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +153,53 @@ func TestConsoleEndpoints(t *testing.T) {
 		2, 1, ids[3])
 	if fmt.Sprint(actions) != want {
 		t.Fatalf("audit: %v, want %s", actions, want)
+	}
+}
+
+// GET /v1/lanes pages like every list: next is "" only on the last page,
+// and passed as after it resumes where the page ended, in the list's
+// order (blocked first, then the longest, then by route and key), whatever
+// the route and key hold.
+func TestLanesPages(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, true)
+	e := serve(t, Config{}, st, zaptest.NewLogger(t))
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "block", GapTimeout: time.Minute, GapPolicy: "park"}
+	var jobs []pgstore.NewJob
+	offset := int64(0)
+	for _, l := range []struct {
+		queue, key string
+		jobs       int
+	}{{"other", "d", 2}, {"q", "a é", 3}, {"q", "b.1", 2}, {"q", "c", 2}} {
+		for range l.jobs {
+			j := newJob(l.queue, l.key, offset)
+			j.Lane = lane
+			jobs = append(jobs, j)
+			offset++
+		}
+	}
+	seed(t, st, jobs, nil)
+	kill(t, st, claim(t, st, "other", 1)[0]) // d's head dies: d is blocked, one job behind it
+
+	var got []string
+	path := "/v1/lanes?limit=2"
+	for range 3 {
+		p := decode[page[pgstore.LaneRow]](t, e.get(t, path).must(t, http.StatusOK))
+		for _, l := range p.Items {
+			got = append(got, fmt.Sprintf("%s:%t:%d", l.Key, l.Blocked, l.Waiting))
+		}
+		if p.Next == "" {
+			break
+		}
+		path = "/v1/lanes?limit=2&after=" + url.QueryEscape(p.Next)
+	}
+	if want := []string{"d:true:1", "a é:false:2", "b.1:false:1", "c:false:1"}; !slices.Equal(got, want) {
+		t.Fatalf("lanes over pages of 2: %q, want %q", got, want)
+	}
+	if p := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes?limit=4").must(t, http.StatusOK)); len(p.Items) != 4 || p.Next != "" {
+		t.Fatalf("a page as long as the list: %d lanes, next %q; want 4 and no next", len(p.Items), p.Next)
+	}
+	for _, bad := range []string{"17", "x", "true.1.b3JkZXJz", "true.1.b3JkZXJz.!!"} {
+		wantError(t, e.get(t, "/v1/lanes?after="+url.QueryEscape(bad)), http.StatusBadRequest, "after")
 	}
 }
