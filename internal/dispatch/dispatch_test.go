@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1094,4 +1097,48 @@ func TestWakeWhileLentIsClaimedWhenTheWorkersComeBack(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "the other process's job to succeed", func() bool {
 		return states(t, store)["succeeded"] == 1
 	})
+}
+
+// A target's Retry-After over the route's backoff.max is capped, and the
+// job's error says so: it must not read as if the retry were that far off.
+func TestRetryAfterCappedSaysSo(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 5)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "100")
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	target, err := workers.NewHTTPTarget(workers.HTTPTargetConfig{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{
+		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: 5 * time.Second, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond}},
+		Backoff: map[string]Backoff{"r": {Initial: time.Millisecond, Max: 30 * time.Second}},
+		Grace:   time.Second,
+		Resolve: func(*workers.Job) (workers.Handler, error) { return target, nil },
+	}, store, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop(context.Background()) //nolint:errcheck
+	testenv.Eventually(t, 30*time.Second, "retrying", func() bool { return states(t, store)["retrying"] == 1 })
+	var wait time.Duration
+	var lastError string
+	if err := store.Pool().QueryRow(context.Background(),
+		`SELECT (extract(epoch FROM scheduled_at - now()) * 1000)::bigint * interval '1 millisecond', last_error FROM all_jobs`).
+		Scan(&wait, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if wait < 29*time.Second || wait > 30*time.Second {
+		t.Fatalf("next attempt in %s, want ~30s: Retry-After capped by backoff.max", wait)
+	}
+	if want := "backoff.max caps the retry at 30s: retry after 1m40s: http target: status 503"; !strings.HasPrefix(lastError, want) {
+		t.Fatalf("last_error %q, want it to start %q", lastError, want)
+	}
 }
