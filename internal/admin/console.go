@@ -1,15 +1,14 @@
 package admin
 
 import (
-	"bytes"
-	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -132,37 +131,35 @@ func (s *Server) laneList(w http.ResponseWriter, r *http.Request) error {
 
 // laneCursor is the cursor of GET /v1/lanes: a lane's place in the list
 // (pgstore.LanePlace), as blocked.waiting.route.key with route and key in
-// unpadded base64url, so that the cursor is plain in a URL whatever a
-// key holds. Lanes have no id to page by.
+// lower-case hex, so that the cursor is plain in a URL whatever a key
+// holds, and its form is a pattern openapi.json can state exactly. Lanes
+// have no id to page by.
 func laneCursor(l pgstore.LaneRow) string {
-	return fmt.Sprintf("%t.%d.%s.%s", l.Blocked, l.Waiting,
-		base64.RawURLEncoding.EncodeToString([]byte(l.Route)), base64.RawURLEncoding.EncodeToString([]byte(l.Key)))
+	return fmt.Sprintf("%t.%d.%x.%x", l.Blocked, l.Waiting, l.Route, l.Key)
 }
+
+// laneCursorForm is openapi.json's pattern of a lane cursor: every cursor
+// of that form is accepted. Eighteen digits at most keep waiting an int64.
+var laneCursorForm = regexp.MustCompile(`^(true|false)\.([0-9]{1,18})\.((?:[0-9a-f]{2})*)\.((?:[0-9a-f]{2})*)$`)
 
 // parseLaneCursor reads laneCursor's text; nil for "" (the first page).
 func parseLaneCursor(s string) (*pgstore.LanePlace, error) {
 	if s == "" {
 		return nil, nil
 	}
-	parts := strings.Split(s, ".")
-	if len(parts) != 4 || (parts[0] != "true" && parts[0] != "false") {
+	m := laneCursorForm.FindStringSubmatch(s)
+	if m == nil {
 		return nil, badCursor()
 	}
-	waiting, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || waiting < 0 {
-		return nil, badCursor()
+	waiting, _ := strconv.ParseInt(m[2], 10, 64) // at most 18 digits
+	// A cursor this server wrote holds text; a made-up one may hold bytes
+	// that Postgres text refuses, which become U+FFFD: such a cursor is
+	// still a place in the list, and the page starts there.
+	text := func(h string) string {
+		b, _ := hex.DecodeString(h) // pairs of hex digits
+		return strings.ToValidUTF8(strings.ReplaceAll(string(b), "\x00", "\uFFFD"), "\uFFFD")
 	}
-	var text [2]string
-	for i, part := range parts[2:] {
-		b, err := base64.RawURLEncoding.DecodeString(part)
-		// Postgres would refuse such text with an error we would report
-		// as a 500.
-		if err != nil || !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 {
-			return nil, badCursor()
-		}
-		text[i] = string(b)
-	}
-	return &pgstore.LanePlace{Blocked: parts[0] == "true", Waiting: waiting, Route: text[0], Key: text[1]}, nil
+	return &pgstore.LanePlace{Blocked: m[1] == "true", Waiting: waiting, Route: text(m[3]), Key: text(m[4])}, nil
 }
 
 // schedule finds a configured schedule by name.
