@@ -199,6 +199,10 @@ func TestLanesPages(t *testing.T) {
 	if p := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes?limit=4").must(t, http.StatusOK)); len(p.Items) != 4 || p.Next != "" {
 		t.Fatalf("a page as long as the list: %d lanes, next %q; want 4 and no next", len(p.Items), p.Next)
 	}
+	if p := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes?blocked=true&limit=1").must(t, http.StatusOK)); len(p.Items) != 1 ||
+		p.Items[0].Key != "d" || p.Items[0].Waiting != 1 || p.Next != "" {
+		t.Fatalf("blocked lanes: %+v, next %q; want d alone, with its one waiting job", p.Items, p.Next)
+	}
 	for _, bad := range []string{"17", "x", "yes.1.6f.6b", "true.-1.6f.6b", "true.1.6f", "true.1.6f.6", "true.1.6F.6b",
 		"true.1234567890123456789.6f.6b"} {
 		wantError(t, e.get(t, "/v1/lanes?after="+url.QueryEscape(bad)), http.StatusBadRequest, "after")
