@@ -78,7 +78,7 @@ type HTTPTargetConfig struct {
 	// attempt span), and sends the target that span's traceparent in
 	// place of the record's, so that the target's own span is its
 	// child. Nil (the default) starts no span and passes the record's
-	// traceparent through as it is.
+	// traceparent, if valid, through as it is.
 	Tracer trace.Tracer
 }
 
@@ -120,8 +120,8 @@ func (c *HTTPTargetConfig) validate() error {
 //	Switchyard-Token     the attempt's fencing token (an extension to SPEC §5)
 //	Switchyard-Attempt-Secret  proves the attempt to POST /v1/jobs/{id}/checkpoint
 //	Switchyard-Checkpoint      base64 of the last checkpoint an earlier attempt saved
-//	traceparent          when the record carried one; with a Tracer, the
-//	                     call's client span's instead
+//	traceparent          when the record carried a valid one; with a Tracer,
+//	                     the call's client span's instead
 //	Switchyard-Header-<name>  each other record header, repeated keys as repeated values
 //
 // Switchyard-Token increases with every lease of a job, so a target that
@@ -129,7 +129,8 @@ func (c *HTTPTargetConfig) validate() error {
 // whose lease has already been taken over.
 //
 // Record headers are matched by name case-insensitively, as HTTP will treat
-// them anyway; for content-type and traceparent the first usable one wins.
+// them anyway; for content-type and traceparent the first usable one wins
+// (for traceparent, the first valid W3C one).
 // A header whose name is not an HTTP token, or whose value holds control
 // characters (CR and LF included), is left out rather than failing the job:
 // a record's headers are the producer's data, and one odd header must not
@@ -371,8 +372,10 @@ func setRequestHeaders(h http.Header, job *Job) {
 			if contentType == "" && validHeaderValue(v) {
 				contentType = v
 			}
-		case strings.EqualFold(rh.Key, "traceparent"):
-			if traceparent == "" && validHeaderValue(v) {
+		case strings.EqualFold(rh.Key, tracing.HeaderName):
+			// Only a valid W3C traceparent: anything else would root the
+			// target's trace in garbage.
+			if traceparent == "" && tracing.Parse(v).IsValid() {
 				traceparent = v
 			}
 		case validHeaderName(rh.Key) && validHeaderValue(v):

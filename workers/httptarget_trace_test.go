@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/codes"
@@ -99,5 +101,35 @@ func TestHTTPTargetWithoutTracerPassesTheRecordsTraceparent(t *testing.T) {
 	}
 	if r := <-got; r.header.Get("Traceparent") != recordTraceparent {
 		t.Errorf("traceparent %q, want the record's %q", r.header.Get("Traceparent"), recordTraceparent)
+	}
+}
+
+// Only a valid W3C traceparent of the record's goes to the target: one
+// that is not (a producer's typo, another format) would start the
+// target's trace from garbage, so it is dropped, and the first valid one,
+// if any, goes instead.
+func TestHTTPTargetDropsAnInvalidTraceparent(t *testing.T) {
+	t.Parallel()
+	srv, got := recordingServer(t)
+	target := newTestTarget(t, HTTPTargetConfig{URL: srv.URL})
+	for _, c := range []struct {
+		name          string
+		headers, want []string
+	}{
+		{"not a traceparent", []string{"hello"}, nil},
+		{"all-zero trace id", []string{"00-00000000000000000000000000000000-00f067aa0ba902b7-01"}, nil},
+		{"upper-case hex", []string{strings.ToUpper(recordTraceparent)}, nil},
+		{"an invalid one, then a valid one", []string{"00-xyz", recordTraceparent}, []string{recordTraceparent}},
+	} {
+		job := &Job{ID: 7, Kind: "k", Queue: "q", Attempt: 1}
+		for _, v := range c.headers {
+			job.Headers = append(job.Headers, Header{Key: "traceparent", Value: []byte(v)})
+		}
+		if err := target.Handle(context.Background(), job); err != nil {
+			t.Fatal(err)
+		}
+		if sent := (<-got).header.Values("Traceparent"); !slices.Equal(sent, c.want) {
+			t.Errorf("%s: the target got traceparent %q, want %q", c.name, sent, c.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // The text for people: tables, the next page's command, a DLQ entry's
@@ -247,5 +248,44 @@ func TestCLIRetryNow(t *testing.T) {
 	code, _, stderr = runCLI("jobs", "retry", "--config", cfg, fmt.Sprint(id))
 	if code != exitFailure || !strings.Contains(stderr, pgstore.NotWaiting(id)) {
 		t.Errorf("jobs retry of a queued job: exit %d, stderr %s", code, stderr)
+	}
+}
+
+// dlq redrive and dlq discard of an entry re-driven already fail with the
+// admin API's reason, naming the job the entry made, not a generic
+// conflict; the entry stays.
+func TestCLIDLQActionsOnARedrivenEntry(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := store.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "t", Kind: "k", Queue: "q",
+		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{}); err != nil {
+		t.Fatal(err)
+	}
+	j := testenv.ClaimOne(t, store, "q")
+	if c, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: jobstate.Dead,
+		Reason: "permanent", Error: "HTTP 422"}}); err != nil || !c.Applied[j.Token] {
+		t.Fatalf("complete dead: %v %v", c.Applied, err)
+	}
+	var entry int64
+	if err := store.Pool().QueryRow(ctx, `SELECT id FROM dlq_entries WHERE job_id = $1`, j.ID).Scan(&entry); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.DLQRedrive(ctx, entry, "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("entry %d was re-driven already, to job %d", entry, j.ID)
+	for _, verb := range []string{"redrive", "discard"} {
+		code, stdout, stderr := runCLI("dlq", verb, "--config", cfg, fmt.Sprint(entry))
+		if code != exitFailure || !strings.Contains(stderr, want) {
+			t.Errorf("dlq %s of a re-driven entry: exit %d, want %d and %q\nstdout: %s\nstderr: %s",
+				verb, code, exitFailure, want, stdout, stderr)
+		}
+	}
+	if _, err := store.DLQGet(ctx, entry); err != nil {
+		t.Fatalf("the re-driven entry after the refused actions: %v", err)
 	}
 }

@@ -97,7 +97,10 @@ func notFoundAs(err error, what string, id int64) error {
 	switch {
 	case errors.Is(err, pgstore.ErrNotFound):
 		return fmt.Errorf("%s %d not found", what, id)
-	case errors.Is(err, pgstore.ErrConflict):
+	case err == pgstore.ErrConflict:
+		// Bare, the conflict says nothing of its own. One that wraps it
+		// says why (pgstore.ErrRedriven names the job the entry made), as
+		// the admin API's 409 does, and is shown as it is.
 		return fmt.Errorf("%s %d is not in a state that allows this", what, id)
 	}
 	return err
@@ -560,7 +563,9 @@ func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr
 	}
 	about := `
 Drops a DLQ entry for good: its record is not made a job again (it is
-still in Kafka until the topic's retention ends).
+still in Kafka until the topic's retention ends). An entry re-driven
+already is refused: it answers for the job it made, which is what to act
+on now.
 
 example:
   switchyard dlq discard 17`

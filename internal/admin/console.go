@@ -1,10 +1,13 @@
 package admin
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/internal/dlq"
@@ -112,15 +115,50 @@ func (s *Server) laneList(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return badRequest("blocked", "blocked must be true or false")
 	}
-	lanes, err := s.store.LaneList(r.Context(), q.filters["route"], blocked, q.limit)
+	after, err := parseLaneCursor(q.after)
 	if err != nil {
 		return err
 	}
-	if lanes == nil {
-		lanes = []pgstore.LaneRow{}
+	lanes, err := s.store.LaneList(r.Context(), pgstore.LaneFilter{Route: q.filters["route"], BlockedOnly: blocked,
+		After: after, Limit: q.limit + 1})
+	if err != nil {
+		return err
 	}
-	s.writeJSON(w, http.StatusOK, page[pgstore.LaneRow]{Items: lanes})
+	s.writeJSON(w, http.StatusOK, newPage(lanes, q.limit, laneCursor))
 	return nil
+}
+
+// laneCursor is the cursor of GET /v1/lanes: a lane's place in the list
+// (pgstore.LanePlace), as blocked.waiting.route.key with route and key in
+// lower-case hex, so that the cursor is plain in a URL whatever a key
+// holds, and its form is a pattern openapi.json can state exactly. Lanes
+// have no id to page by.
+func laneCursor(l pgstore.LaneRow) string {
+	return fmt.Sprintf("%t.%d.%x.%x", l.Blocked, l.Waiting, l.Route, l.Key)
+}
+
+// laneCursorForm is openapi.json's pattern of a lane cursor: every cursor
+// of that form is accepted. Eighteen digits at most keep waiting an int64.
+var laneCursorForm = regexp.MustCompile(`^(true|false)\.([0-9]{1,18})\.((?:[0-9a-f]{2})*)\.((?:[0-9a-f]{2})*)$`)
+
+// parseLaneCursor reads laneCursor's text; nil for "" (the first page).
+func parseLaneCursor(s string) (*pgstore.LanePlace, error) {
+	if s == "" {
+		return nil, nil
+	}
+	m := laneCursorForm.FindStringSubmatch(s)
+	if m == nil {
+		return nil, badCursor()
+	}
+	waiting, _ := strconv.ParseInt(m[2], 10, 64) // at most 18 digits
+	// A cursor this server wrote holds text; a made-up one may hold bytes
+	// that Postgres text refuses, which become U+FFFD: such a cursor is
+	// still a place in the list, and the page starts there.
+	text := func(h string) string {
+		b, _ := hex.DecodeString(h) // pairs of hex digits
+		return strings.ToValidUTF8(strings.ReplaceAll(string(b), "\x00", "\uFFFD"), "\uFFFD")
+	}
+	return &pgstore.LanePlace{Blocked: m[1] == "true", Waiting: waiting, Route: text(m[3]), Key: text(m[4])}, nil
 }
 
 // schedule finds a configured schedule by name.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +92,20 @@ func TestConsoleEndpoints(t *testing.T) {
 	if c := decode[count](t, e.get(t, "/v1/dlq/count?queue=bulk").must(t, http.StatusOK)); c.Count != 0 {
 		t.Fatalf("count after: %d, want 0", c.Count)
 	}
+	// A re-driven entry is neither re-driven nor discarded again: 409
+	// naming its job, and its id still answers.
+	var entry, redriveJob int64
+	if err := st.Pool().QueryRow(ctx, `SELECT id, redrive_job_id FROM dlq_entries ORDER BY id LIMIT 1`).
+		Scan(&entry, &redriveJob); err != nil {
+		t.Fatal(err)
+	}
+	for _, action := range []string{"redrive", "discard"} {
+		got := wantError(t, e.do(t, "POST", fmt.Sprintf("/v1/dlq/%d/%s", entry, action), nil, ""), http.StatusConflict, "")
+		if want := fmt.Sprintf("entry %d was re-driven already, to job %d", entry, redriveJob); !strings.Contains(got.Error, want) {
+			t.Errorf("%s of a re-driven entry: %q, want it to say %q", action, got.Error, want)
+		}
+	}
+	e.get(t, fmt.Sprintf("/v1/dlq/%d", entry)).must(t, http.StatusOK)
 
 	// Lanes: the interactive lane, with two waiting behind its head.
 	lanes := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes").must(t, http.StatusOK))
@@ -137,4 +154,60 @@ func TestConsoleEndpoints(t *testing.T) {
 	if fmt.Sprint(actions) != want {
 		t.Fatalf("audit: %v, want %s", actions, want)
 	}
+}
+
+// GET /v1/lanes pages like every list: next is "" only on the last page,
+// and passed as after it resumes where the page ended, in the list's
+// order (blocked first, then the longest, then by route and key), whatever
+// the route and key hold.
+func TestLanesPages(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, true)
+	e := serve(t, Config{}, st, zaptest.NewLogger(t))
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "block", GapTimeout: time.Minute, GapPolicy: "park"}
+	var jobs []pgstore.NewJob
+	offset := int64(0)
+	for _, l := range []struct {
+		queue, key string
+		jobs       int
+	}{{"other", "d", 2}, {"q", "a é", 3}, {"q", "b.1", 2}, {"q", "c", 2}} {
+		for range l.jobs {
+			j := newJob(l.queue, l.key, offset)
+			j.Lane = lane
+			jobs = append(jobs, j)
+			offset++
+		}
+	}
+	seed(t, st, jobs, nil)
+	kill(t, st, claim(t, st, "other", 1)[0]) // d's head dies: d is blocked, one job behind it
+
+	var got []string
+	path := "/v1/lanes?limit=2"
+	for range 3 {
+		p := decode[page[pgstore.LaneRow]](t, e.get(t, path).must(t, http.StatusOK))
+		for _, l := range p.Items {
+			got = append(got, fmt.Sprintf("%s:%t:%d", l.Key, l.Blocked, l.Waiting))
+		}
+		if p.Next == "" {
+			break
+		}
+		path = "/v1/lanes?limit=2&after=" + url.QueryEscape(p.Next)
+	}
+	if want := []string{"d:true:1", "a é:false:2", "b.1:false:1", "c:false:1"}; !slices.Equal(got, want) {
+		t.Fatalf("lanes over pages of 2: %q, want %q", got, want)
+	}
+	if p := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes?limit=4").must(t, http.StatusOK)); len(p.Items) != 4 || p.Next != "" {
+		t.Fatalf("a page as long as the list: %d lanes, next %q; want 4 and no next", len(p.Items), p.Next)
+	}
+	if p := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes?blocked=true&limit=1").must(t, http.StatusOK)); len(p.Items) != 1 ||
+		p.Items[0].Key != "d" || p.Items[0].Waiting != 1 || p.Next != "" {
+		t.Fatalf("blocked lanes: %+v, next %q; want d alone, with its one waiting job", p.Items, p.Next)
+	}
+	for _, bad := range []string{"17", "x", "yes.1.6f.6b", "true.-1.6f.6b", "true.1.6f", "true.1.6f.6", "true.1.6F.6b",
+		"true.1234567890123456789.6f.6b"} {
+		wantError(t, e.get(t, "/v1/lanes?after="+url.QueryEscape(bad)), http.StatusBadRequest, "after")
+	}
+	// A made-up cursor of the right form is a place in the list too, even
+	// when its bytes are no text Postgres takes.
+	e.get(t, "/v1/lanes?after=false.0.ff00.00").must(t, http.StatusOK)
 }

@@ -224,6 +224,32 @@ func TestEnqueueKeyReusedForAnotherBody(t *testing.T) {
 	}
 }
 
+// A full queue answers a used key as a queue with room does: the same
+// body is a retry and gets its job, a different body is the same 409.
+func TestEnqueueKeyReusedWhenQueueFull(t *testing.T) {
+	t.Parallel()
+	e := enqueueEnv(t)
+	first := e.enqueue(t, "/v1/queues/small/jobs?kind=s", "s-1", "", "body-1").must(t, http.StatusAccepted)
+	e.enqueue(t, "/v1/queues/small/jobs?kind=s", "s-2", "", "body-2").must(t, http.StatusAccepted)
+	wantError(t, e.enqueue(t, "/v1/queues/small/jobs?kind=s", "s-3", "", "body-3"), http.StatusTooManyRequests, "queue")
+
+	retry := e.enqueue(t, "/v1/queues/small/jobs?kind=s", "s-1", "", "body-1").must(t, http.StatusAccepted)
+	if retry.header.Get("Location") != first.header.Get("Location") {
+		t.Errorf("retry's Location %q, want the first job's %q", retry.header.Get("Location"), first.header.Get("Location"))
+	}
+	r := e.enqueue(t, "/v1/queues/small/jobs?kind=s", "s-1", "", "DIFFERENT body")
+	got := wantError(t, r, http.StatusConflict, "Idempotency-Key")
+	if !strings.Contains(got.Error, "different body") {
+		t.Errorf("error %q, want the 409 of a key reused for a different body", got.Error)
+	}
+	if r.header.Get("Location") != first.header.Get("Location") {
+		t.Errorf("Location %q, want the first job's %q", r.header.Get("Location"), first.header.Get("Location"))
+	}
+	if n := count(t, e, `SELECT count(*) FROM all_jobs`); n != 2 {
+		t.Fatalf("%d jobs, want 2", n)
+	}
+}
+
 func count(t *testing.T, e *env, sql string) int {
 	t.Helper()
 	var n int

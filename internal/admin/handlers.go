@@ -30,12 +30,13 @@ type page[T any] struct {
 
 // newPage trims rows fetched with limit+1 to limit. The extra row tells
 // whether another page exists, so next is "" exactly on the last page and
-// a client never has to fetch an empty one.
-func newPage[T any](rows []T, limit int, id func(T) int64) page[T] {
+// a client never has to fetch an empty one. cursor is the list's cursor
+// of a row: where the next page starts after it.
+func newPage[T any](rows []T, limit int, cursor func(T) string) page[T] {
 	p := page[T]{Items: rows}
 	if len(rows) > limit {
 		p.Items = rows[:limit]
-		p.Next = strconv.FormatInt(id(rows[limit-1]), 10)
+		p.Next = cursor(rows[limit-1])
 	}
 	if p.Items == nil {
 		p.Items = []T{} // "items": [] rather than null
@@ -102,14 +103,18 @@ func (s *Server) jobList(w http.ResponseWriter, r *http.Request) error {
 	if err := oneOf(q, "state", jobstate.All); err != nil {
 		return err
 	}
+	after, err := q.afterID()
+	if err != nil {
+		return err
+	}
 	jobs, err := s.store.JobList(r.Context(), pgstore.JobFilter{
 		State: jobstate.State(q.filters["state"]), Queue: q.filters["queue"], Key: q.filters["key"], Route: q.filters["route"],
-		After: q.after, Limit: q.limit + 1,
+		After: after, Limit: q.limit + 1,
 	})
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, http.StatusOK, newPage(jobs, q.limit, func(j pgstore.JobRow) int64 { return j.ID }))
+	s.writeJSON(w, http.StatusOK, newPage(jobs, q.limit, func(j pgstore.JobRow) string { return idCursor(j.ID) }))
 	return nil
 }
 
@@ -140,14 +145,18 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) error {
 	if err := oneOf(q, "state", pgstore.DLQStates); err != nil {
 		return err
 	}
+	after, err := q.afterID()
+	if err != nil {
+		return err
+	}
 	entries, err := s.store.DLQList(r.Context(), pgstore.DLQFilter{
 		Queue: q.filters["queue"], Reason: q.filters["reason"], Route: q.filters["route"], State: q.filters["state"],
-		After: q.after, Limit: q.limit + 1,
+		After: after, Limit: q.limit + 1,
 	})
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, http.StatusOK, newPage(entries, q.limit, func(e pgstore.DLQEntry) int64 { return e.ID }))
+	s.writeJSON(w, http.StatusOK, newPage(entries, q.limit, func(e pgstore.DLQEntry) string { return idCursor(e.ID) }))
 	return nil
 }
 
@@ -264,14 +273,18 @@ func (s *Server) auditList(w http.ResponseWriter, r *http.Request) error {
 	if err := oneOf(q, "action", pgstore.AuditActions); err != nil {
 		return err
 	}
+	before, err := q.afterID()
+	if err != nil {
+		return err
+	}
 	entries, err := s.store.AuditList(r.Context(), pgstore.AuditFilter{
 		Actor: q.filters["actor"], Action: q.filters["action"], Target: q.filters["target"],
-		Before: q.after, Limit: q.limit + 1,
+		Before: before, Limit: q.limit + 1,
 	})
 	if err != nil {
 		return err
 	}
-	s.writeJSON(w, http.StatusOK, newPage(entries, q.limit, func(e pgstore.AuditEntry) int64 { return e.ID }))
+	s.writeJSON(w, http.StatusOK, newPage(entries, q.limit, func(e pgstore.AuditEntry) string { return idCursor(e.ID) }))
 	return nil
 }
 

@@ -17,12 +17,13 @@ const (
 type listQuery struct {
 	filters map[string]string // filter name → value; absent or "" means no filter
 	limit   int
-	after   int64
+	after   string // the cursor: a previous page's next, "" for the first page
 }
 
 // parseList reads a list endpoint's query string, whose names
 // checkParams has already checked: limit and after, and every other
-// parameter as a filter.
+// parameter as a filter. What after holds is the endpoint's to read
+// (afterID, or a cursor of its own).
 func parseList(r *http.Request) (listQuery, error) {
 	q := listQuery{filters: map[string]string{}, limit: defaultLimit}
 	for name, vs := range r.URL.Query() {
@@ -41,14 +42,28 @@ func parseList(r *http.Request) (listQuery, error) {
 		}
 		q.limit = n
 	}
-	if v := q.filters["after"]; v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return listQuery{}, badRequest("after", "after must be a cursor from a previous page's next")
-		}
-		q.after = n
-	}
+	q.after = q.filters["after"]
 	return q, nil
+}
+
+// afterID reads the cursor of a list in id order: the id of the previous
+// page's last item (idCursor), 0 for the first page.
+func (q listQuery) afterID() (int64, error) {
+	if q.after == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(q.after, 10, 64)
+	if err != nil || n < 0 {
+		return 0, badCursor()
+	}
+	return n, nil
+}
+
+// idCursor is the cursor of a list in id order.
+func idCursor(id int64) string { return strconv.FormatInt(id, 10) }
+
+func badCursor() error {
+	return badRequest("after", "after must be a cursor from a previous page's next")
 }
 
 // oneOf checks an enumerated filter against its allow-list.

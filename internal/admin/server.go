@@ -164,7 +164,7 @@ func (s *Server) routes() http.Handler {
 		{"POST", "/v1/dlq/{id}/discard", nil, s.dlqDiscard},
 		{"GET", "/v1/dlq/count", []string{"queue", "reason", "route"}, s.dlqCount},
 		{"POST", "/v1/dlq/redrive", []string{"queue", "reason", "route", "expect"}, s.dlqRedriveMatching},
-		{"GET", "/v1/lanes", []string{"route", "blocked", "limit"}, s.laneList},
+		{"GET", "/v1/lanes", append([]string{"route", "blocked"}, listParams...), s.laneList},
 		{"GET", "/v1/schedules", nil, s.scheduleList},
 		{"POST", "/v1/schedules/{name}/pause", nil, s.setPause(pgstore.PauseSchedule, true)},
 		{"POST", "/v1/schedules/{name}/resume", nil, s.setPause(pgstore.PauseSchedule, false)},

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1094,4 +1098,82 @@ func TestWakeWhileLentIsClaimedWhenTheWorkersComeBack(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "the other process's job to succeed", func() bool {
 		return states(t, store)["succeeded"] == 1
 	})
+}
+
+// A target's Retry-After over the route's backoff.max is capped, and the
+// job's error says so: it must not read as if the retry were that far off.
+func TestRetryAfterCappedSaysSo(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 5)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "100")
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	target, err := workers.NewHTTPTarget(workers.HTTPTargetConfig{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{
+		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: 5 * time.Second, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond}},
+		Backoff: map[string]Backoff{"r": {Initial: time.Millisecond, Max: 30 * time.Second}},
+		Grace:   time.Second,
+		Resolve: func(*workers.Job) (workers.Handler, error) { return target, nil },
+	}, store, zaptest.NewLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop(context.Background()) //nolint:errcheck
+	testenv.Eventually(t, 30*time.Second, "retrying", func() bool { return states(t, store)["retrying"] == 1 })
+	var wait time.Duration
+	var lastError string
+	if err := store.Pool().QueryRow(context.Background(),
+		`SELECT (extract(epoch FROM scheduled_at - now()) * 1000)::bigint * interval '1 millisecond', last_error FROM all_jobs`).
+		Scan(&wait, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if wait < 29*time.Second || wait > 30*time.Second {
+		t.Fatalf("next attempt in %s, want ~30s: Retry-After capped by backoff.max", wait)
+	}
+	if want := "backoff.max caps the retry at 30s: retry after 1m40s: http target: status 503"; !strings.HasPrefix(lastError, want) {
+		t.Fatalf("last_error %q, want it to start %q", lastError, want)
+	}
+}
+
+// SPEC §5: a permanent 4xx's error holds the status and the first 4 KiB of
+// the body, whole: the text before the body does not eat into it. The
+// job's history keeps each attempt's error to 1 KiB.
+func TestPermanentErrorHoldsTheFirst4KiBOfTheBody(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 5)
+	body := strings.Repeat("0123456789abcdef", 320) // 5 KiB
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	target, err := workers.NewHTTPTarget(workers.HTTPTargetConfig{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, store, 1, 5*time.Second, target)
+	testenv.Eventually(t, 30*time.Second, "dead", func() bool { return states(t, store)["dead"] == 1 })
+	var lastError, entryError, history string
+	if err := store.Pool().QueryRow(context.Background(), `SELECT j.last_error, d.last_error, j.errors->0->>'error'
+		FROM all_jobs j JOIN dlq_entries d ON d.job_id = j.id`).Scan(&lastError, &entryError, &history); err != nil {
+		t.Fatal(err)
+	}
+	want := "permanent: http target: status 404 Not Found: " + body[:4096]
+	if lastError != want || entryError != want {
+		t.Fatalf("last_error of %d bytes (DLQ entry's %d), want the %d of the status and the body's first 4096 bytes:\n%.120q…",
+			len(lastError), len(entryError), len(want), lastError)
+	}
+	if history != want[:1024] {
+		t.Fatalf("the attempt's history entry is %d bytes, want the error's first 1024", len(history))
+	}
 }

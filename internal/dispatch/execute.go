@@ -212,6 +212,11 @@ func (p *pool) outcome(job *workers.Job, err error) pgstore.Outcome {
 	default:
 		o.State = jobstate.Retrying
 		o.Delay = p.env.backoff(job, err)
+		if asked, ok := workers.RetryDelay(err); ok && o.Delay < asked {
+			// The error names the delay asked for ("retry after 1m40s");
+			// recorded alone, it would read as when the retry runs.
+			err = fmt.Errorf("backoff.max caps the retry at %s: %w", o.Delay, err)
+		}
 	}
 	o.Error = err.Error()
 	return o

@@ -146,7 +146,8 @@ func (s *Service) record(ctx context.Context, e pgstore.DLQEntry) (*kgo.Record, 
 	return rec, nil
 }
 
-// Discard removes an entry for good; a lane it was blocking moves on.
+// Discard removes an entry for good; a lane it was blocking moves on. An
+// entry re-driven already is pgstore.ErrRedriven, as for Redrive.
 func (s *Service) Discard(ctx context.Context, id int64, by string) error {
 	return s.store.DLQDiscard(ctx, id, by)
 }

@@ -125,24 +125,25 @@ func (e *Enqueuer) enqueue(ctx context.Context, req EnqueueRequest,
 	if err != nil {
 		return EnqueueResult{}, err
 	}
+	full := false
 	if limit > 0 {
 		depth, err := e.store.QueueDepth(ctx, req.Queue, limit)
 		if err != nil {
 			return EnqueueResult{}, err
 		}
-		if depth >= limit {
-			// A retry of a request that was accepted gets its answer again.
-			found, err := e.store.JobFind(ctx, j.Route, j.Origin, j.DedupeKey)
-			if errors.Is(err, pgstore.ErrNotFound) {
-				return EnqueueResult{}, ErrQueueFull
-			}
-			if err != nil {
-				return EnqueueResult{}, err
-			}
-			return EnqueueResult{ID: found.ID, State: found.State}, nil
-		}
+		full = depth >= limit
 	}
-	enq, err := insert(ctx, *j)
+	var enq pgstore.Enqueued
+	if full {
+		// A key that made a job is answered as if the queue had room: a
+		// retry gets its job, a different body the same ErrKeyReused.
+		enq, err = e.store.JobFindEnqueued(ctx, *j)
+		if errors.Is(err, pgstore.ErrNotFound) {
+			return EnqueueResult{}, ErrQueueFull
+		}
+	} else {
+		enq, err = insert(ctx, *j)
+	}
 	if err != nil {
 		return EnqueueResult{}, err
 	}

@@ -94,16 +94,15 @@ func (s *Store) jobEnqueue(ctx context.Context, tx pgx.Tx, j NewJob) (Enqueued, 
 	return e, err
 }
 
-// JobFind returns the job of a dedupe key in an origin's namespace, or
-// ErrNotFound.
-func (s *Store) JobFind(ctx context.Context, route, origin, dedupeKey string) (JobRow, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs_by_id(ARRAY(SELECT job_id FROM job_keys
-		WHERE route = $1 AND origin = $2 AND dedupe_key = $3))`, route, origin, dedupeKey)
-	if err != nil {
-		return JobRow{}, err
-	}
-	j, err := pgx.CollectExactlyOneRow(rows, scanJob)
-	return j, notFound(err)
+// JobFindEnqueued is what JobEnqueue answers for j when its dedupe key
+// already made a job, without making one when it did not (ErrNotFound):
+// for a caller that may not add a job, such as the enqueue API when the
+// queue is full, yet owes a retry its answer.
+func (s *Store) JobFindEnqueued(ctx context.Context, j NewJob) (Enqueued, error) {
+	var e Enqueued
+	err := s.pool.QueryRow(ctx, `SELECT * FROM job_found($1, $2, $3, $4)`,
+		j.Route, j.origin(), j.DedupeKey, nonNilByte(j.Payload)).Scan(&e.ID, &e.State, &e.Created, &e.SamePayload)
+	return e, notFound(err)
 }
 
 // ScheduleKeys names one schedule's jobs (origin schedule): those under

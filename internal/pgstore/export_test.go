@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The batch statements whose plans TestBatchStatementsJoinByPrimaryKey
@@ -59,4 +61,16 @@ func (s *Store) SetDepthReuse(reuse func(took time.Duration) time.Duration) {
 	s.depthMu.Lock()
 	defer s.depthMu.Unlock()
 	s.depthReuse, s.depth = reuse, depthCount{}
+}
+
+// JobFind returns the job of a dedupe key in an origin's namespace, or
+// ErrNotFound: which job a key made, for tests of dedupe.
+func (s *Store) JobFind(ctx context.Context, route, origin, dedupeKey string) (JobRow, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs_by_id(ARRAY(SELECT job_id FROM job_keys
+		WHERE route = $1 AND origin = $2 AND dedupe_key = $3))`, route, origin, dedupeKey)
+	if err != nil {
+		return JobRow{}, err
+	}
+	j, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	return j, notFound(err)
 }

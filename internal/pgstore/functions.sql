@@ -414,6 +414,20 @@ LANGUAGE sql AS $$
     RETURNING j.kind
 $$;
 
+-- job_found is job_enqueue's answer for a dedupe key that already made a
+-- job in its origin's namespace (no row: it made none): created false,
+-- and same_payload, whether the job carries p_payload. The one
+-- definition of a retry, for job_enqueue and for the enqueue API's
+-- answer when the queue is full (pgstore.JobFindEnqueued).
+CREATE OR REPLACE FUNCTION job_found(p_route text, p_origin text, p_dedupe text, p_payload bytea)
+RETURNS TABLE (job_id bigint, job_state text, created boolean, same_payload boolean)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY SELECT j.id, j.state, false, j.payload = p_payload
+        FROM job_keys k, jobs_by_id(ARRAY[k.job_id]) j
+        WHERE k.route = p_route AND k.origin = p_origin AND k.dedupe_key = p_dedupe;
+END $$;
+
 -- job_enqueue inserts one job that did not come from Kafka (the enqueue
 -- API, the Go client, enqueue() below, a schedule), runnable from
 -- p_run_at (NULL: now), or finds the job its dedupe key already made in
@@ -451,9 +465,7 @@ BEGIN
     IF v_id IS NULL THEN
         -- The conflict waited for the row's transaction to end, so this
         -- statement sees it.
-        RETURN QUERY SELECT j.id, j.state, false, j.payload = p_payload
-            FROM job_keys k, jobs_by_id(ARRAY[k.job_id]) j
-            WHERE k.route = p_route AND k.origin = p_origin AND k.dedupe_key = p_dedupe;
+        RETURN QUERY SELECT * FROM job_found(p_route, p_origin, p_dedupe, p_payload);
         RETURN;
     END IF;
     IF p_lane_policy IS NOT NULL THEN

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,15 @@ func TestDLQHistorySurvivesRedrive(t *testing.T) {
 	e, _ = s.DLQGet(ctx, first)
 	if *e.Redriven.JobState != jobstate.Dead {
 		t.Fatalf("the old entry shows the job %s, want dead", *e.Redriven.JobState)
+	}
+	// The old entry is not discarded either: its job's new entry is
+	// the one to act on, and the old id keeps answering.
+	err = s.DLQDiscard(ctx, first, "oncall")
+	if !errors.Is(err, pgstore.ErrRedriven) || !strings.Contains(err.Error(), fmt.Sprintf("to job %d", jobID)) {
+		t.Fatalf("a discard of the re-driven entry: %v, want ErrRedriven naming job %d", err, jobID)
+	}
+	if _, err := s.DLQGet(ctx, first); err != nil {
+		t.Fatalf("the re-driven entry after a refused discard: %v", err)
 	}
 	list := func(state string) []int64 {
 		es, err := s.DLQList(ctx, pgstore.DLQFilter{State: state, Limit: 10})

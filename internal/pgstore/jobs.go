@@ -1034,7 +1034,7 @@ func (s *Store) JobComplete(ctx context.Context, outs []Outcome) (Completed, err
 	for i, o := range outs {
 		ids[i], tokens[i], states[i], reasons[i], delays[i] = o.ID, o.Token, string(o.State), o.Reason, o.Delay.Milliseconds()
 		if o.Error != "" {
-			e := truncate(o.Error, 4096)
+			e := truncate(o.Error, maxErrorBytes)
 			errs[i] = &e
 		}
 		if o.Result != nil && o.State == jobstate.Succeeded {
@@ -1126,6 +1126,10 @@ const completeSQL = `
 					THEN now() + t.delay_ms * interval '1 millisecond' ELSE j.scheduled_at END,
 				lease_expires_at = NULL, attempt_span = coalesce(t.span, j.attempt_span),
 				last_error = coalesce(t.err, j.last_error),
+				-- Each attempt's history entry is cut at 1024 characters on
+				-- purpose: the history shows how the attempts failed, over
+				-- up to max_attempts entries; last_error keeps the latest
+				-- whole (maxErrorBytes).
 				errors = CASE WHEN t.err IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(
 					jsonb_build_object('attempt', j.attempts, 'error', left(t.err, 1024), 'at', now())) END
 			FROM o AS t
@@ -1375,6 +1379,13 @@ func splitLeases(ls []Lease) ([]int64, []int64) {
 	}
 	return ids, tokens
 }
+
+// maxErrorBytes bounds an attempt's error as a job's last_error (and its
+// DLQ entry's) keeps it: room for the first 4 KiB of an HTTP target's
+// error body (SPEC §5) with the text around it (permanent:, the status
+// line, a retry's note), and for invalid bytes in that body shown as
+// U+FFFD; beyond it a handler's error cannot swell the row.
+const maxErrorBytes = 8 << 10
 
 // truncate cuts s to at most n bytes on a rune boundary and drops
 // invalid UTF-8, which Postgres text would reject (and with it the whole

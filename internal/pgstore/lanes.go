@@ -174,26 +174,62 @@ type LaneRow struct {
 	OldestWaitingAgeSeconds float64         `json:"oldest_waiting_age_seconds"`
 }
 
-// LaneList returns the lanes an operator looks at: the blocked ones
-// first, then (unless blockedOnly) the longest, at most limit, of one
-// route or ("") all. The longest are found by counting the waiting jobs,
-// which reads the waiting jobs' partial index once.
-func (s *Store) LaneList(ctx context.Context, route string, blockedOnly bool, limit int) ([]LaneRow, error) {
+// LaneFilter selects LaneList's lanes: those of Route ("": all), only the
+// blocked ones if BlockedOnly, after After (nil: from the first), at most
+// Limit.
+type LaneFilter struct {
+	Route       string
+	BlockedOnly bool
+	After       *LanePlace
+	Limit       int
+}
+
+// LanePlace is where a lane stands in LaneList's order: blocked lanes
+// first, then by waiting jobs, most first, then by route and key. A page
+// resumes after the place of the previous page's last lane (keyset
+// pagination); the counts move as jobs run, so a lane whose count changed
+// between two pages may show on both, or on neither.
+type LanePlace struct {
+	Blocked    bool
+	Waiting    int64
+	Route, Key string
+}
+
+// Place is the lane's place in LaneList's order.
+func (l LaneRow) Place() LanePlace {
+	return LanePlace{Blocked: l.Blocked, Waiting: l.Waiting, Route: l.Route, Key: l.Key}
+}
+
+// LaneList returns the lanes an operator looks at: the blocked ones and
+// (unless f.BlockedOnly) those with waiting jobs, in LanePlace's order.
+// The waiting jobs are counted by reading their partial index once; only
+// the page's lanes have their heads read.
+func (s *Store) LaneList(ctx context.Context, f LaneFilter) ([]LaneRow, error) {
+	var after LanePlace
+	if f.After != nil {
+		after = *f.After
+	}
 	rows, err := s.pool.Query(ctx, `
 		WITH w AS (
 			SELECT route, key, count(*) AS waiting, min(created_at) AS oldest FROM jobs
 			WHERE state = 'waiting' AND ($1::text IS NULL OR route = $1) GROUP BY route, key
 		), c AS (
-			(SELECT route, key FROM lanes WHERE blocked AND ($1::text IS NULL OR route = $1) ORDER BY route, key LIMIT $2)
-			UNION
-			(SELECT route, key FROM w WHERE NOT $3 ORDER BY waiting DESC, route, key LIMIT $2)
+			SELECT coalesce(b.route, w.route) AS route, coalesce(b.key, w.key) AS key, b.key IS NOT NULL AS blocked,
+				coalesce(w.waiting, 0) AS waiting, w.oldest
+			FROM (SELECT route, key FROM lanes WHERE blocked AND ($1::text IS NULL OR route = $1)) b
+				FULL JOIN w ON w.route = b.route AND w.key = b.key
+			WHERE b.key IS NOT NULL OR NOT $3
+		), p AS (
+			SELECT * FROM c
+			WHERE NOT $4 OR (NOT c.blocked, -c.waiting, c.route, c.key) > (NOT $5, -$6::bigint, $7::text, $8::text)
+			ORDER BY c.blocked DESC, c.waiting DESC, c.route, c.key
+			LIMIT $2
 		)
-		SELECT c.route, c.key, l.head_job_id, j.state, coalesce(l.blocked, false), coalesce(w.waiting, 0),
-			coalesce(extract(epoch FROM now() - w.oldest), 0)::float8
-		FROM c LEFT JOIN lanes l ON l.route = c.route AND l.key = c.key LEFT JOIN jobs j ON j.id = l.head_job_id
-			LEFT JOIN w ON w.route = c.route AND w.key = c.key
-		ORDER BY coalesce(l.blocked, false) DESC, coalesce(w.waiting, 0) DESC, c.route, c.key
-		LIMIT $2`, nullable(route), limit, blockedOnly)
+		SELECT p.route, p.key, l.head_job_id, j.state, p.blocked, p.waiting,
+			coalesce(extract(epoch FROM now() - p.oldest), 0)::float8
+		FROM p LEFT JOIN lanes l ON l.route = p.route AND l.key = p.key LEFT JOIN jobs j ON j.id = l.head_job_id
+		ORDER BY p.blocked DESC, p.waiting DESC, p.route, p.key`,
+		nullable(f.Route), f.Limit, f.BlockedOnly, f.After != nil, after.Blocked, after.Waiting, after.Route, after.Key)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +291,7 @@ func (s *Store) JobApply(ctx context.Context, id, token int64, version *int64, f
 func (s *Store) DLQRedrive(ctx context.Context, entryID int64, by string) (int64, error) {
 	var jobID int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		id, err := lockEntry(ctx, tx, entryID, true)
+		id, err := lockEntry(ctx, tx, entryID)
 		if err != nil {
 			return err
 		}
@@ -304,10 +340,11 @@ func redriveEntry(ctx context.Context, tx pgx.Tx, entryID, jobID int64, by strin
 }
 
 // DLQDiscard removes an entry for good. A dead job stays dead; if it was
-// blocking its lane, the lane moves on to its next job.
+// blocking its lane, the lane moves on to its next job. An entry
+// re-driven already is ErrRedriven, as for a re-drive (lockEntry).
 func (s *Store) DLQDiscard(ctx context.Context, entryID int64, by string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		id, err := lockEntry(ctx, tx, entryID, false)
+		id, err := lockEntry(ctx, tx, entryID)
 		if err != nil && !errors.Is(err, ErrRecordEntry) {
 			return err
 		}
@@ -331,7 +368,7 @@ func (s *Store) DLQDiscard(ctx context.Context, entryID int64, by string) error 
 // entry as it was and returns an error wrapping ErrRefused.
 func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob, by string) (jobID int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := lockEntry(ctx, tx, entryID, true); !errors.Is(err, ErrRecordEntry) {
+		if _, err := lockEntry(ctx, tx, entryID); !errors.Is(err, ErrRecordEntry) {
 			if err == nil {
 				return ErrConflict
 			}
@@ -365,16 +402,21 @@ func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob,
 	return jobID, err
 }
 
-// lockEntry locks a DLQ entry and returns its job id, or ErrRecordEntry.
-// For a re-drive (parked), an entry re-driven already is ErrRedriven.
-func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64, parked bool) (int64, error) {
+// lockEntry locks a parked DLQ entry and returns its job id, or
+// ErrRecordEntry. An entry re-driven already is ErrRedriven, whatever the
+// action: its job, not the entry, is what to act on now. A second
+// re-drive would run the job again; a discard would delete the entry that
+// answers for the job it made (an old id answers until that job is
+// pruned), and, were that job dead again, move its lane past it in the
+// name of an entry that no longer parks it (its new entry does).
+func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64) (int64, error) {
 	var jobID, redriveJob *int64
 	err := tx.QueryRow(ctx, `SELECT job_id, redrive_job_id FROM dlq_entries WHERE id = $1 FOR UPDATE`,
 		entryID).Scan(&jobID, &redriveJob)
 	if err != nil {
 		return 0, notFound(err)
 	}
-	if parked && redriveJob != nil {
+	if redriveJob != nil {
 		return 0, fmt.Errorf("%w: entry %d was re-driven already, to job %d", ErrRedriven, entryID, *redriveJob)
 	}
 	if jobID == nil {
