@@ -55,7 +55,7 @@ routes:
 		Result *struct {
 			ContentType string `json:"content_type"`
 			Bytes       int    `json:"bytes"`
-			Base64      []byte `json:"base64"`
+			Base64      []byte `json:"body_base64"`
 		} `json:"result"`
 	}
 	if err := json.Unmarshal([]byte(body), &job); code != http.StatusOK || err != nil || job.Result == nil ||

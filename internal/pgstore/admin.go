@@ -106,7 +106,7 @@ type LanePosition struct {
 type ResultView struct {
 	ContentType string `json:"content_type"`
 	Bytes       int    `json:"bytes"`
-	Base64      []byte `json:"base64"`
+	Base64      []byte `json:"body_base64"`
 }
 
 // jobLaneSQL reads a job's place in its lane. A lane's waiting jobs are

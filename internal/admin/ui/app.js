@@ -551,7 +551,7 @@ const jobsPage = {
       errorsTable(j.errors)));
     if (j.result) {
       out.push(section("Result", el("p", { class: "kindnote", text: (j.result.content_type || "no content type") }),
-        payloadBlock(j.result.base64, "result")));
+        payloadBlock(j.result.body_base64, "result")));
     }
     return out;
   },
