@@ -365,9 +365,15 @@ func (r *Route) runTime(rec *kgo.Record, in given, now time.Time) (time.Time, *p
 }
 
 // ParseRunAt reads a run time: RFC 3339 (with or without fractional
-// seconds), or integer Unix milliseconds.
+// seconds), or integer Unix milliseconds. 0 is the epoch (at once). A
+// positive integer below minRunAtMillis is refused rather than read as a
+// moment of 1970: it is Unix seconds, a classic slip, and the job would
+// run at once instead of when it was meant to.
 func ParseRunAt(v string) (time.Time, error) {
 	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if ms < 0 || (ms > 0 && ms < minRunAtMillis) {
+			return time.Time{}, fmt.Errorf("%d is not Unix milliseconds of a time since 1973: give milliseconds (%d000 if it is seconds) or RFC 3339", ms, ms)
+		}
 		return time.UnixMilli(ms), nil
 	}
 	at, err := time.Parse(time.RFC3339Nano, v)
@@ -376,6 +382,11 @@ func ParseRunAt(v string) (time.Time, error) {
 	}
 	return at, nil
 }
+
+// minRunAtMillis is 1973-03-03 in Unix milliseconds, and, read as
+// seconds, a time some 1,200 years ahead: an integer run time below it
+// was written in seconds.
+const minRunAtMillis = 100_000_000_000
 
 // checkKey is what a key or dedupe key must be to be stored and compared
 // exactly: text Postgres can hold (valid UTF-8, no NUL: invalid bytes are

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +40,10 @@ func TestRunTime(t *testing.T) {
 			want: &ahead},
 		{name: "unparseable", route: runAt, rec: kgo.Record{Value: []byte(`{"send_at":"tomorrow"}`)},
 			errHas: `run_at: "tomorrow" is neither an RFC 3339 time nor integer Unix milliseconds`},
+		{name: "unix seconds", route: runAt, rec: kgo.Record{Value: fmt.Appendf(nil, `{"send_at":%d}`, ahead.Unix())},
+			errHas: fmt.Sprintf("run_at: %d is not Unix milliseconds of a time since 1973: give milliseconds (%d000 if it is seconds)", ahead.Unix(), ahead.Unix())},
+		{name: "negative", route: runAt, rec: kgo.Record{Value: []byte(`{"send_at":-1}`)}, errHas: "-1 is not Unix milliseconds"},
+		{name: "zero runs now", route: runAt, rec: kgo.Record{Value: []byte(`{"send_at":0}`)}},
 		{name: "an object", route: runAt, rec: kgo.Record{Value: []byte(`{"send_at":{}}`)}, errHas: "run_at"},
 		{name: "too far", route: runAt, rec: kgo.Record{Value: []byte(`{"send_at":9223372036854775807}`)},
 			errHas: "more than 100 years away"},
@@ -97,6 +102,8 @@ func TestRequestRunAt(t *testing.T) {
 		{delay: "soon", errHas: "Switchyard-Delay: \"soon\" is neither"},
 		{delay: "1e30", errHas: "more than 100 years"},
 		{runAt: "noon", errHas: "Switchyard-Run-At: \"noon\" is neither"},
+		{runAt: "1796000000", errHas: "Switchyard-Run-At: 1796000000 is not Unix milliseconds of a time since 1973"},
+		{runAt: strconv.FormatInt(now.Add(time.Minute).UnixMilli(), 10), want: time.Minute},
 		{runAt: "2026-12-01T12:00:30Z", delay: "5", errHas: "not both"},
 	} {
 		at, err := requestRunAt(EnqueueRequest{RunAt: tc.runAt, Delay: tc.delay}, now)
