@@ -543,16 +543,22 @@ BEGIN
     END IF;
     IF r.max_depth > 0 AND (SELECT count(*) FROM (SELECT 1 FROM jobs j WHERE j.queue = $1
             AND j.state IN ('waiting', 'queued', 'retrying') LIMIT r.max_depth) d) >= r.max_depth THEN
-        RAISE EXCEPTION 'queue % is over its max_depth %; try again later', $1, r.max_depth USING ERRCODE = '53400';
+        -- A key that made a job is answered as if the queue had room, as
+        -- the API answers it: a retried call gets its job.
+        SELECT * INTO e FROM job_found(r.route, 'api', $4, coalesce($3, ''::bytea));
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'queue % is over its max_depth %; try again later', $1, r.max_depth USING ERRCODE = '53400';
+        END IF;
+    ELSE
+        v_at := CASE WHEN $7 > now() THEN $7 END;
+        SELECT * INTO e FROM job_enqueue('api', r.route, $2, $1, v_key, $6, $4, coalesce($3, ''::bytea),
+            CASE WHEN $8 IS NULL THEN '{}'::text[] ELSE ARRAY['content-type'] END,
+            CASE WHEN $8 IS NULL THEN '{}'::bytea[] ELSE ARRAY[convert_to($8, 'UTF8')] END,
+            r.max_attempts, coalesce(v_at, now()) + r.ttl, v_at, r.lane_policy, r.on_dead,
+            (extract(epoch FROM r.gap_timeout) * 1000)::bigint, r.gap_policy,
+            CASE WHEN r.limited THEN '*' END, -- pgstore.GroupAll: a limited route's one group
+            r.coalesce, current_schema() || '_jobs');
     END IF;
-    v_at := CASE WHEN $7 > now() THEN $7 END;
-    SELECT * INTO e FROM job_enqueue('api', r.route, $2, $1, v_key, $6, $4, coalesce($3, ''::bytea),
-        CASE WHEN $8 IS NULL THEN '{}'::text[] ELSE ARRAY['content-type'] END,
-        CASE WHEN $8 IS NULL THEN '{}'::bytea[] ELSE ARRAY[convert_to($8, 'UTF8')] END,
-        r.max_attempts, coalesce(v_at, now()) + r.ttl, v_at, r.lane_policy, r.on_dead,
-        (extract(epoch FROM r.gap_timeout) * 1000)::bigint, r.gap_policy,
-        CASE WHEN r.limited THEN '*' END, -- pgstore.GroupAll: a limited route's one group
-        r.coalesce, current_schema() || '_jobs');
     IF NOT e.created AND NOT e.same_payload THEN
         RAISE EXCEPTION 'idempotency_key: % already made job % with a different payload', $4, e.job_id
             USING ERRCODE = '22023';

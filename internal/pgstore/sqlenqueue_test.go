@@ -128,17 +128,27 @@ func TestSQLEnqueueInTheCallersTransaction(t *testing.T) {
 		t.Fatalf("two jobs of lane c-1: %v, want the head queued and the next waiting behind it", states)
 	}
 
-	full := func() error {
-		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			_, _, _, err := enqueue(tx, `queue => 'small', kind => 'k', payload => '', idempotency_key => '`+time.Now().String()+`'`)
+	small := func(key, payload string) (id int64, created bool, err error) {
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			id, _, created, err = enqueue(tx, `queue => 'small', kind => 'k', payload => '`+payload+`', idempotency_key => '`+key+`'`)
 			return err
 		})
+		return id, created, err
 	}
-	if err := full(); err != nil {
+	first, _, err := small("s-1", "a")
+	if err != nil {
 		t.Fatal(err)
 	}
 	var pe *pgconn.PgError
-	if err := full(); !errors.As(err, &pe) || pe.Code != "53400" {
+	if _, _, err := small("s-2", "b"); !errors.As(err, &pe) || pe.Code != "53400" {
 		t.Fatalf("over max_depth: %v, want SQLSTATE 53400", err)
+	}
+	// A retried call is answered as with room; its key with another
+	// payload is refused as with room.
+	if id, created, err := small("s-1", "a"); err != nil || created || id != first {
+		t.Fatalf("the first key again, queue full: job %d created %v (%v), want job %d found", id, created, err, first)
+	}
+	if _, _, err := small("s-1", "c"); !errors.As(err, &pe) || pe.Code != "22023" || !strings.Contains(pe.Message, "different payload") {
+		t.Fatalf("the first key with another payload, queue full: %v, want the idempotency_key error", err)
 	}
 }
