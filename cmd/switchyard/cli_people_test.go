@@ -19,11 +19,7 @@ import (
 // payload decoded, and the same as JSON with --json.
 func TestCLIPagesAndPayloads(t *testing.T) {
 	t.Parallel()
-	schema := testenv.Schema(t)
-	store := testenv.Store(t, schema)
-	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	store, cfg, ctx := cliSchema(t)
 	var batch pgstore.IngestBatch
 	for i := range 5 {
 		batch.Jobs = append(batch.Jobs, pgstore.NewJob{Route: "t", Kind: "k", Queue: "q", Key: fmt.Sprintf("c%d", i),
@@ -191,11 +187,7 @@ func TestReplayProgressLine(t *testing.T) {
 // terminal (recolor it, retitle it, clear it).
 func TestCLIEscapesWhatATerminalWouldActOn(t *testing.T) {
 	t.Parallel()
-	schema := testenv.Schema(t)
-	store := testenv.Store(t, schema)
-	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	store, cfg, ctx := cliSchema(t)
 	const key, bad = "\x1b[31mRED\x1b]0;pwned\x07", "\x1b[2J\u202ecleared"
 	if _, err := store.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "t", Kind: "k", Queue: "q",
 		Key: key, DedupeKey: "t/0/0", Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t"}}}); err != nil {
@@ -220,11 +212,7 @@ func TestCLIEscapesWhatATerminalWouldActOn(t *testing.T) {
 // does, audited as the CLI's user; a job that is not waiting is exit 1.
 func TestCLIRetryNow(t *testing.T) {
 	t.Parallel()
-	schema := testenv.Schema(t)
-	store := testenv.Store(t, schema)
-	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	store, cfg, ctx := cliSchema(t)
 	if _, err := store.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "t", Kind: "k", Queue: "q",
 		DedupeKey: "t/0/0", Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t"}}}); err != nil {
 		t.Fatal(err)
@@ -256,11 +244,7 @@ func TestCLIRetryNow(t *testing.T) {
 // conflict; the entry stays.
 func TestCLIDLQActionsOnARedrivenEntry(t *testing.T) {
 	t.Parallel()
-	schema := testenv.Schema(t)
-	store := testenv.Store(t, schema)
-	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	store, cfg, ctx := cliSchema(t)
 	if _, err := store.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "t", Kind: "k", Queue: "q",
 		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{}); err != nil {
 		t.Fatal(err)
@@ -288,4 +272,17 @@ func TestCLIDLQActionsOnARedrivenEntry(t *testing.T) {
 	if _, err := store.DLQGet(ctx, entry); err != nil {
 		t.Fatalf("the re-driven entry after the refused actions: %v", err)
 	}
+}
+
+// cliSchema is a migrated schema of the test's own, its store, a config
+// of one route, t, into queue q, and a context for the test's own
+// statements.
+func cliSchema(t *testing.T) (*pgstore.Store, string, context.Context) {
+	t.Helper()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return store, cfg, ctx
 }

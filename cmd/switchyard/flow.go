@@ -34,14 +34,7 @@ func runQueues(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runPauses(ctx, "routes", pgstore.PauseRoute, pausable{
-		names: func(c *config.Config) []string {
-			var out []string
-			for _, r := range c.Routes {
-				out = append(out, r.Name)
-			}
-			slices.Sort(out)
-			return out
-		},
+		names: routeNames,
 		// Without lag: the CLI reads no consumer positions (GET /v1/routes
 		// has them).
 		items: func(ctx context.Context, store *pgstore.Store, l admin.Listing) (any, error) {

@@ -182,39 +182,6 @@ func TestRetriesEndDeadAfterMaxAttempts(t *testing.T) {
 	}
 }
 
-// RetryAfter sets the next attempt's time (capped by backoff.max).
-func TestRetryAfterIsHonoured(t *testing.T) {
-	t.Parallel()
-	store := testenv.MigratedStore(t)
-	enqueue(t, store, 1, 5)
-	d, err := New(Config{
-		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: 5 * time.Second, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond}},
-		Backoff: map[string]Backoff{"r": {Initial: time.Millisecond, Max: time.Hour}},
-		Grace:   time.Second,
-		Resolve: func(*workers.Job) (workers.Handler, error) {
-			return workers.HandlerFunc(func(context.Context, *workers.Job) error {
-				return workers.RetryAfter(30*time.Minute, errors.New("429"))
-			}), nil
-		},
-	}, store, zaptest.NewLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Stop(context.Background()) //nolint:errcheck
-	testenv.Eventually(t, 30*time.Second, "retrying", func() bool { return states(t, store)["retrying"] == 1 })
-	var wait time.Duration
-	if err := store.Pool().QueryRow(context.Background(),
-		`SELECT (extract(epoch FROM scheduled_at - now()) * 1000)::bigint * interval '1 millisecond' FROM all_jobs`).Scan(&wait); err != nil {
-		t.Fatal(err)
-	}
-	if wait < 29*time.Minute || wait > 30*time.Minute {
-		t.Fatalf("next attempt in %s, want ~30m from Retry-After", wait)
-	}
-}
-
 // I4: a lease that expires under a live worker (a stall) is rescued and
 // re-claimed by another process; the old holder learns it lost the lease
 // (its context is cancelled with ErrLeaseLost), and anything it writes
@@ -1100,47 +1067,63 @@ func TestWakeWhileLentIsClaimedWhenTheWorkersComeBack(t *testing.T) {
 	})
 }
 
-// A target's Retry-After over the route's backoff.max is capped, and the
-// job's error says so: it must not read as if the retry were that far off.
-func TestRetryAfterCappedSaysSo(t *testing.T) {
+// RetryAfter sets the next attempt's time, capped by backoff.max; a capped
+// one says so in the job's error, which must not read as if the retry
+// were that far off.
+func TestRetryAfterIsHonoured(t *testing.T) {
 	t.Parallel()
-	store := testenv.MigratedStore(t)
-	enqueue(t, store, 1, 5)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Retry-After", "100")
 		http.Error(w, "busy", http.StatusServiceUnavailable)
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close) // after the parallel subtests
 	target, err := workers.NewHTTPTarget(workers.HTTPTargetConfig{URL: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Config{
-		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: 5 * time.Second, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond}},
-		Backoff: map[string]Backoff{"r": {Initial: time.Millisecond, Max: 30 * time.Second}},
-		Grace:   time.Second,
-		Resolve: func(*workers.Job) (workers.Handler, error) { return target, nil },
-	}, store, zaptest.NewLogger(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Stop(context.Background()) //nolint:errcheck
-	testenv.Eventually(t, 30*time.Second, "retrying", func() bool { return states(t, store)["retrying"] == 1 })
-	var wait time.Duration
-	var lastError string
-	if err := store.Pool().QueryRow(context.Background(),
-		`SELECT (extract(epoch FROM scheduled_at - now()) * 1000)::bigint * interval '1 millisecond', last_error FROM all_jobs`).
-		Scan(&wait, &lastError); err != nil {
-		t.Fatal(err)
-	}
-	if wait < 29*time.Second || wait > 30*time.Second {
-		t.Fatalf("next attempt in %s, want ~30s: Retry-After capped by backoff.max", wait)
-	}
-	if want := "backoff.max caps the retry at 30s: retry after 1m40s: http target: status 503"; !strings.HasPrefix(lastError, want) {
-		t.Fatalf("last_error %q, want it to start %q", lastError, want)
+	for _, tc := range []struct {
+		name    string
+		h       workers.Handler
+		max     time.Duration
+		wait    time.Duration // the next attempt's, within a minute's or a second's slack
+		errFrom string
+	}{
+		{name: "go handler", max: time.Hour, wait: 30 * time.Minute, errFrom: "retry after 30m0s: 429",
+			h: workers.HandlerFunc(func(context.Context, *workers.Job) error {
+				return workers.RetryAfter(30*time.Minute, errors.New("429"))
+			})},
+		{name: "http target, capped", h: target, max: 30 * time.Second, wait: 30 * time.Second,
+			errFrom: "backoff.max caps the retry at 30s: retry after 1m40s: http target: status 503"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := testenv.MigratedStore(t)
+			enqueue(t, store, 1, 5)
+			d, err := New(Config{
+				Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: 5 * time.Second, MaxRuntime: time.Minute, PollInterval: 50 * time.Millisecond}},
+				Backoff: map[string]Backoff{"r": {Initial: time.Millisecond, Max: tc.max}},
+				Grace:   time.Second,
+				Resolve: func(*workers.Job) (workers.Handler, error) { return tc.h, nil },
+			}, store, zaptest.NewLogger(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, d)
+			testenv.Eventually(t, 30*time.Second, "retrying", func() bool { return states(t, store)["retrying"] == 1 })
+			var wait time.Duration
+			var lastError string
+			if err := store.Pool().QueryRow(context.Background(),
+				`SELECT (extract(epoch FROM scheduled_at - now()) * 1000)::bigint * interval '1 millisecond', last_error FROM all_jobs`).
+				Scan(&wait, &lastError); err != nil {
+				t.Fatal(err)
+			}
+			if slack := tc.wait / 30; wait < tc.wait-slack || wait > tc.wait {
+				t.Errorf("next attempt in %s, want ~%s", wait, tc.wait)
+			}
+			if !strings.HasPrefix(lastError, tc.errFrom) {
+				t.Errorf("last_error %q, want it to start %q", lastError, tc.errFrom)
+			}
+		})
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/switchyard-dev/switchyard/internal/metrics"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 	"github.com/switchyard-dev/switchyard/jobstate"
 	"github.com/switchyard-dev/switchyard/workers"
@@ -32,16 +33,7 @@ func TestJobEndedByItsHandlerCountsItsState(t *testing.T) {
 		j.MarkFinished(jobstate.Skipped)
 		return errors.New("stale version: not newer than the last applied version")
 	})
-	m := metrics.New(prometheus.NewRegistry())
-	d, err := New(Config{
-		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 20 * time.Millisecond}},
-		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
-		Grace:   200 * time.Millisecond,
-	}, store, zaptest.NewLogger(t), m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, d)
+	m := runCounted(t, store, h)
 	testenv.Eventually(t, 15*time.Second, "the attempt to be counted", func() bool {
 		return testutil.ToFloat64(m.JobAttempts.WithLabelValues("k", "skipped")) == 1
 	})
@@ -65,16 +57,7 @@ func TestCancelledAttemptIsCountedByTheCancel(t *testing.T) {
 	h := workers.HandlerFunc(func(ctx context.Context, j *workers.Job) error {
 		return store.JobCancel(ctx, j.ID, "test") // and return at once, successfully
 	})
-	m := metrics.New(prometheus.NewRegistry())
-	d, err := New(Config{
-		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 20 * time.Millisecond}},
-		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
-		Grace:   200 * time.Millisecond,
-	}, store, zaptest.NewLogger(t), m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, d)
+	m := runCounted(t, store, h)
 	testenv.Eventually(t, 15*time.Second, "the job to end cancelled", func() bool { return states(t, store)["cancelled"] == 1 })
 	ends, err := store.OutcomeTallyTake(context.Background())
 	if err != nil {
@@ -87,4 +70,21 @@ func TestCancelledAttemptIsCountedByTheCancel(t *testing.T) {
 	if got := testutil.CollectAndCount(m.JobAttempts); got != 0 {
 		t.Errorf("the process counted %d outcome series, want none: the cancel counted the attempt", got)
 	}
+}
+
+// runCounted runs one pool of queue q whose jobs h handles, and returns
+// the metrics it counts into.
+func runCounted(t *testing.T, store *pgstore.Store, h workers.Handler) *metrics.Metrics {
+	t.Helper()
+	m := metrics.New(prometheus.NewRegistry())
+	d, err := New(Config{
+		Queues:  []Queue{{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: time.Minute, PollInterval: 20 * time.Millisecond}},
+		Resolve: func(*workers.Job) (workers.Handler, error) { return h, nil },
+		Grace:   200 * time.Millisecond,
+	}, store, zaptest.NewLogger(t), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	return m
 }
