@@ -626,7 +626,7 @@ func routeRows(cfg *config.Config) ([]pgstore.RouteRow, error) {
 		}
 		out = append(out, pgstore.RouteRow{Queue: r.Queue, Kind: r.Kind, Route: r.Name, MaxAttempts: r.MaxAttempts,
 			TTL: r.TTL.D(), Lane: cr.Lane, OnDead: r.OnDead, Limited: flowLimit(r).Limited(),
-			Grouped: r.Group != nil, Coalesce: r.Coalesce == "latest", MaxDepth: cfg.Queues[r.Queue].MaxDepth})
+			Grouped: r.Group != nil, Coalesce: r.CoalesceLatest(), MaxDepth: cfg.Queues[r.Queue].MaxDepth})
 	}
 	return out, nil
 }

@@ -40,7 +40,11 @@ var (
 )
 
 // InputError names the Job field that is wrong, and why.
-type InputError = ingest.InputError
+type InputError struct {
+	Field, Msg string
+}
+
+func (e *InputError) Error() string { return e.Field + ": " + e.Msg }
 
 // Job is one job to enqueue.
 type Job struct {
@@ -141,9 +145,11 @@ var jobFields = map[string]string{"Idempotency-Key": "IdempotencyKey", "Switchya
 func result(r ingest.EnqueueResult, err error) (Enqueued, error) {
 	var in *ingest.InputError
 	if errors.As(err, &in) {
-		if f, ok := jobFields[in.Field]; ok {
-			err = &InputError{Field: f, Msg: in.Msg}
+		f, ok := jobFields[in.Field]
+		if !ok {
+			f = in.Field
 		}
+		err = &InputError{Field: f, Msg: in.Msg}
 	}
 	return Enqueued{ID: r.ID, State: string(r.State), Created: r.Created}, err
 }

@@ -295,7 +295,8 @@ type Route struct {
 	// RateLimit caps this route's attempt starts across the fleet.
 	// Optional.
 	RateLimit *RateLimit `yaml:"rate_limit"`
-	// Coalesce is "latest" or empty. latest: a key has at most one
+	// Coalesce is "latest", or "none" (the default, also when empty).
+	// latest: a key has at most one
 	// unstarted job of this route — a newer record's job replaces the
 	// waiting, queued or retrying ones of its key, which end coalesced
 	// without running; in an ordered route the lane's head, once
@@ -313,8 +314,8 @@ type Route struct {
 	// DLQMaxBytes is how much of a too_large record its DLQ entry keeps
 	// (its key, headers, then a prefix of its value); a re-drive reads the
 	// whole record from Kafka again while the topic retains it. 0 keeps
-	// only its position. Defaults to 64 KiB.
-	DLQMaxBytes int `yaml:"dlq_max_bytes"`
+	// only its position. Defaults to 64 KiB (a pointer: 0 is a value).
+	DLQMaxBytes *int `yaml:"dlq_max_bytes"`
 	// GapTimeout is how long a strict-version lane waits for a missing
 	// version before GapPolicy applies. Defaults to 5m.
 	GapTimeout Duration `yaml:"gap_timeout"`
@@ -481,4 +482,15 @@ func (r Route) ResultLimit() int {
 		return DefaultResultMaxBytes
 	}
 	return *r.ResultMaxBytes
+}
+
+// CoalesceLatest reports whether coalesce is latest.
+func (r Route) CoalesceLatest() bool { return r.Coalesce == "latest" }
+
+// DLQLimit is DLQMaxBytes, set by SetDefaults.
+func (r Route) DLQLimit() int {
+	if r.DLQMaxBytes == nil {
+		return defaultDLQMaxBytes
+	}
+	return *r.DLQMaxBytes
 }

@@ -95,7 +95,7 @@ func TestParseSpecExample(t *testing.T) {
 		{"routes[1]", cfg.Routes[1], Route{
 			Topic: "invoices", Name: "invoices", Kind: "invoice.render", Queue: "bulk",
 			OnDead: "continue", MaxAttempts: 8, Backoff: Backoff{Initial: Duration(s), Max: Duration(10 * m)},
-			MaxRecordBytes: 1 << 20, DLQMaxBytes: 64 << 10, GapTimeout: Duration(5 * m), GapPolicy: "park",
+			MaxRecordBytes: 1 << 20, DLQMaxBytes: new(64 << 10), GapTimeout: Duration(5 * m), GapPolicy: "park",
 			ResultMaxBytes: &defaultResult, Target: Target{Go: true},
 		}},
 		{"schedules[0]", cfg.Schedules[0], Schedule{
@@ -490,11 +490,14 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "bad coalesce",
 			yaml: base + "routes:\n  - {topic: orders, kind: k, queue: bulk, coalesce: newest, max_running: -1, target: {go: true}}\n" +
-				"  - {topic: o2, kind: k2, queue: bulk, ordered: true, coalesce: latest, version: {field: v, policy: strict}, target: {go: true}}\n",
-			want: []string{`routes[0].coalesce: "newest" is not one of: latest (or leave it out)`,
+				"  - {topic: o2, kind: k2, queue: bulk, ordered: true, coalesce: latest, version: {field: v, policy: strict}, target: {go: true}}\n" +
+				"  - {topic: o3, kind: k3, queue: bulk, coalesce: latest, target: {go: true}}\n" +
+				"  - {topic: o4, kind: k4, queue: bulk, coalesce: none, target: {go: true}}\n",
+			want: []string{`routes[0].coalesce: "newest" is not one of none, latest`,
 				"routes[0].max_running: -1 is not between 0 (no cap) and 1000000",
-				"routes[0].coalesce: requires key: {field: …} or {header: …}",
+				"routes[2].coalesce: requires key: {field: …} or {header: …}",
 				"routes[1].coalesce: cannot be combined with version policy strict"},
+			not: []string{"routes[3]", "routes[0].coalesce: requires key"},
 		},
 		{
 			name: "bad flow limits",
@@ -631,7 +634,7 @@ routes:
 				"queues.bulk.concurrency: set to 0, which this field does not take; leave it out for the default (4)",
 				"queues.bulk.lease: set to 0s",
 				"routes[0].max_attempts: set to 0",
-				"7 problems",
+				"6 problems", // dlq_max_bytes: 0 is a value: only the record's position
 			},
 		},
 		{
@@ -925,6 +928,23 @@ func TestLoopback(t *testing.T) {
 		"127.9.9.9:80": true, "collector:4317": false, ":8080": false, "0.0.0.0:8080": false, "10.0.0.1:80": false, "nonsense": false} {
 		if got := Loopback(addr); got != want {
 			t.Errorf("Loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// dlq_max_bytes takes 0 (a too_large record's entry keeps its position
+// only), and defaults to 64 KiB when left out.
+func TestDLQMaxBytesTakesZero(t *testing.T) {
+	for doc, want := range map[string]int{
+		base + "routes:\n  - {topic: orders, kind: k, queue: bulk, dlq_max_bytes: 0, target: {go: true}}\n": 0,
+		base + "routes:\n  - {topic: orders, kind: k, queue: bulk, target: {go: true}}\n":                   64 << 10,
+	} {
+		cfg, err := Parse([]byte(doc), mapEnv(nil))
+		if err != nil {
+			t.Fatalf("parse: %v", err)
+		}
+		if got := cfg.Routes[0].DLQLimit(); got != want {
+			t.Errorf("dlq_max_bytes %d, want %d, of\n%s", got, want, doc)
 		}
 	}
 }

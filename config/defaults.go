@@ -108,10 +108,11 @@ func (c *Config) SetDefaults() {
 		setDefault(&r.Backoff.Initial, Duration(DefaultBackoffInitial))
 		setDefault(&r.Backoff.Max, Duration(DefaultBackoffMax))
 		setDefault(&r.MaxRecordBytes, defaultMaxRecordBytes)
-		setDefault(&r.DLQMaxBytes, defaultDLQMaxBytes)
+		if r.DLQMaxBytes == nil {
+			r.DLQMaxBytes = new(defaultDLQMaxBytes)
+		}
 		if r.ResultMaxBytes == nil {
-			n := DefaultResultMaxBytes
-			r.ResultMaxBytes = &n
+			r.ResultMaxBytes = new(DefaultResultMaxBytes)
 		}
 		setDefault(&r.GapTimeout, Duration(defaultGapTimeout))
 		setDefault(&r.GapPolicy, defaultGapPolicy)

@@ -438,13 +438,13 @@ func (c *Config) validateRoutes(p *problems) {
 				p.add(f+".rate_limit.per", "%s for %d starts spaces them under a microsecond: use a longer window or a lower limit", rl.Per, rl.Limit)
 			}
 		}
-		if r.Coalesce != "" && r.Key.IsZero() {
+		if r.Coalesce != "" {
+			p.oneOf(f+".coalesce", r.Coalesce, "none", "latest")
+		}
+		if r.CoalesceLatest() && r.Key.IsZero() {
 			p.add(f+".coalesce", "requires key: {field: …} or {header: …}: a key keeps one unstarted job, and the default key, the record's, is often absent")
 		}
-		if r.Coalesce != "" && r.Coalesce != "latest" {
-			p.add(f+".coalesce", "%q is not one of: latest (or leave it out)", r.Coalesce)
-		}
-		if r.Coalesce != "" && r.Version != nil && r.Version.Policy == "strict" {
+		if r.CoalesceLatest() && r.Version != nil && r.Version.Policy == "strict" {
 			p.add(f+".coalesce", "cannot be combined with version policy strict: it would drop the versions a strict lane waits for")
 		}
 		if r.TTL < 0 {
@@ -455,7 +455,7 @@ func (c *Config) validateRoutes(p *problems) {
 			p.add(f+".delay", "set run_at or delay, not both")
 		}
 		p.between(f+".max_record_bytes", r.MaxRecordBytes, 1, maxMaxRecordBytes)
-		p.between(f+".dlq_max_bytes", r.DLQMaxBytes, 0, maxMaxRecordBytes)
+		p.between(f+".dlq_max_bytes", r.DLQLimit(), 0, maxMaxRecordBytes)
 		p.between(f+".result_max_bytes", r.ResultLimit(), 0, maxResultMaxBytes)
 		if r.GapTimeout <= 0 {
 			p.add(f+".gap_timeout", "must be positive")

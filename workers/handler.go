@@ -184,7 +184,8 @@ var (
 	// the job goes back to its queue.
 	ErrShutdown = errors.New("switchyard: process shutting down")
 	// ErrCancelled: an operator cancelled the job; it ends cancelled. The
-	// handler learns it at the pool's next heartbeat.
+	// handler learns it within a second (the cancel's NOTIFY), or at the
+	// pool's next heartbeat when the notice was missed.
 	ErrCancelled = errors.New("switchyard: job cancelled")
 )
 

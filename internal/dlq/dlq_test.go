@@ -47,7 +47,7 @@ func TestRedriveTruncatedRecordRereadsKafka(t *testing.T) {
 	testenv.Produce(t, topic,
 		&kgo.Record{Key: []byte("cust-1"), Value: []byte(big), Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("1")}}},
 		&kgo.Record{Key: []byte("cust-2"), Value: []byte(big)})
-	small := compile(t, config.Route{Topic: topic, Ordered: true, MaxRecordBytes: 1000, DLQMaxBytes: 100})
+	small := compile(t, config.Route{Topic: topic, Ordered: true, MaxRecordBytes: 1000, DLQMaxBytes: new(100)})
 	c, err := ingest.New(ingest.Config{Kafka: testenv.KafkaBlock(testenv.Brokers(t), testenv.Name("g"), 0), Routes: []*ingest.Route{small}},
 		store, zaptest.NewLogger(t), nil)
 	if err != nil {
@@ -72,7 +72,7 @@ func TestRedriveTruncatedRecordRereadsKafka(t *testing.T) {
 		}
 	}
 
-	fixed := compile(t, config.Route{Topic: topic, Ordered: true, MaxRecordBytes: 1 << 20, DLQMaxBytes: 100})
+	fixed := compile(t, config.Route{Topic: topic, Ordered: true, MaxRecordBytes: 1 << 20, DLQMaxBytes: new(100)})
 	kopts, err := ingest.ClientOpts(config.Kafka{Brokers: testenv.Brokers(t)}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestRedriveRecordKeepsItsKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	store := testenv.MigratedStore(t)
-	route := compile(t, config.Route{Topic: "t", Ordered: true, MaxRecordBytes: 10, DLQMaxBytes: 100})
+	route := compile(t, config.Route{Topic: "t", Ordered: true, MaxRecordBytes: 10, DLQMaxBytes: new(100)})
 	_, poison := route.Decode(&kgo.Record{Topic: "t", Offset: 4, Key: []byte("cust-9"), Value: []byte("0123456789abc")}, time.Now())
 	if poison == nil || poison.Truncated {
 		t.Fatalf("poison %+v: want a too_large entry kept whole", poison)
@@ -130,7 +130,7 @@ func TestRedriveRecordKeepsItsKey(t *testing.T) {
 	if _, err := store.IngestCommit(ctx, pgstore.IngestBatch{Poison: []pgstore.Poison{*poison}}); err != nil {
 		t.Fatal(err)
 	}
-	fixed := compile(t, config.Route{Topic: "t", Ordered: true, MaxRecordBytes: 100, DLQMaxBytes: 100})
+	fixed := compile(t, config.Route{Topic: "t", Ordered: true, MaxRecordBytes: 100, DLQMaxBytes: new(100)})
 	jobID, err := dlq.New(store, []*ingest.Route{fixed}, nil).Redrive(ctx, 1, "test")
 	if err != nil {
 		t.Fatalf("re-drive: %v", err)

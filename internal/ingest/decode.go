@@ -68,8 +68,8 @@ func (s source) isZero() bool { return s.path == nil && s.header == "" }
 
 // CompileRoute parses a validated config route.
 func CompileRoute(r config.Route) (*Route, error) {
-	out := &Route{Name: r.Name, Topic: r.Topic, Kind: r.Kind, Queue: r.Queue, Ordered: r.Ordered, Coalesce: r.Coalesce == "latest",
-		MaxAttempts: r.MaxAttempts, TTL: r.TTL.D(), MaxRecordBytes: r.MaxRecordBytes, DLQMaxBytes: r.DLQMaxBytes,
+	out := &Route{Name: r.Name, Topic: r.Topic, Kind: r.Kind, Queue: r.Queue, Ordered: r.Ordered, Coalesce: r.CoalesceLatest(),
+		MaxAttempts: r.MaxAttempts, TTL: r.TTL.D(), MaxRecordBytes: r.MaxRecordBytes, DLQMaxBytes: r.DLQLimit(),
 		Delay: r.Delay.D()}
 	if r.Ordered {
 		out.Lane = &pgstore.LanePolicy{Policy: "none", OnDead: r.OnDead, GapTimeout: r.GapTimeout.D(), GapPolicy: r.GapPolicy}

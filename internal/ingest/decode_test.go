@@ -16,8 +16,8 @@ func compile(t testing.TB, r config.Route) *Route {
 	if r.MaxRecordBytes == 0 {
 		r.MaxRecordBytes = 64
 	}
-	if r.DLQMaxBytes == 0 {
-		r.DLQMaxBytes = 64 << 10
+	if r.DLQMaxBytes == nil {
+		r.DLQMaxBytes = new(64 << 10)
 	}
 	c, err := CompileRoute(r)
 	if err != nil {
@@ -139,7 +139,7 @@ func TestDecode(t *testing.T) {
 // then whole headers, then a prefix of its value, within dlq_max_bytes.
 func TestTooLargeKeepsABoundedPart(t *testing.T) {
 	t.Parallel()
-	r := compile(t, config.Route{Topic: "t", MaxRecordBytes: 100, DLQMaxBytes: 30})
+	r := compile(t, config.Route{Topic: "t", MaxRecordBytes: 100, DLQMaxBytes: new(30)})
 	rec := &kgo.Record{Topic: "t", Partition: 1, Offset: 9, Key: []byte("kkkk"), Value: []byte(strings.Repeat("v", 200)),
 		Headers: []kgo.RecordHeader{{Key: "big", Value: []byte(strings.Repeat("h", 40))}, {Key: "a", Value: []byte("bc")}}}
 	_, p := r.Decode(rec, time.Now())
@@ -156,7 +156,7 @@ func TestTooLargeKeepsABoundedPart(t *testing.T) {
 		t.Fatalf("position %d/%d", p.Partition, p.Offset)
 	}
 	small := &kgo.Record{Topic: "t", Value: []byte(strings.Repeat("v", 101))}
-	if _, p := compile(t, config.Route{Topic: "t", MaxRecordBytes: 100, DLQMaxBytes: 200}).Decode(small, time.Now()); p.Truncated || len(p.Payload) != 101 {
+	if _, p := compile(t, config.Route{Topic: "t", MaxRecordBytes: 100, DLQMaxBytes: new(200)}).Decode(small, time.Now()); p.Truncated || len(p.Payload) != 101 {
 		t.Fatalf("a record within dlq_max_bytes is kept whole: %+v", p)
 	}
 }

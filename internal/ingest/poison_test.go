@@ -116,7 +116,7 @@ func FuzzIngest(f *testing.F) {
 	f.Add([]byte("k"), []byte(`{"customer":{"id":1e400},"event":[1],"v":9223372036854775808}`), "content-type", []byte(nil))
 	store := testenv.MigratedStore(f)
 	// Small limits, so that the fuzzer reaches them.
-	small := func(r config.Route) config.Route { r.MaxRecordBytes, r.DLQMaxBytes = 16<<10, 1<<10; return r }
+	small := func(r config.Route) config.Route { r.MaxRecordBytes, r.DLQMaxBytes = 16<<10, new(1<<10); return r }
 	routes := []*Route{
 		defaulted(f, small(config.Route{Topic: "fields", Ordered: true, Key: config.FieldRef{Field: "customer"},
 			Dedupe:  config.FieldRef{Header: "event"},

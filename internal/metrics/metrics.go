@@ -94,7 +94,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route"}),
 		IngestRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_ingest_records_total",
-			Help: "Records consumed by outcome: job, duplicate, poison.",
+			Help: "Records consumed by outcome: job, duplicate, poison, filtered (once per route that takes a record; once as filtered when none does).",
 		}, []string{"topic", "outcome"}),
 		IngestErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_ingest_errors_total",
