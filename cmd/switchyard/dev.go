@@ -200,6 +200,12 @@ func startDev(startCtx, ctx context.Context, kafkaPort int, httpAddr string, std
 	if err := startCtx.Err(); err != nil {
 		return err
 	}
+	// The tour's sy is this binary: a CLI built from other sources would
+	// find dev's schema not its own.
+	self, err := os.Executable()
+	if err != nil {
+		self = "go run ./cmd/switchyard"
+	}
 	auth := ""
 	if cfg.HTTP.Token != "" {
 		auth = ` -H "Authorization: Bearer $SWITCHYARD_ADMIN_TOKEN"`
@@ -211,23 +217,26 @@ Switchyard dev is starting (data in %s, removed on exit).
 
 Try, in another terminal (the README's tour says what each shows):
   export SWITCHYARD_CONFIG=%s
-  alias sy='go run ./cmd/switchyard'
-  sy produce --topic orders '{"customer_id":"c-1","event_id":"e-1"}'               # a job, delivered
-  sy produce --topic orders '{"customer_id":"c-2","event_id":"e-2","sleep_ms":5000}'
-  sy produce --topic orders '{"customer_id":"c-2","event_id":"e-3"}'               # waits in c-2's lane
-  sy jobs list
-  sy produce --topic orders '{"customer_id":"c-3","event_id":"e-4","fail":true}'   # 500s: retried, then dead
-  sy produce --topic orders 'not json'                                              # poison: parked, nothing stops
+  alias sy=%s
+  sy produce --topic orders --key c-1 '{"customer_id":"c-1","event_id":"e-1"}'               # a job, delivered
+  sy produce --topic orders --key c-2 '{"customer_id":"c-2","event_id":"e-2","sleep_ms":5000}'
+  sy produce --topic orders --key c-2 '{"customer_id":"c-2","event_id":"e-3"}'               # waits in c-2's lane
+  sy jobs list --key c-2
+  sy produce --topic orders --key c-3 '{"customer_id":"c-3","event_id":"e-4","fail":true}'   # 500s: retried, then dead
+  sy produce --topic orders 'not json'                                                        # poison: parked, nothing stops
   sy dlq list
-  sy dlq redrive ID                                                                 # the max_attempts entry: it runs again
-  sy queues pause interactive; sy queues resume interactive
-  sy produce --topic reports '{"tenant":"t-1"}'                                     # one per tenant at a time
+  sy dlq redrive ID                                                                           # the max_attempts entry: it runs again
+  sy queues pause interactive
+  sy produce --topic orders --key c-4 '{"customer_id":"c-4","event_id":"e-5"}'               # waits, queued
+  sy queues resume interactive                                                                # and runs
+  sy produce --topic reports '{"tenant":"t-1","sleep_ms":3000}'; sy produce --topic reports '{"tenant":"t-1"}'
+  sy jobs list --queue bulk                                                                   # one per tenant at a time
   curl -s%s http://%s/v1/queues
 
 The log below shows each call the example target receives, each record
 parked and each job that dies (--verbose for everything).
 Ctrl-C stops everything.
-`, dir, brokers, targetURL, httpAddr, cfgPath, auth, httpAddr)
+`, dir, brokers, targetURL, httpAddr, cfgPath, shellQuote(self), auth, httpAddr)
 	return serve(ctx, eng, log, cfg.ShutdownGrace.D())
 }
 

@@ -236,6 +236,16 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, p pausa
 	return p.table(ctx, stdout, time.Now(), store, cfg, pauses[kind])
 }
 
+// noneConfigured says that the config names no queues, routes or
+// schedules: where no file was read (a verb reads only the database's
+// settings from the environment without one), which file to pass.
+func noneConfigured(what string, cfg *config.Config) string {
+	if len(cfg.Queues) == 0 {
+		return fmt.Sprintf("no %s: no config file was read, and the config names them (pass --config)", what)
+	}
+	return fmt.Sprintf("no %s in the config", what)
+}
+
 // pausedCell is "no", or since when.
 func pausedCell(now time.Time, paused map[string]time.Time, name string) string {
 	at, ok := paused[name]
@@ -249,7 +259,7 @@ func printQueues(ctx context.Context, w io.Writer, now time.Time, store *pgstore
 	paused map[string]time.Time) error {
 	names := cfg.QueueNames()
 	if len(names) == 0 {
-		_, err := fmt.Fprintln(w, "no queues (the config names them: pass --config)")
+		_, err := fmt.Fprintln(w, noneConfigured("queues", cfg))
 		return err
 	}
 	stats, err := store.QueueStats(ctx)
@@ -278,7 +288,7 @@ func printRoutes(_ context.Context, w io.Writer, now time.Time, _ *pgstore.Store
 	paused map[string]time.Time) error {
 	routes := slices.Clone(cfg.Routes)
 	if len(routes) == 0 {
-		_, err := fmt.Fprintln(w, "no routes (the config names them: pass --config)")
+		_, err := fmt.Fprintln(w, noneConfigured("routes", cfg))
 		return err
 	}
 	slices.SortFunc(routes, func(a, b config.Route) int { return strings.Compare(a.Name, b.Name) })
@@ -319,7 +329,7 @@ func printSchedules(ctx context.Context, w io.Writer, now time.Time, store *pgst
 	paused map[string]time.Time) error {
 	scs := schedule.Of(cfg)
 	if len(scs) == 0 {
-		_, err := fmt.Fprintln(w, "no schedules (the config names them: pass --config)")
+		_, err := fmt.Fprintln(w, noneConfigured("schedules", cfg))
 		return err
 	}
 	slices.SortFunc(scs, func(a, b schedule.Schedule) int { return strings.Compare(a.Name, b.Name) })

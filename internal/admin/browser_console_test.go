@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -649,6 +650,47 @@ func TestBrowserConsoleActions(t *testing.T) {
 			t.Errorf("the audit page does not show %s: %q", want, got)
 		}
 	}
+
+	// Discard cannot be undone: it asks first, the question outlives the
+	// page's polls, Keep keeps, and once done the page of the gone entry
+	// gives way to the list, which says what happened.
+	parked, err := c.store.DLQList(ctx, pgstore.DLQFilter{Reason: "missing_field", Limit: 1})
+	if err != nil || len(parked) != 1 {
+		t.Fatalf("the missing_field entry: %v %v", parked, err)
+	}
+	entry := parked[0].ID
+	p.goTo(fmt.Sprintf("dlq/%d", entry))
+	p.click(`button[data-action="discard"]`)
+	p.waitText(`[data-ask="discard"]`, fmt.Sprintf("Discard entry %d for good?", entry))
+	p.click(`button[data-action="discard-keep"]`)
+	p.waitText(".actions", "Discard")
+	if _, err := c.store.DLQGet(ctx, entry); err != nil {
+		t.Fatalf("kept, the entry is gone: %v", err)
+	}
+	p.click(`button[data-action="discard"]`)
+	time.Sleep(3 * time.Second) // a poll or more: the question stays
+	p.click(`button[data-action="discard-confirm"]`)
+	p.waitText("#flash", fmt.Sprintf("Entry %d discarded.", entry))
+	if hash := eval[string](p, `location.hash`); hash != "#/dlq" {
+		t.Errorf("after the discard the page is %q, want the DLQ list", hash)
+	}
+	if _, err := c.store.DLQGet(ctx, entry); !errors.Is(err, pgstore.ErrNotFound) {
+		t.Errorf("the discarded entry: %v, want it gone", err)
+	}
+	// The list's state filter names what it shows by default.
+	if state := eval[string](p, `document.querySelector('select[name=state]').value`); state != "parked" {
+		t.Errorf("the DLQ list's state filter shows %q by default, want parked", state)
+	}
+
+	// A record's key is whatever it carried: a long one is cut in the
+	// table, not a reason to scroll sideways.
+	long := "cust-" + strings.Repeat("x", 300) // no place to break a line
+	lj := consoleJob("orders", "order.sync", "interactive", long, 0, []byte(`{}`))
+	lj.Topic, lj.DedupeKey = "orders-long", "long" // seeded apart: orders' stored offsets moved on
+	seed(t, c.store, []pgstore.NewJob{lj}, nil)
+	p.goTo("jobs?queue=interactive")
+	p.waitText("#data tbody", "cust-xxx")
+	p.fits("the jobs page with a 305-character key")
 }
 
 // TestBrowserConsoleReadTokenSeesNoActions: behind tokens the page asks

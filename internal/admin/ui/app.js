@@ -23,6 +23,7 @@ let timer = 0;
 // gen counts route changes: an answer for an older route is dropped.
 let gen = 0;
 let view = null; // {page, id, params, data: the element re-rendered on each poll}
+let carried = null; // a flash for the next page: an action that moved there says what it did
 
 // ---------------------------------------------------------------------
 // DOM helpers.
@@ -64,6 +65,13 @@ function table(headers, rows, emptyText) {
 function td(v, cls) {
   if (typeof v === "number") cls = cls ? cls + " num" : "num";
   return el("td", { class: cls }, v);
+}
+
+// keyCell is a record's key in a table: cut with an ellipsis at the
+// column's width (a key is whatever a record carried, and a long one must
+// not push the page sideways), whole in its tooltip.
+function keyCell(key, content) {
+  return el("td", { class: "clip", title: key || null }, content === undefined ? key || "" : content);
 }
 
 function badge(text, cls) {
@@ -262,19 +270,29 @@ async function act(path, done) {
   }
 }
 
-// button: an action button, or nothing at all for a read token.
+// button: an action button, or nothing at all for a read token. With
+// opts.ask, a first click asks that question beside a button that acts
+// and one that keeps things as they are (for what cannot be undone); the
+// question stays through the page's polls (view.asking). opts.then(answer)
+// runs once the action succeeded.
 function actionButton(label, path, opts) {
   if (!canOperate()) return null;
   opts = opts || {};
-  return el("button", {
-    class: opts.cls || "secondary",
-    "data-action": opts.name || label.toLowerCase(),
-    onclick: (e) => {
-      e.preventDefault();
-      e.currentTarget.disabled = true;
-      act(path, opts.done);
-    },
-  }, label);
+  const name = opts.name || label.toLowerCase();
+  const run = async (e) => {
+    e.preventDefault();
+    e.currentTarget.disabled = true;
+    view.asking = null;
+    const body = await act(path, opts.done);
+    if (body && opts.then) opts.then(body);
+  };
+  if (opts.ask && view.asking === path) {
+    return el("div", { class: "confirm", "data-ask": name }, opts.ask,
+      el("button", { class: opts.cls || "secondary", "data-action": name + "-confirm", onclick: run }, label),
+      el("button", { class: "secondary", "data-action": name + "-keep", onclick: () => { view.asking = null; refresh(); } }, "Keep"));
+  }
+  const ask = () => { view.asking = path; refresh(); };
+  return el("button", { class: opts.cls || "secondary", "data-action": name, onclick: opts.ask ? ask : run }, label);
 }
 
 // ---------------------------------------------------------------------
@@ -294,6 +312,8 @@ function setHash(page, params) {
 function onRoute() {
   gen++;
   flashLine.hidden = true;
+  if (carried) flash(carried);
+  carried = null;
   const r = parseHash();
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === r.page);
   view = { page: r.page, id: r.id, params: r.params, data: el("div", { id: "data" }), built: false };
@@ -391,7 +411,7 @@ function filterForm(page, v, specs) {
     } else {
       i = el("input", { type: "text", name: s.name, placeholder: "any", list: s.list });
     }
-    i.value = v.params.get(s.name) || "";
+    i.value = v.params.get(s.name) || s.fallback || "";
     inputs[s.name] = i;
     f.append(el("label", {}, s.label || s.name, i));
   }
@@ -513,7 +533,7 @@ const jobsPage = {
     const f = filtersOf(v, ["state", "queue", "route", "key"]);
     const body = await api("GET", "v1/jobs" + query({ ...f, limit: 50, after: v.params.get("after") }));
     const rows = body.items.map((j) => el("tr", { "data-job": j.id },
-      td(link("#/jobs/" + j.id, String(j.id))), td(j.kind), td(j.queue), td(j.route), td(j.key || ""),
+      td(link("#/jobs/" + j.id, String(j.id))), td(j.kind), td(j.queue), td(j.route), keyCell(j.key),
       td(badge(j.state)), td(j.attempts + " / " + j.max_attempts, "num"), td(when(j.created_at)),
       td(j.state === "queued" || j.state === "retrying" ? when(j.scheduled_at) : when(j.finished_at || j.started_at)),
       td(j.last_error || "", "err")));
@@ -572,7 +592,8 @@ const dlqPage = {
     if (v.id) return null;
     const confirm = el("div", { id: "bulk" });
     const f = filterForm("dlq", v, [{ name: "reason", options: reasons }, { name: "route" }, { name: "queue" },
-      { name: "state", options: ["", "parked", "redriven", "all"], label: "state" }]);
+      // No "any": the API's default is parked, and the select says so.
+      { name: "state", options: ["parked", "redriven", "all"], fallback: "parked", label: "state" }]);
     const state = v.params.get("state") || "parked";
     if (canOperate() && state === "parked") {
       f.append(el("button", { type: "button", class: "danger", "data-action": "redrive-all", onclick: () => bulkAsk(v, confirm) }, "Re-drive all matching…"));
@@ -596,7 +617,11 @@ const dlqPage = {
     const e = await api("GET", "v1/dlq/" + encodeURIComponent(v.id));
     const buttons = e.redriven ? [] : [
       actionButton("Re-drive", "v1/dlq/" + e.id + "/redrive", { name: "redrive", done: () => "Entry " + e.id + " re-driven." }),
-      actionButton("Discard", "v1/dlq/" + e.id + "/discard", { cls: "danger", name: "discard", done: () => "Entry " + e.id + " discarded." })];
+      actionButton("Discard", "v1/dlq/" + e.id + "/discard", { cls: "danger", name: "discard",
+        ask: "Discard entry " + e.id + " for good? Its record will not be made a job again.",
+        done: () => "Entry " + e.id + " discarded.",
+        // The entry is gone: its page would answer 404 from now on.
+        then: () => { carried = "Entry " + e.id + " discarded."; setHash("dlq", {}); } })];
     const out = [
       el("h1", {}, link("#/dlq", "DLQ"), " › entry " + e.id + " ", e.redriven ? badge("redriven") : badge("parked")),
       el("div", { class: "actions" }, buttons),
@@ -680,7 +705,7 @@ const lanesPage = {
     ]);
     const longest = { items: all.items.filter((l) => !l.blocked).slice(0, 50) };
     const row = (l) => el("tr", { "data-lane": l.route + "/" + l.key },
-      td(l.route), td(link("#/jobs" + query({ route: l.route, key: l.key }), l.key)), td(jobLink(l.head_job_id)),
+      td(l.route), keyCell(l.key, link("#/jobs" + query({ route: l.route, key: l.key }), l.key)), td(jobLink(l.head_job_id)),
       td(l.head_state ? badge(l.head_state) : "—"), td(l.waiting), td(age(l.oldest_waiting_age_seconds), "num"));
     const headers = ["route", "key", "head", "head state", ["waiting", "num"], ["oldest waiting", "num"]];
     return [
