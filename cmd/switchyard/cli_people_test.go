@@ -286,3 +286,23 @@ func cliSchema(t *testing.T) (*pgstore.Store, string, context.Context) {
 	t.Cleanup(cancel)
 	return store, cfg, ctx
 }
+
+// A success kept with an empty body says so on its line, not as an
+// empty block under a heading.
+func TestCLIEmptyResult(t *testing.T) {
+	t.Parallel()
+	store, cfg, ctx := cliSchema(t)
+	if _, err := store.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "t", Kind: "k", Queue: "q",
+		DedupeKey: "t/0/0", Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	j := testenv.ClaimOne(t, store, "q")
+	if c, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: jobstate.Succeeded,
+		Result: []byte{}, ResultType: "text/plain"}}); err != nil || !c.Applied[j.Token] {
+		t.Fatalf("complete: %v %v", c.Applied, err)
+	}
+	code, stdout, stderr := runCLI("jobs", "get", "--config", cfg, fmt.Sprint(j.ID))
+	if code != exitOK || !regexpLine(stdout, `^result:\s+empty, text/plain$`) || strings.Contains(stdout, "result (") {
+		t.Errorf("jobs get of an empty result: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}

@@ -344,11 +344,15 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 	}
 	if r := j.Result; r != nil {
 		what, text := decodeBytes(r.Base64)
-		head := "result (" + what
 		if r.ContentType != "" {
-			head += ", " + r.ContentType
+			what += ", " + r.ContentType
 		}
-		v.add(head+")", text+"\n")
+		if text == "" {
+			// A 2xx with no body: said on the line, not as an empty block.
+			v.add("result", what)
+		} else {
+			v.add("result ("+what+")", text+"\n")
+		}
 	}
 	return v.flush()
 }
