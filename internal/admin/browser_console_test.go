@@ -691,6 +691,13 @@ func TestBrowserConsoleActions(t *testing.T) {
 	p.goTo("jobs?queue=interactive")
 	p.waitText("#data tbody", "cust-xxx")
 	p.fits("the jobs page with a 305-character key")
+
+	// A job that is not there is said on the page, with the way back.
+	p.goTo("jobs/999999")
+	p.waitText(`[data-error="404"]`, "job 999999 not found. Back to the list")
+	if href := eval[string](p, `document.querySelector('[data-error] a').getAttribute('href')`); href != "#/jobs" {
+		t.Errorf("the way back from a missing job is %q, want #/jobs", href)
+	}
 }
 
 // TestBrowserConsoleReadTokenSeesNoActions: behind tokens the page asks

@@ -104,7 +104,7 @@ function fields(pairs) {
 
 function age(seconds) {
   if (seconds === null || seconds === undefined) return "—";
-  if (seconds < 60) return seconds.toFixed(1) + " s";
+  if (seconds < 60) return Math.round(seconds) + " s";
   if (seconds < 3600) return (seconds / 60).toFixed(1) + " min";
   if (seconds < 172800) return (seconds / 3600).toFixed(1) + " h";
   return (seconds / 86400).toFixed(1) + " d";
@@ -349,7 +349,7 @@ async function refresh() {
     form.hidden = true;
     v.data.replaceChildren();
     append(v.data, [node]);
-    statusLine.textContent = "Updated " + new Date().toLocaleTimeString();
+    updated();
   } catch (err) {
     if (mine !== gen) return;
     if (err instanceof AuthError) {
@@ -357,13 +357,25 @@ async function refresh() {
       v.data.replaceChildren();
     } else if (err instanceof APIError && err.unavailable) {
       v.data.replaceChildren(el("p", { class: "empty", text: "Not available on this server (" + err.message + ")." }));
-      statusLine.textContent = "Updated " + new Date().toLocaleTimeString();
+      updated();
+    } else if (err instanceof APIError && err.status < 500) {
+      // Said where the page would be (a job or entry that is gone, a bad
+      // filter), with the way back, not only in the status line.
+      statusLine.textContent = "Error: " + err.message;
+      v.data.replaceChildren(el("p", { class: "empty", "data-error": err.status }, err.message + ". ",
+        link("#/" + v.page, v.id ? "Back to the list" : "Clear the filters")));
     } else {
       statusLine.textContent = "Error: " + err.message;
     }
   } finally {
     if (mine === gen && $("live").checked) timer = setTimeout(refresh, pollMs);
   }
+}
+
+// updated says when the page's data was read, with the zone: an operator
+// may compare it with logs kept in another.
+function updated() {
+  statusLine.textContent = "Updated " + new Date().toLocaleTimeString([], { timeZoneName: "short" });
 }
 
 async function whoami() {
@@ -497,8 +509,9 @@ const queuesPage = {
         td((j.running || 0) + conc, "num"), td(j.reserved || 0),
         td(link("#/jobs" + query({ queue: q.queue, state: "dead" }), count(q.dead)), q.dead > 0 ? "num bad" : "num"),
         td(link("#/dlq" + query({ queue: q.queue }), count(parked)), parked > 0 ? "num bad" : "num"),
-        td(age(q.oldest_runnable_age_seconds), "num"),
-        td(q.oldest_waiting_age_seconds === undefined ? "—" : age(q.oldest_waiting_age_seconds), "num"),
+        // 0: the queue has no such job (the API's zero), not one of no age.
+        td(q.oldest_runnable_age_seconds > 0 ? age(q.oldest_runnable_age_seconds) : "—", "num"),
+        td(q.oldest_waiting_age_seconds > 0 ? age(q.oldest_waiting_age_seconds) : "—", "num"),
         td(r && !r.measuring ? perMin(r.arrive) : "—", "num"),
         td(r && !r.measuring ? perMin(r.finish) : "—", "num"),
         td(trend(r, backlog)),
