@@ -176,7 +176,7 @@ func (r *Route) decodeRequest(req EnqueueRequest, now time.Time) (*pgstore.NewJo
 		}
 		in.version = &v
 	}
-	if p := checkKey("Idempotency-Key", req.IdempotencyKey, partDedupe); p != nil {
+	if p := checkKey("it", req.IdempotencyKey, partDedupe); p != nil { // said after the header's name
 		return nil, &InputError{"Idempotency-Key", p.msg}
 	}
 	at, err := requestRunAt(req, now)

@@ -30,6 +30,17 @@ var (
 	ErrRefused = errors.New("refused by Postgres for its data")
 )
 
+// redrivenError is ErrRedriven for one entry, said as the entry's own
+// answer ("entry 5 was re-driven already, to job 41"): an API client and
+// an operator read it as it is, without the sentinels' words before it.
+type redrivenError struct{ entry, job int64 }
+
+func (e redrivenError) Error() string {
+	return fmt.Sprintf("entry %d was re-driven already, to job %d", e.entry, e.job)
+}
+
+func (e redrivenError) Is(target error) bool { return target == ErrRedriven || target == ErrConflict }
+
 // LaneSweepGaps retries promotion of strict lanes whose gap has waited
 // out its gap_timeout, so they park or proceed. Batched; every process
 // may run it.
@@ -417,7 +428,7 @@ func lockEntry(ctx context.Context, tx pgx.Tx, entryID int64) (int64, error) {
 		return 0, notFound(err)
 	}
 	if redriveJob != nil {
-		return 0, fmt.Errorf("%w: entry %d was re-driven already, to job %d", ErrRedriven, entryID, *redriveJob)
+		return 0, redrivenError{entryID, *redriveJob}
 	}
 	if jobID == nil {
 		return 0, ErrRecordEntry
