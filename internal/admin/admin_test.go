@@ -606,6 +606,7 @@ func TestToken(t *testing.T) {
 		{"bare token", "/v1/queues", "s3cret", http.StatusUnauthorized},
 		{"right token", "/v1/queues", "Bearer s3cret", http.StatusOK},
 		{"scheme is case-insensitive", "/v1/queues", "bearer s3cret", http.StatusOK},
+		{"more than one space after the scheme", "/v1/queues", "BEARER  s3cret", http.StatusOK},
 		{"unknown /v1 path needs the token first", "/v1/nope", "", http.StatusUnauthorized},
 		{"unknown /v1 path with the token", "/v1/nope", "Bearer s3cret", http.StatusNotFound},
 		{"actions need the token", "/v1/jobs/1/cancel", "", http.StatusUnauthorized},

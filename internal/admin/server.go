@@ -297,8 +297,8 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				msg: "this server does not answer to that host name; add it to http.allowed_hosts if it is one of its own"})
 			return
 		}
-		if stateChanging(r.Method) && crossOrigin(r) {
-			s.writeError(w, r, &httpError{status: http.StatusForbidden, field: "Origin",
+		if by := crossOrigin(r); stateChanging(r.Method) && by != "" {
+			s.writeError(w, r, &httpError{status: http.StatusForbidden, field: by,
 				msg: "cross-origin request refused: actions are taken only from this server's own pages or from clients that are not browsers"})
 			return
 		}
@@ -369,27 +369,29 @@ func stateChanging(method string) bool {
 	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
 }
 
-// crossOrigin reports whether a browser sent the request for a page of
-// another origin. Browsers say so in Sec-Fetch-Site (a page on another
-// port of localhost is "same-site", and refused too) and, older ones,
-// only in Origin, which must then name this very host. A request with
-// neither comes from a program (curl, the CLI, a target's checkpoint),
-// which a page cannot make a browser send.
-func crossOrigin(r *http.Request) bool {
+// crossOrigin names the header by which a browser said it sent the
+// request for a page of another origin, or is "". Browsers say so in
+// Sec-Fetch-Site (a page on another port of localhost is "same-site",
+// and refused too) and, older ones, only in Origin, which must then name
+// this very host (not its scheme: behind a TLS proxy the page is https
+// and this server plain http). A request with neither comes from a
+// program (curl, the CLI, a target's checkpoint), which a page cannot
+// make a browser send.
+func crossOrigin(r *http.Request) string {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "", "same-origin", "none":
 	default:
-		return true
+		return "Sec-Fetch-Site"
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
-		return false
+		return ""
 	}
 	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" { // "null": a sandboxed or file page
-		return true
+	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) { // "null": a sandboxed or file page
+		return "Origin"
 	}
-	return !strings.EqualFold(u.Host, r.Host)
+	return ""
 }
 
 // headerBytes is about what a request's headers took on the wire.
@@ -439,6 +441,7 @@ func (s *Server) authenticate(r *http.Request) (Token, bool) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return Token{}, false
 	}
+	got = strings.TrimLeft(got, " ") // RFC 9110: one or more spaces after the scheme
 	have := sha256.Sum256([]byte(got))
 	match := -1
 	for i := range s.tokens {
