@@ -285,12 +285,18 @@ func TestJobGet(t *testing.T) {
 			t.Errorf("error %q, want %q", got.Error, want)
 		}
 	})
-	for _, bad := range []string{"abc", "0", "-5", "1.5", "99999999999999999999"} {
+	for bad, want := range map[string]string{
+		"abc": "", "0": "", "-5": "", "1.5": "", "+1": "", "01": "",
+		"99999999999999999999": "99999999999999999999 is larger than any id (at most 9223372036854775807)",
+	} {
+		if want == "" {
+			want = "id must be a positive integer, without a sign or leading zeros"
+		}
 		t.Run("bad id "+bad, func(t *testing.T) {
 			t.Parallel()
 			got := wantError(t, e.get(t, "/v1/jobs/"+bad), http.StatusBadRequest, "id")
-			if got.Error != "id must be a positive integer" {
-				t.Errorf("error %q", got.Error)
+			if got.Error != want {
+				t.Errorf("error %q, want %q", got.Error, want)
 			}
 		})
 	}

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"errors"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -80,9 +82,14 @@ func oneOf[T ~string](q listQuery, name string, allowed []T) error {
 
 // pathID parses the {id} path segment.
 func pathID(r *http.Request) (int64, error) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		return 0, badRequest("id", "id must be a positive integer")
+	v := r.PathValue("id")
+	id, err := strconv.ParseInt(v, 10, 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(v, "-"):
+		return 0, badRequest("id", "%s is larger than any id (at most %d)", v, int64(math.MaxInt64))
+	case err != nil || id <= 0 || strconv.FormatInt(id, 10) != v:
+		// One spelling per id (not +1 or 01): one URL per resource.
+		return 0, badRequest("id", "id must be a positive integer, without a sign or leading zeros")
 	}
 	return id, nil
 }
