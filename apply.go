@@ -35,10 +35,12 @@ var ErrStale = pgstore.ErrStale
 // Handler tables must live in the same database as Switchyard's schema.
 // Apply never runs a handler's SQL outside the transaction it hands over,
 // and never retries fn by itself: retries are the dispatcher's.
-type Applier struct{ store *pgstore.Store }
+type Applier struct{ e *Engine }
 
-// Applier returns the engine's Applier, valid after Start.
-func (e *Engine) Applier() *Applier { return &Applier{store: e.store} }
+// Applier returns the engine's Applier. It may be taken before Start (a
+// handler registered before Start can hold it); Apply returns
+// ErrNotStarted until Start has opened the database.
+func (e *Engine) Applier() *Applier { return &Applier{e: e} }
 
 // Apply runs fn in a transaction in the job's database and, in the same
 // transaction, marks the job succeeded and advances its lane. fn runs
@@ -51,7 +53,10 @@ func (e *Engine) Applier() *Applier { return &Applier{store: e.store} }
 // After a nil return the handler should return nil: the dispatcher
 // records nothing more for the attempt.
 func (a *Applier) Apply(ctx context.Context, job *workers.Job, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	err := a.store.JobApply(ctx, job.ID, job.Token, job.Version, fn)
+	if !a.e.opened.Load() {
+		return ErrNotStarted
+	}
+	err := a.e.store.JobApply(ctx, job.ID, job.Token, job.Version, fn)
 	switch {
 	case err == nil:
 		job.MarkFinished(jobstate.Succeeded)

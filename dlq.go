@@ -28,8 +28,12 @@ var (
 // RedriveDLQ puts a DLQ entry back to work, as POST /v1/dlq/{id}/redrive
 // does, and returns its job's id. A dead job gets fresh attempts, in its
 // lane's order for ordered routes; a parked record is decoded again with
-// the current route and becomes a job if it now can. Valid after Start.
+// the current route and becomes a job if it now can. ErrNotStarted before
+// Start.
 func (e *Engine) RedriveDLQ(ctx context.Context, id int64) (jobID int64, err error) {
+	if !e.opened.Load() {
+		return 0, ErrNotStarted
+	}
 	return e.dlq.Redrive(ctx, id, ActorGo)
 }
 
@@ -38,7 +42,10 @@ func (e *Engine) RedriveDLQ(ctx context.Context, id int64) (jobID int64, err err
 const ActorGo = "go"
 
 // DiscardDLQ removes a DLQ entry for good, as POST /v1/dlq/{id}/discard
-// does; a lane it was blocking moves on. Valid after Start.
+// does; a lane it was blocking moves on. ErrNotStarted before Start.
 func (e *Engine) DiscardDLQ(ctx context.Context, id int64) error {
+	if !e.opened.Load() {
+		return ErrNotStarted
+	}
 	return e.dlq.Discard(ctx, id, ActorGo)
 }

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -118,7 +119,18 @@ type Engine struct {
 	wg        sync.WaitGroup
 	stopOnce  sync.Once
 	stopErr   error
+
+	// begun: Start or Stop was called (an engine starts once, and not
+	// after Stop). opened: Start has opened the store and made the DLQ
+	// service, which the engine's actions (Applier, RedriveDLQ,
+	// DiscardDLQ) may read from then on.
+	begun  atomic.Bool
+	opened atomic.Bool
 }
+
+// ErrNotStarted is what the engine's actions return before Start has
+// opened the database.
+var ErrNotStarted = errors.New("switchyard: the engine is not started: call Start first")
 
 // New builds an engine from a loaded config (config.Load or Parse). A
 // config built in code needs cfg.SetDefaults() first: New refuses one
@@ -293,15 +305,32 @@ func (e *Engine) Addr() string {
 	return e.listener.Addr().String()
 }
 
-// Done reports a fatal error that stopped a component (e.g. the consumer
-// refusing to resume without stored offsets). The process should Stop
-// and exit non-zero.
+// Done receives at most one error, of a component that stopped for good
+// (e.g. the consumer refusing to resume without stored offsets): the
+// process should then Stop and exit non-zero. It is never closed, Stop
+// included: select on it beside a signal, not alone after Stop.
 func (e *Engine) Done() <-chan error { return e.fatal }
 
 // Start connects to Postgres (whose schema must be migrated), checks every
 // go-target route has a handler (CheckHandlers), and starts the HTTP
 // server, the consumer and the worker pools. It returns once they run.
-func (e *Engine) Start(ctx context.Context) error {
+// ctx bounds the start only: cancelling it later stops nothing (Stop
+// does). An engine starts once: a second Start, or one after Stop, is an
+// error. A Start that fails stops what it had started (as Stop would,
+// within shutdown_grace) before it returns; Stop after it is harmless.
+func (e *Engine) Start(ctx context.Context) (err error) {
+	if !e.begun.CompareAndSwap(false, true) {
+		return errors.New("switchyard: Start: the engine was started or stopped already; make a new one with New")
+	}
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownGrace.D()+stopMargin)
+			defer cancel()
+			if serr := e.stop(sctx); serr != nil {
+				e.log.Warn("stopping what a failed start had started", zap.Error(serr))
+			}
+		}
+	}()
 	if err := e.CheckHandlers(); err != nil {
 		return err
 	}
@@ -329,6 +358,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.dlq = dlq.New(store, e.compiled, ingest.NewRereader(append(kopts, e.opts.KafkaOpts...)))
 	e.lag = ingest.NewLagReader(append(kopts, e.opts.KafkaOpts...), store, e.cfg.Kafka.Group, e.cfg.Kafka.Reset)
+	e.opened.Store(true)
 	if err := e.startFlow(ctx); err != nil {
 		return err
 	}
@@ -655,8 +685,19 @@ func (e *Engine) maxDepths() map[string]int {
 // Stop shuts down in order: stop fetching (the batch in hand commits),
 // stop claiming and let in-flight jobs finish within the grace period,
 // release the rest, then close the HTTP server and the database pool.
-// Idempotent.
+// Idempotent. ctx bounds all of it, and ends the grace period early when
+// it ends: give it shutdown_grace and a margin, from a context of its
+// own (not one a signal has just cancelled), for I7's clean stop.
 func (e *Engine) Stop(ctx context.Context) error {
+	e.begun.Store(true) // no Start after it
+	return e.stop(ctx)
+}
+
+// stopMargin is what a Start that failed gives its stop beyond
+// shutdown_grace: releasing leases and the final commits.
+const stopMargin = 30 * time.Second
+
+func (e *Engine) stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		var errs []error
 		if e.stopFlow != nil {

@@ -1,0 +1,100 @@
+package switchyard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	switchyard "github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/client"
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/workers"
+)
+
+// An engine's life: its actions say ErrNotStarted before Start rather
+// than panic; a Start that fails (here, its admin address is taken)
+// stops what it had started — its pools run no job afterwards, and
+// TestMain's leak check finds none of their goroutines; and an engine
+// starts once, not again and not after Stop.
+func TestEngineStartsOnce(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	t.Setenv("SWITCHYARD_DATABASE_URL", testenv.DatabaseURL(t))
+	t.Setenv("SWITCHYARD_KAFKA_BROKERS", strings.Join(testenv.Brokers(t), ","))
+	cfg, err := config.Parse(fmt.Appendf(nil, `
+postgres: {schema: %s}
+http: {listen: %q}
+shutdown_grace: 1s
+queues:
+  q: {concurrency: 2, poll_interval: 20ms}
+routes:
+  - {topic: %s, kind: k, queue: q, target: {go: true}}
+`, testenv.Schema(t), taken.Addr().String(), testenv.Name("t")), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	eng, err := switchyard.New(cfg, switchyard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	if err := eng.Register("k", workers.HandlerFunc(func(context.Context, *workers.Job) error { ran.Add(1); return nil })); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := eng.Applier().Apply(ctx, &workers.Job{}, func(context.Context, pgx.Tx) error { return nil }); !errors.Is(err, switchyard.ErrNotStarted) {
+		t.Errorf("Apply before Start: %v, want ErrNotStarted", err)
+	}
+	if _, err := eng.RedriveDLQ(ctx, 1); !errors.Is(err, switchyard.ErrNotStarted) {
+		t.Errorf("RedriveDLQ before Start: %v, want ErrNotStarted", err)
+	}
+	if err := eng.DiscardDLQ(ctx, 1); !errors.Is(err, switchyard.ErrNotStarted) {
+		t.Errorf("DiscardDLQ before Start: %v, want ErrNotStarted", err)
+	}
+
+	if err := eng.Start(ctx); err == nil || !strings.Contains(err.Error(), "http.listen") {
+		t.Fatalf("Start on a taken address: %v, want its http.listen error", err)
+	}
+	cl, err := client.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Enqueue(ctx, client.Job{Queue: "q", Kind: "k", IdempotencyKey: "after-a-failed-start", Payload: []byte("{}")}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // fifty polls of a pool that still ran
+	if n := ran.Load(); n != 0 {
+		t.Errorf("a failed Start left its pools running: they ran %d jobs", n)
+	}
+	if err := eng.Start(ctx); err == nil || !strings.Contains(err.Error(), "started or stopped already") {
+		t.Errorf("a second Start: %v, want it refused", err)
+	}
+	if err := eng.Stop(ctx); err != nil {
+		t.Errorf("Stop after a failed Start: %v", err)
+	}
+
+	stopped, err := switchyard.New(cfg, switchyard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stopped.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := stopped.Start(ctx); err == nil || !strings.Contains(err.Error(), "started or stopped already") {
+		t.Errorf("Start after Stop: %v, want it refused", err)
+	}
+}
