@@ -784,6 +784,17 @@ func TestEnvOverridesWin(t *testing.T) {
 		t.Errorf("http.token = %q, want %q", got, want)
 	}
 
+	// A SASL password from a mounted file loses its line end, not its
+	// spaces.
+	sasl := strings.Replace(doc, `kafka: {brokers: ["k:9092"]}`, `kafka: {brokers: ["k:9092"], sasl: {mechanism: PLAIN, username: u}}`, 1)
+	cfg, err = Parse([]byte(sasl), mapEnv(map[string]string{EnvKafkaSASLPassword: " pass word \n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Kafka.SASL.Password, " pass word "; got != want {
+		t.Errorf("kafka.sasl.password = %q, want %q", got, want)
+	}
+
 	// An empty variable is the same as an unset one: the file stands.
 	cfg, err = Parse([]byte(doc), mapEnv(map[string]string{EnvAdminToken: ""}))
 	if err != nil {

@@ -135,7 +135,9 @@ func applyEnv(cfg *Config, env func(string) string) (map[string]string, error) {
 		cfg.Kafka.InstanceID = v
 		fromEnv["kafka.instance_id"] = EnvKafkaInstanceID
 	}
-	if v := env(EnvKafkaSASLPassword); v != "" && cfg.Kafka.SASL != nil {
+	// A password keeps its spaces, which may be part of it, but not the
+	// line end a Secret mounted from a file adds.
+	if v := strings.TrimRight(env(EnvKafkaSASLPassword), "\r\n"); v != "" && cfg.Kafka.SASL != nil {
 		cfg.Kafka.SASL.Password = v
 		fromEnv["kafka.sasl.password"] = EnvKafkaSASLPassword
 	}

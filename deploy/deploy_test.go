@@ -138,9 +138,18 @@ func TestAlertsUseExportedMetrics(t *testing.T) {
 	if err != nil || len(dash.Panels) < 10 {
 		t.Fatalf("grafana/switchyard.json: %d panels, %v", len(dash.Panels), err)
 	}
+	// Every process reads these from Postgres and exports the same
+	// fleet-wide value: a sum over the processes multiplies it by their
+	// number.
+	fleetWide := regexp.MustCompile(`sum by \([^)]*\) \((switchyard_queue_jobs|switchyard_dlq_entries|switchyard_lanes_blocked|switchyard_queue_oldest_[a-z_]+)\)`)
 	for _, p := range dash.Panels {
 		if len(p.Targets) == 0 || p.Targets[0].Expr == "" {
 			t.Errorf("panel %q has no expression", p.Title)
+		}
+		for _, tg := range p.Targets {
+			if m := fleetWide.FindStringSubmatch(tg.Expr); m != nil {
+				t.Errorf("panel %q sums %s over the processes, each of which exports the fleet's value: use max", p.Title, m[1])
+			}
 		}
 	}
 }

@@ -394,7 +394,13 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 	if mcm.Annotations["helm.sh/hook"] != j.Annotations["helm.sh/hook"] || cmWeight >= jobWeight {
 		t.Errorf("migration ConfigMap %s annotations %v: want a hook created before the Job", jcm, mcm.Annotations)
 	}
-	mcfg := loadConfig(t, mcm, env) // no token: it must not need one
+	// With the Job's own variables only: no token, and no Kafka secret,
+	// which migrate never needs.
+	jvals := map[string]string{}
+	for name := range jenv {
+		jvals[name] = env[name]
+	}
+	mcfg := loadConfig(t, mcm, jvals)
 	if mcfg.Postgres.Schema != cfg.Postgres.Schema || len(mcfg.Routes) != len(cfg.Routes) {
 		t.Errorf("the migration's config (schema %s, %d routes) is not the pods' (schema %s, %d routes)",
 			mcfg.Postgres.Schema, len(mcfg.Routes), cfg.Postgres.Schema, len(cfg.Routes))

@@ -68,7 +68,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "switchyard_job_duration_seconds",
 			Help:    "Handler run time of one attempt.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+			// 1 ms to 70 min: a max_runtime of an hour still has a bucket.
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
 		}, []string{"kind", "outcome"}),
 		QueueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "switchyard_queue_wait_seconds",

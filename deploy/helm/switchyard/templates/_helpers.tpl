@@ -43,7 +43,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 switchyard.config is the config file: .Values.config with the Service's
 names added to http.allowed_hosts. switchyard.migrateConfig is the same
-with http.listen off: the migration serves nothing, so it needs no token.
+with http.listen off and without kafka.sasl and kafka.tls: the migration
+serves nothing and never dials Kafka, so it needs no token, no Kafka
+secret and no certificate files.
 */}}
 {{- define "switchyard.configDict" -}}
 {{- $cfg := deepCopy (default (dict) .Values.config) }}
@@ -63,6 +65,11 @@ with http.listen off: the migration serves nothing, so it needs no token.
 {{- define "switchyard.migrateConfig" -}}
 {{- $cfg := include "switchyard.configDict" . | fromJson }}
 {{- $_ := set $cfg.http "listen" "off" }}
+{{- /* migrate never dials Kafka: no SASL secret, no TLS files to mount */}}
+{{- if $cfg.kafka }}
+{{- $_ := unset $cfg.kafka "sasl" }}
+{{- $_ := unset $cfg.kafka "tls" }}
+{{- end }}
 {{- toYaml $cfg }}
 {{- end }}
 
