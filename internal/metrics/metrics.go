@@ -66,8 +66,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Jobs per queue and state (non-terminal states and dead).",
 		}, []string{"queue", "state"}),
 		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "switchyard_job_duration_seconds",
-			Help:    "Handler run time of one attempt.",
+			Name: "switchyard_job_duration_seconds",
+			Help: "Handler run time of one attempt.",
 			// 1 ms to 70 min: a max_runtime of an hour still has a bucket.
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
 		}, []string{"kind", "outcome"}),
