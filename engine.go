@@ -158,7 +158,10 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		opts.Registry = prometheus.NewRegistry()
 		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	if opts.StatsInterval == 0 {
+	switch {
+	case opts.StatsInterval < 0:
+		return nil, fmt.Errorf("Options.StatsInterval: %s is negative (0 means the default, 5s)", opts.StatsInterval)
+	case opts.StatsInterval == 0:
 		opts.StatsInterval = 5 * time.Second
 	}
 	e := &Engine{cfg: cfg, opts: opts, log: opts.Logger, registry: workers.NewRegistry(),
@@ -285,6 +288,9 @@ func (e *Engine) resolve(j *workers.Job) (workers.Handler, error) {
 // processes at once. It returns what it applied. It also publishes cfg's
 // routes for the SQL function enqueue(), as every process does at start.
 func Migrate(ctx context.Context, cfg *config.Config) ([]string, error) {
+	if cfg == nil {
+		return nil, config.ErrNil // it needs only the database: no more is validated
+	}
 	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
 	if err != nil {
 		return nil, err

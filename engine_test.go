@@ -98,3 +98,26 @@ routes:
 		t.Errorf("Start after Stop: %v, want it refused", err)
 	}
 }
+
+// The library's entry points answer a nil config, and a negative stats
+// interval, with an error rather than a panic.
+func TestEntryPointsRefuseWhatTheyCannotUse(t *testing.T) {
+	ctx := context.Background()
+	if _, err := switchyard.New(nil, switchyard.Options{}); !errors.Is(err, config.ErrNil) {
+		t.Errorf("New(nil): %v, want config.ErrNil", err)
+	}
+	if _, err := switchyard.Migrate(ctx, nil); !errors.Is(err, config.ErrNil) {
+		t.Errorf("Migrate(nil): %v, want config.ErrNil", err)
+	}
+	if _, err := client.New(ctx, nil); !errors.Is(err, config.ErrNil) {
+		t.Errorf("client.New(nil): %v, want config.ErrNil", err)
+	}
+	cfg, err := config.Parse([]byte("postgres: {url: \"postgres://u@h/db\"}\nkafka: {brokers: [\"k:9092\"]}\nqueues: {q: {}}\n"+
+		"routes: [{topic: t, kind: k, queue: q, target: {go: true}}]\n"), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := switchyard.New(cfg, switchyard.Options{StatsInterval: -time.Second}); err == nil || !strings.Contains(err.Error(), "StatsInterval") {
+		t.Errorf("New with a negative StatsInterval: %v, want it refused", err)
+	}
+}

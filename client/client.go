@@ -85,6 +85,10 @@ type Client struct {
 // block (the schema must be migrated), queues and routes, as the
 // processes that run the jobs are configured. Close releases it.
 func New(ctx context.Context, cfg *config.Config) (*Client, error) {
+	// The routes and queues it enqueues by must be the processes' own.
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	var routes []*ingest.Route
 	for i, r := range cfg.Routes {
 		cr, err := ingest.CompileRoute(r)

@@ -56,6 +56,9 @@ var (
 // errors.Join; nil means c is usable. It expects SetDefaults to have run:
 // a zero where a default belongs is reported as out of range.
 func (c *Config) Validate() error {
+	if c == nil {
+		return ErrNil
+	}
 	var p problems
 	c.validateKafka(&p)
 	c.validatePostgres(&p)
@@ -83,6 +86,10 @@ func (p *problems) add(field, format string, args ...any) {
 }
 
 // oneOf checks an enumerated setting.
+// ErrNil is what a nil config is, wherever one is taken (Validate, and
+// the users of a config that need only part of it).
+var ErrNil = errors.New("config: nil: load one with config.Load or config.Parse")
+
 func (p *problems) oneOf(field, v string, allowed ...string) {
 	if !slices.Contains(allowed, v) {
 		p.add(field, "%q is not one of %s", v, strings.Join(allowed, ", "))
