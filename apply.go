@@ -48,10 +48,18 @@ func (e *Engine) Applier() *Applier { return &Applier{e: e} }
 // for a versioned lane, only if the job's version is newer than the last
 // applied one. It returns ErrStale for an older version and
 // workers.ErrLeaseLost when the attempt no longer holds the job; in both
-// cases fn was not called and nothing was written.
+// cases fn was not called and nothing of the handler's was written.
 //
 // After a nil return the handler should return nil: the dispatcher
-// records nothing more for the attempt.
+// records nothing more for the attempt (no SetResult either). When fn
+// returns an error, everything rolls back and that error comes back as
+// it is. ErrStale's job is recorded skipped.
+//
+// The transaction is on one of the engine's connections, with its
+// settings: search_path is Switchyard's schema only (name the
+// application's tables with their schema), statement_timeout and
+// idle_in_transaction_session_timeout are 60 s, and it holds one of
+// postgres.max_conns while fn runs.
 func (a *Applier) Apply(ctx context.Context, job *workers.Job, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if !a.e.opened.Load() {
 		return ErrNotStarted

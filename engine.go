@@ -65,7 +65,12 @@ type Options struct {
 	// Registry receives the metrics. Defaults to a new registry with the
 	// Go and process collectors.
 	Registry *prometheus.Registry
-	// KafkaOpts are extra franz-go options (TLS, SASL, tuning).
+	// KafkaOpts are extra franz-go options (TLS, SASL, tuning), given
+	// after the engine's own, so that one of the same option replaces
+	// its. Never pass what the consumer owns: the topics and group
+	// (ConsumeTopics, ConsumerGroup), the partition callbacks
+	// (OnPartitions*), AdjustFetchOffsetsFn (positions come from
+	// Postgres, I1) or FetchIsolationLevel.
 	KafkaOpts []kgo.Opt
 	// OAuthToken supplies OAUTHBEARER tokens when kafka.sasl.mechanism is
 	// OAUTHBEARER; it wins over kafka.sasl.token_file.

@@ -39,6 +39,9 @@ const (
 	Coalesced State = "coalesced"
 )
 
+// All, Final and Depth are read by the engine itself (Valid, IsFinal, the
+// API's filters): read them, never change them.
+
 // All is every state.
 var All = []State{Waiting, Queued, Running, Retrying, Succeeded, Dead, Cancelled, Skipped, Expired, Coalesced}
 

@@ -66,7 +66,8 @@ type Job struct {
 // if this attempt succeeds: GET /v1/jobs/{id} shows it and
 // GET /v1/jobs/{id}/result answers it. Up to the route's
 // result_max_bytes is kept (the rest is cut); each call replaces the
-// last; a failed attempt's result is not kept.
+// last; a failed attempt's result is not kept, nor that of an attempt
+// whose success Applier.Apply recorded (it writes no result).
 func (j *Job) SetResult(contentType string, data []byte) {
 	j.resultMu.Lock()
 	defer j.resultMu.Unlock()
