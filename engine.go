@@ -169,9 +169,12 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	case opts.StatsInterval == 0:
 		opts.StatsInterval = 5 * time.Second
 	}
+	m, err := metrics.Register(opts.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("Options.Registry: %w", err)
+	}
 	e := &Engine{cfg: cfg, opts: opts, log: opts.Logger, registry: workers.NewRegistry(),
-		targets: map[string]*workers.HTTPTarget{},
-		metrics: metrics.New(opts.Registry), fatal: make(chan error, 1)}
+		targets: map[string]*workers.HTTPTarget{}, metrics: m, fatal: make(chan error, 1)}
 	for i, r := range cfg.Routes {
 		cr, err := ingest.CompileRoute(r)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	switchyard "github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/client"
@@ -119,5 +120,13 @@ func TestEntryPointsRefuseWhatTheyCannotUse(t *testing.T) {
 	}
 	if _, err := switchyard.New(cfg, switchyard.Options{StatsInterval: -time.Second}); err == nil || !strings.Contains(err.Error(), "StatsInterval") {
 		t.Errorf("New with a negative StatsInterval: %v, want it refused", err)
+	}
+	// One engine per metrics registry: a second is told so.
+	reg := prometheus.NewRegistry()
+	if _, err := switchyard.New(cfg, switchyard.Options{Registry: reg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := switchyard.New(cfg, switchyard.Options{Registry: reg}); err == nil || !strings.Contains(err.Error(), "Options.Registry") {
+		t.Errorf("a second New on one registry: %v, want it refused", err)
 	}
 }

@@ -4,7 +4,11 @@
 // Collectors are registered on an injected registry, never the global one.
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // EventsLogger names the loggers (under each component's) of the events
 // an operator wants to see one line of each: a record parked, a job
@@ -49,8 +53,19 @@ func (m *Metrics) DeclareKinds(kinds ...string) {
 	}
 }
 
-// New creates the collectors and registers them on reg.
+// New is Register for a registry that holds none of them yet (a test's
+// own): it panics where Register would fail.
 func New(reg prometheus.Registerer) *Metrics {
+	m, err := Register(reg)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// Register creates the collectors and registers them on reg. A registry
+// that holds them already (another engine's) is an error, not a panic.
+func Register(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		Flow: &QueueFlow{},
 		QueueOldestAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -123,7 +138,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Claims of a route that a fleet-wide limit held back while it had runnable jobs, by limit: max_running, group or rate.",
 		}, []string{"route", "limit"}),
 	}
-	reg.MustRegister(m.QueueOldestAge, m.QueueWaitingAge, m.QueueJobs, m.JobDuration, m.QueueWait, m.JobLatency, m.JobAttempts, m.DLQEntries,
-		m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.IngestBatch, m.KafkaLagRecords, m.KafkaLagSeconds, m.IngestPaused, m.FlowThrottled)
-	return m
+	for _, c := range []prometheus.Collector{m.QueueOldestAge, m.QueueWaitingAge, m.QueueJobs, m.JobDuration, m.QueueWait, m.JobLatency,
+		m.JobAttempts, m.DLQEntries, m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.IngestBatch, m.KafkaLagRecords,
+		m.KafkaLagSeconds, m.IngestPaused, m.FlowThrottled} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering Switchyard's metrics: %w (one engine per registry)", err)
+		}
+	}
+	return m, nil
 }
