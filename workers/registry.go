@@ -29,6 +29,9 @@ func (r *Registry) Register(kind string, h Handler) error {
 	if _, dup := r.handlers[kind]; dup {
 		return fmt.Errorf("register handler %q: a handler for this kind is already registered", kind)
 	}
+	if r.handlers == nil { // a zero Registry is ready to use
+		r.handlers = map[string]Handler{}
+	}
 	r.handlers[kind] = h
 	return nil
 }
