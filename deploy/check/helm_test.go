@@ -372,6 +372,17 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 	if !slices.Contains(hooks, "pre-install") || !slices.Contains(hooks, "pre-upgrade") || j.Annotations["helm.sh/hook-delete-policy"] == "" {
 		t.Errorf("migration Job annotations %v: want hook pre-install,pre-upgrade and a hook-delete-policy", j.Annotations)
 	}
+	// Its pod is none of the pods': the Service would send it requests
+	// (it serves nothing), the PodDisruptionBudget would count it, and a
+	// Deployment whose selector matches pods it does not own misbehaves.
+	for what, sel := range map[string]map[string]string{"Deployment": d.Spec.Selector.MatchLabels, "Service": r.service.Spec.Selector} {
+		if labels.SelectorFromSet(sel).Matches(labels.Set(j.Spec.Template.Labels)) {
+			t.Errorf("the %s's selector %v selects the migration Job's pod (%v)", what, sel, j.Spec.Template.Labels)
+		}
+	}
+	if r.pdb != nil && labels.SelectorFromSet(r.pdb.Spec.Selector.MatchLabels).Matches(labels.Set(j.Spec.Template.Labels)) {
+		t.Errorf("the PodDisruptionBudget's selector selects the migration Job's pod (%v)", j.Spec.Template.Labels)
+	}
 	jpod := j.Spec.Template.Spec
 	jc := jpod.Containers[0]
 	if len(jc.Args) < 3 || jc.Args[0] != "migrate" || jc.Args[1] != "--config" {
