@@ -500,6 +500,9 @@ func TestHelmChart(t *testing.T) {
 			if tr.Type != "prometheus" || !strings.Contains(q, "switchyard_queue_oldest_runnable_age_seconds{") || tr.Metadata["threshold"] == "" {
 				t.Errorf("trigger %+v: want a prometheus query on switchyard_queue_oldest_runnable_age_seconds with a threshold", tr)
 			}
+			if !strings.Contains(q, "unless max(switchyard_queue_paused{") {
+				t.Errorf("trigger query %s: a paused queue's growing age would scale the Deployment up", q)
+			}
 			for _, m := range metricRe.FindAllString(q, -1) {
 				if !slices.Contains(exported, m) {
 					t.Errorf("trigger query %s: %s is not a metric the engine exports", q, m)

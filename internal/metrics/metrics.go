@@ -19,6 +19,7 @@ const EventsLogger = "events"
 type Metrics struct {
 	QueueOldestAge  *prometheus.GaugeVec
 	QueueWaitingAge *prometheus.GaugeVec
+	QueuePaused     *prometheus.GaugeVec
 	QueueJobs       *prometheus.GaugeVec
 	JobDuration     *prometheus.HistogramVec
 	QueueWait       *prometheus.HistogramVec
@@ -75,6 +76,10 @@ func Register(reg prometheus.Registerer) (*Metrics, error) {
 		QueueWaitingAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_queue_oldest_waiting_age_seconds",
 			Help: "Age of the oldest job waiting behind a lane's head, per queue: a stuck key shows here.",
+		}, []string{"queue"}),
+		QueuePaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_queue_paused",
+			Help: "1 while an operator has paused the queue (nothing of it is claimed, so its oldest runnable age grows by design), else 0.",
 		}, []string{"queue"}),
 		QueueJobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchyard_queue_jobs",
@@ -138,7 +143,7 @@ func Register(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Claims of a route that a fleet-wide limit held back while it had runnable jobs, by limit: max_running, group or rate.",
 		}, []string{"route", "limit"}),
 	}
-	for _, c := range []prometheus.Collector{m.QueueOldestAge, m.QueueWaitingAge, m.QueueJobs, m.JobDuration, m.QueueWait, m.JobLatency,
+	for _, c := range []prometheus.Collector{m.QueueOldestAge, m.QueueWaitingAge, m.QueuePaused, m.QueueJobs, m.JobDuration, m.QueueWait, m.JobLatency,
 		m.JobAttempts, m.DLQEntries, m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.IngestBatch, m.KafkaLagRecords,
 		m.KafkaLagSeconds, m.IngestPaused, m.FlowThrottled} {
 		if err := reg.Register(c); err != nil {

@@ -45,6 +45,9 @@ func TestSamplerRefreshesTheGauges(t *testing.T) {
 		Reason: "permanent", Error: "no", Lane: jobs[0].LaneRef()}}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.Pause(ctx, pgstore.PauseQueue, "idle", "test"); err != nil {
+		t.Fatal(err)
+	}
 	m := metrics.New(prometheus.NewRegistry())
 	smp := New(Config{Queues: []string{"q", "lq", "idle"}, OrderedRoutes: []string{"lanes", "other"}, Interval: 50 * time.Millisecond,
 		Lag: func(context.Context) ([]ingest.PartitionLag, error) {
@@ -66,6 +69,8 @@ func TestSamplerRefreshesTheGauges(t *testing.T) {
 			"blocked":       {testutil.ToFloat64(m.LanesBlocked.WithLabelValues("lanes")), 1},
 			"blocked other": {testutil.ToFloat64(m.LanesBlocked.WithLabelValues("other")), 0},
 			"idle age":      {testutil.ToFloat64(m.QueueOldestAge.WithLabelValues("idle")), 0},
+			"idle paused":   {testutil.ToFloat64(m.QueuePaused.WithLabelValues("idle")), 1},
+			"q paused":      {testutil.ToFloat64(m.QueuePaused.WithLabelValues("q")), 0},
 			"lag records":   {testutil.ToFloat64(m.KafkaLagRecords.WithLabelValues("t", "3")), 7},
 			"lag seconds":   {testutil.ToFloat64(m.KafkaLagSeconds.WithLabelValues("t")), 2.5},
 		} {
