@@ -184,6 +184,10 @@ var (
 	// ErrShutdown: the process is stopping and its grace period is over;
 	// the job goes back to its queue.
 	ErrShutdown = errors.New("switchyard: process shutting down")
+	// ErrMaxRuntime: the attempt ran past its queue's max_runtime; it
+	// fails as a transient error would (retried, or dead when it was the
+	// last attempt). The cause says the limit: "max_runtime exceeded (5m0s)".
+	ErrMaxRuntime = errors.New("max_runtime exceeded")
 	// ErrCancelled: an operator cancelled the job; it ends cancelled. The
 	// handler learns it within a second (the cancel's NOTIFY), or at the
 	// pool's next heartbeat when the notice was missed.

@@ -88,3 +88,28 @@ func runCounted(t *testing.T, store *pgstore.Store, h workers.Handler) *metrics.
 	run(t, d)
 	return m
 }
+
+// An attempt past its queue's max_runtime ends its handler's context with
+// cause workers.ErrMaxRuntime, which a handler can tell with errors.Is.
+func TestMaxRuntimeIsTheCause(t *testing.T) {
+	t.Parallel()
+	store := testenv.MigratedStore(t)
+	enqueue(t, store, 1, 3)
+	causes := make(chan error, 1)
+	startQueues(t, store, workers.HandlerFunc(func(ctx context.Context, _ *workers.Job) error {
+		<-ctx.Done()
+		select {
+		case causes <- context.Cause(ctx):
+		default:
+		}
+		return ctx.Err()
+	}), Queue{Name: "q", Concurrency: 1, Lease: time.Minute, MaxRuntime: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, workers.ErrMaxRuntime) || cause.Error() != "max_runtime exceeded (100ms)" {
+			t.Errorf("cause %v, want workers.ErrMaxRuntime naming 100ms", cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler's context never ended")
+	}
+}

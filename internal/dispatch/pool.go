@@ -150,7 +150,7 @@ func newPool(env poolEnv, log *zap.Logger, q Queue) *pool {
 		env.paused = func(string) bool { return false }
 	}
 	return &pool{env: env, q: q, log: log.With(zap.String("queue", q.Name)),
-		overRuntime: fmt.Errorf("max_runtime %s exceeded", q.MaxRuntime),
+		overRuntime: fmt.Errorf("%w (%s)", workers.ErrMaxRuntime, q.MaxRuntime),
 		wakeC:       make(chan struct{}, 1), freed: make(chan struct{}, 1), claimsDone: make(chan struct{}),
 		work:   make(chan *running, q.Concurrency),
 		leases: map[int64]*running{}, handoffWindow: laneHandoffWindow,
