@@ -399,6 +399,8 @@ func TestBrowserConsolePages(t *testing.T) {
 	if got := p.text(`tr[data-queue="reports"]`); !strings.Contains(got, "paused") {
 		t.Errorf("the paused queue's row: %q", got)
 	}
+	// Its backlog waits for the resume, whatever the rates say.
+	p.waitText(`tr[data-queue="reports"] .trend`, "held: paused")
 	if got := p.text(`tr[data-queue="bulk"] td:nth-child(4)`); got != "56" {
 		t.Errorf("bulk's row shows %q queued jobs, want its 56", got)
 	}

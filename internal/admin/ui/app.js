@@ -514,7 +514,8 @@ const queuesPage = {
         td(q.oldest_waiting_age_seconds > 0 ? age(q.oldest_waiting_age_seconds) : "—", "num"),
         td(r && !r.measuring ? perMin(r.arrive) : "—", "num"),
         td(r && !r.measuring ? perMin(r.finish) : "—", "num"),
-        td(trend(r, backlog)),
+        // A paused queue's backlog waits for its resume, not for its rate.
+        td(q.paused && backlog > 0 ? el("span", { class: "trend grows", text: "held: paused" }) : trend(r, backlog)),
         canOperate() ? td(q.paused
           ? actionButton("Resume", "v1/queues/" + encodeURIComponent(q.queue) + "/resume", { name: "resume" })
           : actionButton("Pause", "v1/queues/" + encodeURIComponent(q.queue) + "/pause", { name: "pause", cls: "danger" })) : null);
