@@ -206,11 +206,6 @@ type LanePlace struct {
 	Route, Key string
 }
 
-// Place is the lane's place in LaneList's order.
-func (l LaneRow) Place() LanePlace {
-	return LanePlace{Blocked: l.Blocked, Waiting: l.Waiting, Route: l.Route, Key: l.Key}
-}
-
 // LaneList returns the lanes an operator looks at: the blocked ones and
 // (unless f.BlockedOnly) those with waiting jobs, in LanePlace's order.
 // The waiting jobs are counted by reading their partial index once; only
