@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,6 +170,8 @@ func TestEnqueueJoinsTheLaneAndNamesBadFields(t *testing.T) {
 		var in *client.InputError
 		if _, err := c.Enqueue(ctx, tc.job); !errors.As(err, &in) || in.Field != tc.field {
 			t.Errorf("%+v: %v, want an InputError naming %s", tc.job, err, tc.field)
+		} else if m := strings.ToLower(in.Msg); strings.Contains(m, "header") || strings.Contains(m, "parameter") || strings.Contains(m, "body") {
+			t.Errorf("%+v: %q speaks of HTTP to a Go caller", tc.job, err)
 		}
 	}
 	if _, err := c.Enqueue(ctx, client.Job{Queue: "nope", Kind: "k", IdempotencyKey: "z"}); !errors.Is(err, client.ErrUnknownQueue) {

@@ -115,7 +115,7 @@ func (e *Enqueuer) enqueue(ctx context.Context, req EnqueueRequest,
 		return EnqueueResult{}, ErrUnknownQueue
 	}
 	if req.IdempotencyKey == "" {
-		return EnqueueResult{}, &InputError{"Idempotency-Key", "header required: it makes a retried request find its job instead of making another"}
+		return EnqueueResult{}, &InputError{"Idempotency-Key", "required: it makes a retried request find its job instead of making another"}
 	}
 	r, err := e.route(req.Queue, req.Kind)
 	if err != nil {
@@ -189,7 +189,7 @@ func (r *Route) decodeRequest(req EnqueueRequest, now time.Time) (*pgstore.NewJo
 		return nil, r.requestError(p, in)
 	}
 	if r.Lane != nil && r.Lane.Policy != "none" && j.Version == nil {
-		return nil, &InputError{"Switchyard-Version", fmt.Sprintf("header required: route %s orders its lanes by version (%s)", r.Name, r.Lane.Policy)}
+		return nil, &InputError{"Switchyard-Version", fmt.Sprintf("required: route %s orders its lanes by version (%s)", r.Name, r.Lane.Policy)}
 	}
 	j.Origin, j.RecordKey = pgstore.OriginAPI, nil
 	if req.ContentType != "" {
@@ -243,13 +243,13 @@ func (r *Route) requestError(p *problem, in given) error {
 	switch {
 	case p.part == partKey && (in.key != nil || r.key.isZero()):
 		if p.reason == ReasonMissingField {
-			return &InputError{"Switchyard-Key", fmt.Sprintf("header required: route %s is ordered, its jobs run in per-key lanes", r.Name)}
+			return &InputError{"Switchyard-Key", fmt.Sprintf("required: route %s is ordered, its jobs run in per-key lanes", r.Name)}
 		}
 		return &InputError{"Switchyard-Key", p.msg}
 	case p.part == partVersion && p.reason == ReasonMissingField:
-		return &InputError{"Switchyard-Version", fmt.Sprintf("header required, or the route's version %s in the body: %s", r.version.name, p.msg)}
+		return &InputError{"Switchyard-Version", fmt.Sprintf("required, or the route's version %s in the payload: %s", r.version.name, p.msg)}
 	case p.part == partKey && p.reason == ReasonMissingField:
-		return &InputError{"Switchyard-Key", fmt.Sprintf("header required, or the route's key %s in the body: %s", r.key.name, p.msg)}
+		return &InputError{"Switchyard-Key", fmt.Sprintf("required, or the route's key %s in the payload: %s", r.key.name, p.msg)}
 	}
 	return &InputError{"body", fmt.Sprintf("%s (route %s would park such a record as %s)", p.msg, r.Name, p.reason)}
 }
@@ -268,7 +268,7 @@ func (e *Enqueuer) route(queue, kind string) (*Route, error) {
 	}
 	slices.Sort(kinds)
 	if kind == "" {
-		return nil, &InputError{"kind", fmt.Sprintf("query parameter required; queue %s takes %s", queue, list(kinds))}
+		return nil, &InputError{"kind", fmt.Sprintf("required; queue %s takes %s", queue, list(kinds))}
 	}
 	return nil, &InputError{"kind", fmt.Sprintf("no route of queue %s has kind %q; it takes %s", queue, kind, list(kinds))}
 }
