@@ -127,7 +127,9 @@ func (j *Job) SetAttempt(a Attempt) { j.attempt = a }
 // MarkFinished records that the job's outcome, state, was already
 // committed by the handler itself (Applier.Apply completes the job, or
 // skips a stale version, in the handler's own transaction); the
-// dispatcher then writes nothing more for this attempt.
+// dispatcher then writes nothing more for this attempt. Applier.Apply
+// calls it; handlers do not, as the job would then stay running until
+// its lease expired.
 func (j *Job) MarkFinished(state jobstate.State) { j.finished.Store(&state) }
 
 // Finished reports the state MarkFinished recorded, and whether it was
