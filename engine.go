@@ -274,9 +274,38 @@ func (e *Engine) allLimited(queue string) bool {
 	return feeds
 }
 
-// Register adds the Go handler for a kind. Call it before Start.
+// Register adds the Go handler for a kind. Call it before Start. The
+// kind must be one a handler runs: that of a route with target go: true,
+// or of a schedule that no route takes. A misspelt kind, or that of a
+// route with an HTTP target, is an error here rather than a handler that
+// never runs.
 func (e *Engine) Register(kind string, h workers.Handler) error {
+	if !e.runsGo(kind) {
+		return fmt.Errorf("register handler %q: no route with target go: true has this kind, nor a schedule without a route, so the handler would never run", kind)
+	}
 	return e.registry.Register(kind, h)
+}
+
+// runsGo reports whether jobs of kind run on a registered Go handler.
+func (e *Engine) runsGo(kind string) bool {
+	routed := false
+	for _, r := range e.cfg.Routes {
+		if r.Kind == kind {
+			if r.Target.Go {
+				return true
+			}
+			routed = true
+		}
+	}
+	if routed {
+		return false
+	}
+	for _, sc := range e.cfg.Schedules {
+		if sc.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
 
 // resolve finds the handler of a job: the route's HTTP target, else the

@@ -130,3 +130,31 @@ func TestEntryPointsRefuseWhatTheyCannotUse(t *testing.T) {
 		t.Errorf("a second New on one registry: %v, want it refused", err)
 	}
 }
+
+// Register takes the kinds a Go handler runs — a route's with target go,
+// a schedule's that no route takes — and refuses the rest by name: a
+// misspelt kind, or an HTTP route's, would never reach its handler.
+func TestRegisterTakesOnlyKindsThatRun(t *testing.T) {
+	cfg, err := config.Parse([]byte("postgres: {url: \"postgres://u@h/db\"}\nkafka: {brokers: [\"k:9092\"]}\nqueues: {q: {}}\n"+
+		"routes:\n  - {name: a, topic: t, kind: k, queue: q, target: {go: true}}\n"+
+		"  - {name: b, topic: t, kind: web, queue: q, target: {http: {url: \"http://127.0.0.1:1/\"}}}\n"+
+		"schedules:\n  - {name: nightly, cron: \"0 3 * * *\", kind: report, queue: q}\n"), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := switchyard.New(cfg, switchyard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noop := workers.HandlerFunc(func(context.Context, *workers.Job) error { return nil })
+	for _, kind := range []string{"k", "report"} {
+		if err := eng.Register(kind, noop); err != nil {
+			t.Errorf("Register(%q): %v", kind, err)
+		}
+	}
+	for _, kind := range []string{"kk", "web"} {
+		if err := eng.Register(kind, noop); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", kind)) {
+			t.Errorf("Register(%q): %v, want it refused by name", kind, err)
+		}
+	}
+}
