@@ -237,7 +237,9 @@ The log below shows each call the example target receives, each record
 parked and each job that dies (--verbose for everything).
 Ctrl-C stops everything.
 `, dir, brokers, targetURL, httpAddr, cfgPath, shellQuote(self), auth, httpAddr)
-	return serve(ctx, eng, log, cfg.ShutdownGrace.D())
+	// serve's own lines (running, shutting down, stopped) are dev's steps:
+	// they tell a person when the tour can start and when it has ended.
+	return serve(ctx, eng, log.Named(devSteps), cfg.ShutdownGrace.D())
 }
 
 // portFree reports whether addr can be listened on now.

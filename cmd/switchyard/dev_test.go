@@ -154,9 +154,9 @@ func TestDevChecksItsPortFirst(t *testing.T) {
 	}
 }
 
-// dev's log is what a person follows: the example target's calls, each
-// record parked, each job that dies, and no Kafka client chatter; with
-// --verbose, everything. The tour's steps are run as the banner prints
+// dev's log is what a person follows: when it is running and when it has
+// stopped, the example target's calls, each record parked, each job that
+// dies, and no Kafka client chatter; with --verbose, everything. The tour's steps are run as the banner prints
 // them, with the config it writes.
 func TestDevLogsWhatAPersonFollows(t *testing.T) {
 	t.Parallel()
@@ -170,6 +170,7 @@ func TestDevLogsWhatAPersonFollows(t *testing.T) {
 			}
 			p := start(t, "dev", devEnv(tmp), args...)
 			testenv.Eventually(t, 60*time.Second, "the banner", func() bool { return strings.Contains(p.out.String(), "Ctrl-C stops everything") })
+			p.waitLog(60*time.Second, "dev\tswitchyard running")
 			_, cfg, ok := strings.Cut(p.out.String(), "export SWITCHYARD_CONFIG=")
 			if !ok {
 				t.Fatalf("no config in the banner:\n%s", p.out.String())
@@ -193,6 +194,9 @@ func TestDevLogsWhatAPersonFollows(t *testing.T) {
 			p.signal(syscall.SIGINT)
 			if code := p.wait(60 * time.Second); code != 0 {
 				t.Fatalf("dev exited %d", code)
+			}
+			if !strings.Contains(p.log.String(), "dev\tstopped cleanly") {
+				t.Errorf("dev did not say it stopped:\n%s", p.log.String())
 			}
 		})
 	}
