@@ -153,3 +153,55 @@ func TestAlertsUseExportedMetrics(t *testing.T) {
 		}
 	}
 }
+
+// The image is pinned, never :latest: a restarted or rescheduled pod of a
+// :latest image pulls whatever was pushed last, which may need a schema
+// the migration never made, and the chart's migration Job and pods could
+// run two different builds. The chart is released with the binary, so its
+// version is the release's number and its appVersion the release's tag
+// (the version `switchyard version` prints for a build of that tag), and
+// every other place that names the image's tag names the same one.
+func TestImageVersionPinned(t *testing.T) {
+	b, err := os.ReadFile("helm/switchyard/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		Version    string `yaml:"version"`
+		AppVersion string `yaml:"appVersion"`
+	}
+	if err := yaml.Unmarshal(b, &chart); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`).MatchString(chart.AppVersion) {
+		t.Fatalf("Chart.yaml appVersion %q: want a release tag (vX.Y.Z), the image tag the chart deploys by default", chart.AppVersion)
+	}
+	if chart.AppVersion != "v"+chart.Version {
+		t.Errorf("Chart.yaml appVersion %s, version %s: the chart is released with the binary, want appVersion v%s", chart.AppVersion, chart.Version, chart.Version)
+	}
+	want := "switchyard:" + chart.AppVersion
+	manifests, _ := filepath.Glob("kubernetes/*.yaml")
+	images := 0
+	for _, m := range manifests {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, img := range regexp.MustCompile(`(?m)^\s*image:\s*(\S+)`).FindAllStringSubmatch(string(b), -1) {
+			images++
+			if img[1] != want {
+				t.Errorf("%s: image %s, want %s (the chart's appVersion)", m, img[1], want)
+			}
+		}
+	}
+	if images == 0 {
+		t.Error("kubernetes/*.yaml: no image found")
+	}
+	df, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(df), "-t "+want+" ") {
+		t.Errorf("Dockerfile: its build line does not tag the image %s", want)
+	}
+}

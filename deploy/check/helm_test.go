@@ -519,6 +519,40 @@ func TestHelmChart(t *testing.T) {
 		}
 	})
 
+	// The pods and the migration run one image: by default the chart's
+	// appVersion (a release tag, never latest), or image.tag.
+	t.Run("image", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join(chart, "Chart.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			AppVersion string `json:"appVersion"`
+		}
+		if err := yaml.Unmarshal(b, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`).MatchString(meta.AppVersion) {
+			t.Errorf("Chart.yaml appVersion %q: want the release tag the chart deploys (vX.Y.Z), never latest", meta.AppVersion)
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{nil, "switchyard:" + meta.AppVersion},
+			{[]string{"--set", "image.tag=v9.8.7"}, "switchyard:v9.8.7"},
+			{[]string{"--set", "image.tag=2"}, "switchyard:2"}, // --set reads 2 as a number
+			{[]string{"-f", everything}, "registry.example.com/switchyard:v1.2.3"},
+		} {
+			r := template(t, helm, c.args...)
+			pods := r.deployment.Spec.Template.Spec.Containers[0].Image
+			job := r.job.Spec.Template.Spec.Containers[0].Image
+			if pods != c.want || job != c.want {
+				t.Errorf("helm template %s: image %q in the pods, %q in the migration, want %q", strings.Join(c.args, " "), pods, job, c.want)
+			}
+		}
+	})
+
 	// shutdown_grace in every unit Go reads moves the kubelet's grace with it.
 	t.Run("shutdown_grace", func(t *testing.T) {
 		for grace, want := range map[string]int64{"2m": 150, "1.5h": 5430, "2500ms": 33, "45s": 75} {

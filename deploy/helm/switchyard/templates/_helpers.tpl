@@ -36,8 +36,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/*
+The pods' and the migration's image: image.tag, else the chart's
+appVersion (a release tag, never latest). toString: --set image.tag=2
+reads a number.
+*/}}
 {{- define "switchyard.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
 {{- end }}
 
 {{/*
