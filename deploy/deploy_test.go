@@ -205,3 +205,40 @@ func TestImageVersionPinned(t *testing.T) {
 		t.Errorf("Dockerfile: its build line does not tag the image %s", want)
 	}
 }
+
+// No Deployment uses static Kafka group membership. A static member does
+// not leave the group when it stops (that is the point: a restart with
+// the same id takes its partitions back without a rebalance), but a
+// Deployment's replacement pod has a new name, so an id from the pod's
+// name makes it a new member, and the group holds the old member's
+// partitions, unconsumed, until kafka.session_timeout expires: for every
+// pod of every rollout. Nor does a shared config file set one id for
+// every replica, which would fence them out of the group in turn.
+func TestNoStaticMembershipOnADeployment(t *testing.T) {
+	manifests, _ := filepath.Glob("kubernetes/*.yaml")
+	for _, m := range manifests {
+		for _, d := range yamlDocs(t, m) {
+			if d["kind"] == "ConfigMap" {
+				data, _ := d["data"].(map[string]any)
+				if c, _ := data["switchyard.yaml"].(string); c != "" {
+					cfg, err := config.Parse([]byte(c), func(k string) string {
+						return map[string]string{config.EnvDatabaseURL: "postgres://u@db/s", config.EnvKafkaBrokers: "kafka:9092"}[k]
+					})
+					if err == nil && cfg.Kafka.InstanceID != "" {
+						t.Errorf("%s: the shared config sets kafka.instance_id %q for every replica", m, cfg.Kafka.InstanceID)
+					}
+				}
+			}
+			if d["kind"] != "Deployment" {
+				continue
+			}
+			b, err := yaml.Marshal(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), config.EnvKafkaInstanceID) {
+				t.Errorf("%s: Deployment sets %s: its replaced pods get new names, so the group waits out session_timeout for each old member", m, config.EnvKafkaInstanceID)
+			}
+		}
+	}
+}
