@@ -261,6 +261,28 @@ func checkNonRoot(t *testing.T, what string, pod corev1.PodSpec) {
 	}
 }
 
+// onVolume says whether path lies under one of the container's mounts of
+// a volume of the pod.
+func onVolume(pod corev1.PodSpec, c corev1.Container, path string) bool {
+	for _, m := range c.VolumeMounts {
+		if !strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			continue
+		}
+		if slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) {
+			return true
+		}
+	}
+	return false
+}
+
+func mountPaths(c corev1.Container) []string {
+	var paths []string
+	for _, m := range c.VolumeMounts {
+		paths = append(paths, m.Name+":"+m.MountPath)
+	}
+	return paths
+}
+
 func selects(t *testing.T, what string, sel map[string]string, podLabels map[string]string) {
 	t.Helper()
 	if len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(podLabels)) {
@@ -307,6 +329,21 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 		t.Errorf("%s does not mount ConfigMap %s read-only at /etc/switchyard: %+v %+v", d.kind, cfgName, pod.Volumes, c.VolumeMounts)
 	}
 	cfg := loadConfig(t, r.configMap(t, cfgName), envWithToken)
+
+	// Every file the config names is on a volume the container mounts
+	// (the image holds none of them): extraVolumes / extraVolumeMounts.
+	var files []string
+	if k := cfg.Kafka.TLS; k != nil {
+		files = append(files, k.CAFile, k.CertFile, k.KeyFile)
+	}
+	if k := cfg.Kafka.SASL; k != nil {
+		files = append(files, k.TokenFile)
+	}
+	for _, f := range files {
+		if f != "" && !onVolume(pod, c, f) {
+			t.Errorf("%s: the config names %s, which no volume of the container holds (mounts %v)", d.kind, f, mountPaths(c))
+		}
+	}
 
 	// Secrets only by reference, never a Secret rendered by the chart.
 	podEnv := envOf(t, c, secretVars(cfg))
@@ -430,7 +467,7 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 	}
 	var jcm string
 	for _, v := range jpod.Volumes {
-		if v.ConfigMap != nil {
+		if v.Name == "config" && v.ConfigMap != nil {
 			jcm = v.ConfigMap.Name
 		}
 	}
@@ -497,8 +534,18 @@ func TestHelmChart(t *testing.T) {
 	t.Run("everything", func(t *testing.T) {
 		r := template(t, helm, "-f", everything)
 		cfg := checkPromises(t, r, everythingEnv)
-		if len(cfg.Admin.Tokens) != 2 || cfg.Kafka.SASL == nil {
-			t.Errorf("tokens %+v, sasl %+v: the values file's are lost", cfg.Admin.Tokens, cfg.Kafka.SASL)
+		if len(cfg.Admin.Tokens) != 2 || cfg.Kafka.SASL == nil || cfg.Kafka.TLS == nil {
+			t.Errorf("tokens %+v, sasl %+v, tls %+v: the values file's are lost", cfg.Admin.Tokens, cfg.Kafka.SASL, cfg.Kafka.TLS)
+		}
+		// extraVolumes and extraVolumeMounts on the pods and on the
+		// migration, which checks the Postgres URL's sslrootcert when it
+		// loads the config.
+		for what, pod := range map[string]corev1.PodSpec{"pods": r.pods.template.Spec, "migration": r.job.Spec.Template.Spec} {
+			for _, f := range []string{"/etc/switchyard-tls/kafka/ca.pem", "/etc/switchyard-tls/postgres/ca.pem"} {
+				if !onVolume(pod, pod.Containers[0], f) {
+					t.Errorf("%s: %s is on no volume (mounts %v)", what, f, mountPaths(pod.Containers[0]))
+				}
+			}
 		}
 		if _, ok := cfg.Queues["default"]; ok {
 			t.Error("the chart's example queue survives default: null")
@@ -667,6 +714,8 @@ func TestHelmChart(t *testing.T) {
 			{[]string{"--set", "kafkaStaticMembership=true"}, "needs workload: StatefulSet"},
 			{[]string{"--set", "workload=DaemonSet"}, "workload: DaemonSet"},
 			{[]string{"--set", "config.kafka.instance_id=sy-0"}, "config.kafka.instance_id"},
+			{[]string{"--set-json", `extraVolumes=[{"name":"config","emptyDir":{}}]`}, "extraVolumes: config"},
+			{[]string{"--set-json", `extraVolumeMounts=[{"name":"tls","mountPath":"/etc/switchyard/tls"}]`}, "extraVolumeMounts: /etc/switchyard/tls"},
 			{[]string{"--set", "autoscaling.keda.enabled=true"}, "name at least one queue"},
 			{[]string{"--set", "autoscaling.keda.enabled=true", "--set", "autoscaling.keda.queues.default.threshold=30", "--set", "autoscaling.keda.minReplicas=0"}, "at least 1"},
 			{[]string{"--set", "autoscaling.keda.enabled=true", "--set", "autoscaling.keda.queues.nosuch.threshold=30"}, `no queue "nosuch"`},

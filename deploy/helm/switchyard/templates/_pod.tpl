@@ -21,6 +21,32 @@ config file that every replica shares.
 {{- end }}
 
 {{/*
+switchyard.extraVolumes and switchyard.extraVolumeMounts are the values of
+those names, for the pods and the migration Job alike, after refusing what
+would collide with the config's volume: its name, and its mount path
+/etc/switchyard or a path under it (a read-only ConfigMap volume has no
+room for another mount point).
+*/}}
+{{- define "switchyard.extraVolumes" -}}
+{{- range .Values.extraVolumes }}
+{{- if eq (toString .name) "config" }}
+{{- fail "extraVolumes: config is the name of the volume of Switchyard's config file; name yours otherwise" }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraVolumes }}{{ toYaml . }}{{ end }}
+{{- end }}
+
+{{- define "switchyard.extraVolumeMounts" -}}
+{{- range .Values.extraVolumeMounts }}
+{{- $path := toString .mountPath }}
+{{- if or (eq (trimSuffix "/" $path) "/etc/switchyard") (hasPrefix "/etc/switchyard/" $path) }}
+{{- fail (printf "extraVolumeMounts: %s: /etc/switchyard holds the config file (a read-only ConfigMap volume); mount elsewhere, e.g. /etc/switchyard-tls" $path) }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraVolumeMounts }}{{ toYaml . }}{{ end }}
+{{- end }}
+
+{{/*
 switchyard.podTemplate is the pods' template, the same for a Deployment
 and a StatefulSet.
 */}}
@@ -94,10 +120,16 @@ spec:
         - name: config
           mountPath: /etc/switchyard
           readOnly: true
+        {{- with include "switchyard.extraVolumeMounts" . }}
+        {{- . | nindent 8 }}
+        {{- end }}
   volumes:
     - name: config
       configMap:
         name: {{ include "switchyard.fullname" . }}
+    {{- with include "switchyard.extraVolumes" . }}
+    {{- . | nindent 4 }}
+    {{- end }}
   {{- with .Values.nodeSelector }}
   nodeSelector:
     {{- toYaml . | nindent 4 }}
