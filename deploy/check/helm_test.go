@@ -729,14 +729,26 @@ func TestHelmChart(t *testing.T) {
 }
 
 // The plain manifests decode strictly into the same types, so they do not
-// drift from the API either.
+// drift from the API either: the config, the migration Job, the Deployment
+// and its Service.
 func TestKubernetesManifestsDecode(t *testing.T) {
-	f, err := os.Open(filepath.Join(repoRoot, "deploy", "kubernetes", "switchyard.yaml"))
+	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "kubernetes", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	if objs := decodeAll(t, "deploy/kubernetes/switchyard.yaml", f); len(objs) != 4 {
-		t.Errorf("decoded %d objects, want 4", len(objs))
+	kinds := map[string]int{}
+	for _, file := range files {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range decodeAll(t, file, f) {
+			kinds[fmt.Sprintf("%T", o)]++
+		}
+		f.Close()
+	}
+	want := map[string]int{"*v1.ConfigMap": 1, "*v1.Job": 1, "*v1.Deployment": 1, "*v1.Service": 1}
+	if fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Errorf("decoded %v, want %v", kinds, want)
 	}
 }
