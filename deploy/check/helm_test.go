@@ -72,6 +72,8 @@ func newObject(apiVersion, kind string) any {
 		return new(corev1.ServiceAccount)
 	case "apps/v1/Deployment":
 		return new(appsv1.Deployment)
+	case "apps/v1/StatefulSet":
+		return new(appsv1.StatefulSet)
 	case "batch/v1/Job":
 		return new(batchv1.Job)
 	case "policy/v1/PodDisruptionBudget":
@@ -118,10 +120,20 @@ func decodeAll(t *testing.T, name string, r io.Reader) []any {
 	}
 }
 
+// workload is what runs `switchyard run`: a Deployment or a StatefulSet.
+type workload struct {
+	kind, name string
+	replicas   *int32
+	selector   *metav1.LabelSelector
+	template   corev1.PodTemplateSpec
+}
+
 // rendered is one helm template's objects, by kind.
 type rendered struct {
 	configMaps     []*corev1.ConfigMap
+	pods           workload
 	deployment     *appsv1.Deployment
+	statefulSet    *appsv1.StatefulSet
 	job            *batchv1.Job
 	service        *corev1.Service
 	serviceAccount *corev1.ServiceAccount
@@ -150,6 +162,10 @@ func template(t *testing.T, helm string, args ...string) rendered {
 			r.configMaps = append(r.configMaps, o)
 		case *appsv1.Deployment:
 			r.deployment = o
+			r.pods = workload{"Deployment", o.Name, o.Spec.Replicas, o.Spec.Selector, o.Spec.Template}
+		case *appsv1.StatefulSet:
+			r.statefulSet = o
+			r.pods = workload{"StatefulSet", o.Name, o.Spec.Replicas, o.Spec.Selector, o.Spec.Template}
 		case *batchv1.Job:
 			r.job = o
 		case *corev1.Service:
@@ -164,8 +180,8 @@ func template(t *testing.T, helm string, args ...string) rendered {
 			r.scaledObject = o
 		}
 	}
-	if r.deployment == nil || r.service == nil {
-		t.Fatalf("helm template %s rendered no Deployment or Service", strings.Join(args, " "))
+	if (r.deployment == nil) == (r.statefulSet == nil) || r.service == nil {
+		t.Fatalf("helm template %s rendered not one Deployment or StatefulSet, or no Service", strings.Join(args, " "))
 	}
 	return r
 }
@@ -245,6 +261,28 @@ func checkNonRoot(t *testing.T, what string, pod corev1.PodSpec) {
 	}
 }
 
+// onVolume says whether path lies under one of the container's mounts of
+// a volume of the pod.
+func onVolume(pod corev1.PodSpec, c corev1.Container, path string) bool {
+	for _, m := range c.VolumeMounts {
+		if !strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			continue
+		}
+		if slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) {
+			return true
+		}
+	}
+	return false
+}
+
+func mountPaths(c corev1.Container) []string {
+	var paths []string
+	for _, m := range c.VolumeMounts {
+		paths = append(paths, m.Name+":"+m.MountPath)
+	}
+	return paths
+}
+
 func selects(t *testing.T, what string, sel map[string]string, podLabels map[string]string) {
 	t.Helper()
 	if len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(podLabels)) {
@@ -256,14 +294,14 @@ func selects(t *testing.T, what string, sel map[string]string, podLabels map[str
 // returns the loaded config.
 func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config.Config {
 	t.Helper()
-	d := r.deployment
-	pod := d.Spec.Template.Spec
+	d := r.pods
+	pod := d.template.Spec
 	if len(pod.Containers) != 1 {
-		t.Fatalf("Deployment: %d containers", len(pod.Containers))
+		t.Fatalf("%s: %d containers", d.kind, len(pod.Containers))
 	}
 	c := pod.Containers[0]
 	if want := []string{"run", "--config", "/etc/switchyard/switchyard.yaml"}; !slices.Equal(c.Args, want) {
-		t.Errorf("Deployment args %q, want %q", c.Args, want)
+		t.Errorf("%s args %q, want %q", d.kind, c.Args, want)
 	}
 
 	// The config the pods read loads with what their env references.
@@ -278,7 +316,7 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 	for k, v := range env {
 		envWithToken[k] = v
 	}
-	cfgName := d.Name
+	cfgName := d.name
 	var mounted bool
 	for _, v := range pod.Volumes {
 		if v.Name == "config" && v.ConfigMap != nil && v.ConfigMap.Name == cfgName {
@@ -288,24 +326,58 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 	if !mounted || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
 		return m.Name == "config" && m.MountPath == "/etc/switchyard" && m.ReadOnly
 	}) {
-		t.Errorf("Deployment does not mount ConfigMap %s read-only at /etc/switchyard: %+v %+v", cfgName, pod.Volumes, c.VolumeMounts)
+		t.Errorf("%s does not mount ConfigMap %s read-only at /etc/switchyard: %+v %+v", d.kind, cfgName, pod.Volumes, c.VolumeMounts)
 	}
 	cfg := loadConfig(t, r.configMap(t, cfgName), envWithToken)
+
+	// Every file the config names is on a volume the container mounts
+	// (the image holds none of them): extraVolumes / extraVolumeMounts.
+	var files []string
+	if k := cfg.Kafka.TLS; k != nil {
+		files = append(files, k.CAFile, k.CertFile, k.KeyFile)
+	}
+	if k := cfg.Kafka.SASL; k != nil {
+		files = append(files, k.TokenFile)
+	}
+	for _, f := range files {
+		if f != "" && !onVolume(pod, c, f) {
+			t.Errorf("%s: the config names %s, which no volume of the container holds (mounts %v)", d.kind, f, mountPaths(c))
+		}
+	}
 
 	// Secrets only by reference, never a Secret rendered by the chart.
 	podEnv := envOf(t, c, secretVars(cfg))
 	for _, v := range []string{config.EnvDatabaseURL, config.EnvKafkaBrokers} {
 		if _, ok := podEnv[v]; !ok {
-			t.Errorf("Deployment: no %s", v)
+			t.Errorf("%s: no %s", d.kind, v)
 		}
 	}
 	for _, tok := range cfg.Admin.Tokens {
 		if _, ok := podEnv[tok.TokenEnv]; !ok {
-			t.Errorf("Deployment: admin.tokens %s: no %s", tok.Name, tok.TokenEnv)
+			t.Errorf("%s: admin.tokens %s: no %s", d.kind, tok.Name, tok.TokenEnv)
 		}
 	}
 	if _, ok := podEnv[config.EnvAdminToken]; !ok && len(cfg.Admin.Tokens) == 0 {
-		t.Errorf("Deployment: neither %s nor admin.tokens: the server refuses a pod address without a token", config.EnvAdminToken)
+		t.Errorf("%s: neither %s nor admin.tokens: the server refuses a pod address without a token", d.kind, config.EnvAdminToken)
+	}
+
+	// Static group membership only where a pod keeps its name through its
+	// replacement (a StatefulSet), the id being that name. A static member
+	// does not leave the group when it stops: a Deployment's replacement
+	// pod, under a new name, is a new member, and the group holds the old
+	// member's partitions unconsumed until kafka.session_timeout expires,
+	// for every pod of every rollout. Never a fixed id in the config file,
+	// which every replica shares: they would fence each other out.
+	if cfg.Kafka.InstanceID != "" {
+		t.Errorf("the config file sets kafka.instance_id %q, which every replica reads", cfg.Kafka.InstanceID)
+	}
+	if e, ok := podEnv[config.EnvKafkaInstanceID]; ok {
+		if d.kind != "StatefulSet" {
+			t.Errorf("%s sets %s: its replaced pods get new names, so each is a new static member and the group waits out session_timeout for the old one", d.kind, config.EnvKafkaInstanceID)
+		}
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+			t.Errorf("%s %+v: want the pod's name (fieldRef metadata.name)", config.EnvKafkaInstanceID, e)
+		}
 	}
 
 	// Probes on the named port the config listens on.
@@ -338,18 +410,18 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 	}
 
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
-		t.Errorf("Deployment resources %+v: want cpu and memory requests and a memory limit", c.Resources)
+		t.Errorf("%s resources %+v: want cpu and memory requests and a memory limit", d.kind, c.Resources)
 	}
-	checkNonRoot(t, "Deployment", pod)
+	checkNonRoot(t, d.kind, pod)
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
-		t.Errorf("Deployment mounts a ServiceAccount token it never uses")
+		t.Errorf("%s mounts a ServiceAccount token it never uses", d.kind)
 	}
-	selects(t, "Deployment", d.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
-	selects(t, "Service", r.service.Spec.Selector, d.Spec.Template.Labels)
+	selects(t, d.kind, d.selector.MatchLabels, d.template.Labels)
+	selects(t, "Service", r.service.Spec.Selector, d.template.Labels)
 	if r.serviceAccount != nil && r.serviceAccount.Name != pod.ServiceAccountName {
 		t.Errorf("ServiceAccount %s, the pods run as %s", r.serviceAccount.Name, pod.ServiceAccountName)
 	}
-	for _, h := range []string{d.Name, d.Name + ".jobs", d.Name + ".jobs.svc", d.Name + ".jobs.svc.cluster.local"} {
+	for _, h := range []string{d.name, d.name + ".jobs", d.name + ".jobs.svc", d.name + ".jobs.svc.cluster.local"} {
 		if !slices.Contains(cfg.HTTP.AllowedHosts, h) {
 			t.Errorf("http.allowed_hosts %v lacks the Service's name %s", cfg.HTTP.AllowedHosts, h)
 		}
@@ -359,7 +431,7 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 	if r.pdb == nil {
 		t.Error("no PodDisruptionBudget")
 	} else {
-		selects(t, "PodDisruptionBudget", r.pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
+		selects(t, "PodDisruptionBudget", r.pdb.Spec.Selector.MatchLabels, d.template.Labels)
 	}
 
 	// The migration: a pre-install,pre-upgrade hook Job running migrate on
@@ -375,7 +447,7 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 	// Its pod is none of the pods': the Service would send it requests
 	// (it serves nothing), the PodDisruptionBudget would count it, and a
 	// Deployment whose selector matches pods it does not own misbehaves.
-	for what, sel := range map[string]map[string]string{"Deployment": d.Spec.Selector.MatchLabels, "Service": r.service.Spec.Selector} {
+	for what, sel := range map[string]map[string]string{d.kind: d.selector.MatchLabels, "Service": r.service.Spec.Selector} {
 		if labels.SelectorFromSet(sel).Matches(labels.Set(j.Spec.Template.Labels)) {
 			t.Errorf("the %s's selector %v selects the migration Job's pod (%v)", what, sel, j.Spec.Template.Labels)
 		}
@@ -395,7 +467,7 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 	}
 	var jcm string
 	for _, v := range jpod.Volumes {
-		if v.ConfigMap != nil {
+		if v.Name == "config" && v.ConfigMap != nil {
 			jcm = v.ConfigMap.Name
 		}
 	}
@@ -426,6 +498,7 @@ func TestHelmChart(t *testing.T) {
 	t.Run("lint", func(t *testing.T) {
 		run(t, helm, "lint", "--strict", chart)
 		run(t, helm, "lint", "--strict", chart, "-f", everything)
+		run(t, helm, "lint", "--strict", chart, "--set", "workload=StatefulSet", "--set", "kafkaStaticMembership=true")
 	})
 
 	t.Run("defaults", func(t *testing.T) {
@@ -434,8 +507,8 @@ func TestHelmChart(t *testing.T) {
 		if r.serviceMonitor != nil || r.scaledObject != nil {
 			t.Error("ServiceMonitor or ScaledObject rendered while off")
 		}
-		if r.deployment.Spec.Replicas == nil || *r.deployment.Spec.Replicas < 2 {
-			t.Errorf("replicas %v", r.deployment.Spec.Replicas)
+		if r.pods.replicas == nil || *r.pods.replicas < 2 {
+			t.Errorf("replicas %v", r.pods.replicas)
 		}
 		// The schema owner's URL goes to the migration only.
 		dbKey := func(c corev1.Container) string {
@@ -446,30 +519,41 @@ func TestHelmChart(t *testing.T) {
 			}
 			return ""
 		}
-		if pods, job := dbKey(r.deployment.Spec.Template.Spec.Containers[0]), dbKey(r.job.Spec.Template.Spec.Containers[0]); pods != "database-url" || job != "migrate-database-url" {
+		if pods, job := dbKey(r.pods.template.Spec.Containers[0]), dbKey(r.job.Spec.Template.Spec.Containers[0]); pods != "database-url" || job != "migrate-database-url" {
 			t.Errorf("%s from key %q in the pods, %q in the migration: want database-url, migrate-database-url", config.EnvDatabaseURL, pods, job)
 		}
-		if tg := *r.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; cfg.ShutdownGrace.D().Seconds() != 30 || tg != 60 {
+		if tg := *r.pods.template.Spec.TerminationGracePeriodSeconds; cfg.ShutdownGrace.D().Seconds() != 30 || tg != 60 {
 			t.Errorf("shutdown_grace %s, terminationGracePeriodSeconds %d: want 30s and 60", cfg.ShutdownGrace, tg)
 		}
 	})
 
+	everythingEnv := map[string]string{
+		"ONCALL_TOKEN": "oncall-token", "GRAFANA_TOKEN": "grafana-token",
+		config.EnvKafkaSASLPassword: "sasl",
+	}
 	t.Run("everything", func(t *testing.T) {
 		r := template(t, helm, "-f", everything)
-		cfg := checkPromises(t, r, map[string]string{
-			"ONCALL_TOKEN": "oncall-token", "GRAFANA_TOKEN": "grafana-token",
-			config.EnvKafkaSASLPassword: "sasl",
-		})
-		if len(cfg.Admin.Tokens) != 2 || cfg.Kafka.SASL == nil {
-			t.Errorf("tokens %+v, sasl %+v: the values file's are lost", cfg.Admin.Tokens, cfg.Kafka.SASL)
+		cfg := checkPromises(t, r, everythingEnv)
+		if len(cfg.Admin.Tokens) != 2 || cfg.Kafka.SASL == nil || cfg.Kafka.TLS == nil {
+			t.Errorf("tokens %+v, sasl %+v, tls %+v: the values file's are lost", cfg.Admin.Tokens, cfg.Kafka.SASL, cfg.Kafka.TLS)
+		}
+		// extraVolumes and extraVolumeMounts on the pods and on the
+		// migration, which checks the Postgres URL's sslrootcert when it
+		// loads the config.
+		for what, pod := range map[string]corev1.PodSpec{"pods": r.pods.template.Spec, "migration": r.job.Spec.Template.Spec} {
+			for _, f := range []string{"/etc/switchyard-tls/kafka/ca.pem", "/etc/switchyard-tls/postgres/ca.pem"} {
+				if !onVolume(pod, pod.Containers[0], f) {
+					t.Errorf("%s: %s is on no volume (mounts %v)", what, f, mountPaths(pod.Containers[0]))
+				}
+			}
 		}
 		if _, ok := cfg.Queues["default"]; ok {
 			t.Error("the chart's example queue survives default: null")
 		}
-		if r.deployment.Spec.Replicas != nil {
-			t.Errorf("replicas %d set while KEDA owns them", *r.deployment.Spec.Replicas)
+		if r.pods.replicas != nil {
+			t.Errorf("replicas %d set while KEDA owns them", *r.pods.replicas)
 		}
-		if tg := *r.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; tg != 90+30 {
+		if tg := *r.pods.template.Spec.TerminationGracePeriodSeconds; tg != 90+30 {
 			t.Errorf("terminationGracePeriodSeconds %d for shutdown_grace 1m30s, want 120", tg)
 		}
 
@@ -486,8 +570,8 @@ func TestHelmChart(t *testing.T) {
 		if so == nil {
 			t.Fatal("no ScaledObject")
 		}
-		if ref := so.Spec.ScaleTargetRef; ref.Kind != "Deployment" || ref.Name != r.deployment.Name {
-			t.Errorf("ScaledObject scales %+v, not the Deployment %s", ref, r.deployment.Name)
+		if ref := so.Spec.ScaleTargetRef; ref.Kind != r.pods.kind || ref.Name != r.pods.name {
+			t.Errorf("ScaledObject scales %+v, not the %s %s", ref, r.pods.kind, r.pods.name)
 		}
 		if so.Spec.MinReplicaCount == nil || *so.Spec.MinReplicaCount < 1 {
 			t.Errorf("ScaledObject minReplicaCount %v: ingest stops at zero", so.Spec.MinReplicaCount)
@@ -519,17 +603,96 @@ func TestHelmChart(t *testing.T) {
 		}
 	})
 
+	// The pods and the migration run one image: by default the chart's
+	// appVersion (a release tag, never latest), or image.tag.
+	t.Run("image", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join(chart, "Chart.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			AppVersion string `json:"appVersion"`
+		}
+		if err := yaml.Unmarshal(b, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`).MatchString(meta.AppVersion) {
+			t.Errorf("Chart.yaml appVersion %q: want the release tag the chart deploys (vX.Y.Z), never latest", meta.AppVersion)
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{nil, "switchyard:" + meta.AppVersion},
+			{[]string{"--set", "image.tag=v9.8.7"}, "switchyard:v9.8.7"},
+			{[]string{"--set", "image.tag=2"}, "switchyard:2"}, // --set reads 2 as a number
+			{[]string{"-f", everything}, "registry.example.com/switchyard:v1.2.3"},
+		} {
+			r := template(t, helm, c.args...)
+			pods := r.pods.template.Spec.Containers[0].Image
+			job := r.job.Spec.Template.Spec.Containers[0].Image
+			if pods != c.want || job != c.want {
+				t.Errorf("helm template %s: image %q in the pods, %q in the migration, want %q", strings.Join(c.args, " "), pods, job, c.want)
+			}
+		}
+	})
+
+	// Static membership is off on the default Deployment, and on a
+	// StatefulSet takes the pod's name, which its replacement keeps.
+	t.Run("static membership", func(t *testing.T) {
+		r := template(t, helm)
+		if r.pods.kind != "Deployment" {
+			t.Errorf("the default workload is a %s, want a Deployment", r.pods.kind)
+		}
+		if _, ok := envOf(t, r.pods.template.Spec.Containers[0], nil)[config.EnvKafkaInstanceID]; ok {
+			t.Errorf("the default Deployment sets %s", config.EnvKafkaInstanceID)
+		}
+
+		r = template(t, helm, "--set", "workload=StatefulSet", "--set", "kafkaStaticMembership=true")
+		checkPromises(t, r, nil)
+		ss := r.statefulSet
+		if ss == nil {
+			t.Fatal("workload=StatefulSet rendered no StatefulSet")
+		}
+		if e, ok := envOf(t, ss.Spec.Template.Spec.Containers[0], nil)[config.EnvKafkaInstanceID]; !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+			t.Errorf("StatefulSet with kafkaStaticMembership: %s %+v, want the pod's name", config.EnvKafkaInstanceID, e)
+		}
+		if ss.Spec.ServiceName != r.service.Name || ss.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+			t.Errorf("StatefulSet serviceName %q, podManagementPolicy %q: want the Service %s, Parallel", ss.Spec.ServiceName, ss.Spec.PodManagementPolicy, r.service.Name)
+		}
+		if ss.Spec.Replicas == nil || *ss.Spec.Replicas < 2 {
+			t.Errorf("StatefulSet replicas %v", ss.Spec.Replicas)
+		}
+
+		// A StatefulSet without static membership sets no id.
+		r = template(t, helm, "--set", "workload=StatefulSet")
+		checkPromises(t, r, nil)
+		if _, ok := envOf(t, r.pods.template.Spec.Containers[0], nil)[config.EnvKafkaInstanceID]; ok {
+			t.Errorf("a StatefulSet without kafkaStaticMembership sets %s", config.EnvKafkaInstanceID)
+		}
+
+		// KEDA scales whichever workload runs the pods.
+		r = template(t, helm, "-f", everything, "--set", "workload=StatefulSet", "--set", "kafkaStaticMembership=true")
+		checkPromises(t, r, everythingEnv)
+		if r.scaledObject == nil || r.scaledObject.Spec.ScaleTargetRef.Kind != "StatefulSet" || r.scaledObject.Spec.ScaleTargetRef.Name != r.pods.name {
+			t.Errorf("ScaledObject %+v: want it to scale the StatefulSet %s", r.scaledObject, r.pods.name)
+		}
+		if r.pods.replicas != nil {
+			t.Errorf("StatefulSet replicas %d set while KEDA owns them", *r.pods.replicas)
+		}
+	})
+
 	// shutdown_grace in every unit Go reads moves the kubelet's grace with it.
 	t.Run("shutdown_grace", func(t *testing.T) {
 		for grace, want := range map[string]int64{"2m": 150, "1.5h": 5430, "2500ms": 33, "45s": 75} {
 			r := template(t, helm, "--set", "config.shutdown_grace="+grace)
 			checkPromises(t, r, nil)
-			if tg := *r.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; tg != want {
+			if tg := *r.pods.template.Spec.TerminationGracePeriodSeconds; tg != want {
 				t.Errorf("shutdown_grace %s: terminationGracePeriodSeconds %d, want %d", grace, tg, want)
 			}
 		}
 		r := template(t, helm, "--set", "config.shutdown_grace=2m", "--set", "terminationGracePeriodSeconds=200")
-		if tg := *r.deployment.Spec.Template.Spec.TerminationGracePeriodSeconds; tg != 200 {
+		if tg := *r.pods.template.Spec.TerminationGracePeriodSeconds; tg != 200 {
 			t.Errorf("terminationGracePeriodSeconds %d, want the 200 set", tg)
 		}
 	})
@@ -548,6 +711,11 @@ func TestHelmChart(t *testing.T) {
 			{[]string{"--set-json", `config.admin={"tokens":[{"name":"ci","token_env":"CI_TOKEN"}]}`}, "CI_TOKEN has no entry in secrets.tokens"},
 			{[]string{"--set-json", `extraEnv=[{"name":"SWITCHYARD_DATABASE_URL","value":"postgres://u:secret@db/x"}]`}, "is a secret"},
 			{[]string{"--set", "config.http.listen=off"}, "must listen on host:port"},
+			{[]string{"--set", "kafkaStaticMembership=true"}, "needs workload: StatefulSet"},
+			{[]string{"--set", "workload=DaemonSet"}, "workload: DaemonSet"},
+			{[]string{"--set", "config.kafka.instance_id=sy-0"}, "config.kafka.instance_id"},
+			{[]string{"--set-json", `extraVolumes=[{"name":"config","emptyDir":{}}]`}, "extraVolumes: config"},
+			{[]string{"--set-json", `extraVolumeMounts=[{"name":"tls","mountPath":"/etc/switchyard/tls"}]`}, "extraVolumeMounts: /etc/switchyard/tls"},
 			{[]string{"--set", "autoscaling.keda.enabled=true"}, "name at least one queue"},
 			{[]string{"--set", "autoscaling.keda.enabled=true", "--set", "autoscaling.keda.queues.default.threshold=30", "--set", "autoscaling.keda.minReplicas=0"}, "at least 1"},
 			{[]string{"--set", "autoscaling.keda.enabled=true", "--set", "autoscaling.keda.queues.nosuch.threshold=30"}, `no queue "nosuch"`},
@@ -561,14 +729,26 @@ func TestHelmChart(t *testing.T) {
 }
 
 // The plain manifests decode strictly into the same types, so they do not
-// drift from the API either.
+// drift from the API either: the config, the migration Job, the Deployment
+// and its Service.
 func TestKubernetesManifestsDecode(t *testing.T) {
-	f, err := os.Open(filepath.Join(repoRoot, "deploy", "kubernetes", "switchyard.yaml"))
+	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "kubernetes", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	if objs := decodeAll(t, "deploy/kubernetes/switchyard.yaml", f); len(objs) != 4 {
-		t.Errorf("decoded %d objects, want 4", len(objs))
+	kinds := map[string]int{}
+	for _, file := range files {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range decodeAll(t, file, f) {
+			kinds[fmt.Sprintf("%T", o)]++
+		}
+		f.Close()
+	}
+	want := map[string]int{"*v1.ConfigMap": 1, "*v1.Job": 1, "*v1.Deployment": 1, "*v1.Service": 1}
+	if fmt.Sprint(kinds) != fmt.Sprint(want) {
+		t.Errorf("decoded %v, want %v", kinds, want)
 	}
 }

@@ -36,8 +36,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/*
+The pods' and the migration's image: image.tag, else the chart's
+appVersion (a release tag, never latest). toString: --set image.tag=2
+reads a number.
+*/}}
 {{- define "switchyard.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
 {{- end }}
 
 {{/*
@@ -45,7 +50,8 @@ switchyard.config is the config file: .Values.config with the Service's
 names added to http.allowed_hosts. switchyard.migrateConfig is the same
 with http.listen off and without kafka.sasl and kafka.tls: the migration
 serves nothing and never dials Kafka, so it needs no token, no Kafka
-secret and no certificate files.
+secret, and its config names no Kafka file (it mounts extraVolumes all
+the same, for the Postgres URL's sslrootcert).
 */}}
 {{- define "switchyard.configDict" -}}
 {{- $cfg := deepCopy (default (dict) .Values.config) }}
@@ -65,7 +71,7 @@ secret and no certificate files.
 {{- define "switchyard.migrateConfig" -}}
 {{- $cfg := include "switchyard.configDict" . | fromJson }}
 {{- $_ := set $cfg.http "listen" "off" }}
-{{- /* migrate never dials Kafka: no SASL secret, no TLS files to mount */}}
+{{- /* migrate never dials Kafka: no SASL secret, no TLS files to read */}}
 {{- if $cfg.kafka }}
 {{- $_ := unset $cfg.kafka "sasl" }}
 {{- $_ := unset $cfg.kafka "tls" }}
