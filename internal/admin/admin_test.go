@@ -715,7 +715,7 @@ func TestReadyz(t *testing.T) {
 		e := serve(t, Config{}, newStore(t, false), zaptest.NewLogger(t))
 		got := decode[readyReply](t, e.get(t, "/readyz").must(t, http.StatusServiceUnavailable))
 		want := readyReply{Error: "not ready", Checks: map[string]string{
-			"postgres": "ok", "migrations": fmt.Sprintf("at 0, want %d", pgstore.LatestVersion())}}
+			"postgres": "ok", "migrations": fmt.Sprintf("at 0, want %d: run `switchyard migrate` first", pgstore.LatestVersion())}}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("got %+v, want %+v", got, want)
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -129,8 +130,12 @@ func (s *Store) migrateTo(ctx context.Context, last int) ([]string, error) {
 		if err != nil {
 			return err
 		}
+		latest := LatestVersion()
 		for _, v := range vs {
 			done[v] = true
+			if v > latest {
+				return &NewerSchemaError{At: slices.Max(vs), Latest: latest}
+			}
 		}
 		for _, m := range ms {
 			if done[m.version] || m.version > last {
@@ -144,7 +149,7 @@ func (s *Store) migrateTo(ctx context.Context, last int) ([]string, error) {
 			}
 			applied = append(applied, m.name)
 		}
-		if last < LatestVersion() {
+		if last < latest {
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_functions (
@@ -174,6 +179,19 @@ func (s *Store) migrateTo(ctx context.Context, last int) ([]string, error) {
 	return applied, nil
 }
 
+// NewerSchemaError is Migrate's refusal of a schema that a newer binary
+// migrated: it holds migrations this binary does not know, and putting
+// this binary's functions back over it would run its tables with
+// functions older than they are. An older build's migrate — a restarted
+// pod of the previous release, a rollback — must not touch it.
+// (Migrate's error names the schema around it.)
+type NewerSchemaError struct{ At, Latest int }
+
+func (e *NewerSchemaError) Error() string {
+	return fmt.Sprintf("at migration %d, newer than this binary's %d: a newer switchyard migrated it; run that version (this one would put its older functions back)",
+		e.At, e.Latest)
+}
+
 // SchemaVersion returns the highest applied migration, 0 when none.
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
@@ -184,16 +202,20 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	return v, err
 }
 
-// SchemaCheck says what keeps the schema from being this binary's: ""
-// when it is, else e.g. "at 7, want 8" or "functions out of date". Either
-// way `switchyard migrate` is the cure.
+// SchemaCheck says what keeps the schema from being this binary's, and
+// the cure: "" when it is, else e.g. "at 7, want 8: run `switchyard
+// migrate` first" or "at 9, newer than this binary's 8: ..." (this binary
+// is the one to replace).
 func (s *Store) SchemaCheck(ctx context.Context) (string, error) {
+	const cure = ": run `switchyard migrate` first"
 	v, err := s.SchemaVersion(ctx)
 	if err != nil {
 		return "", err
 	}
-	if want := LatestVersion(); v != want {
-		return fmt.Sprintf("at %d, want %d", v, want), nil
+	if want := LatestVersion(); v > want {
+		return fmt.Sprintf("at %d, newer than this binary's %d: run the switchyard that migrated it", v, want), nil
+	} else if v != want {
+		return fmt.Sprintf("at %d, want %d%s", v, want, cure), nil
 	}
 	var have string
 	err = s.pool.QueryRow(ctx, `SELECT sha256 FROM schema_functions WHERE name = $1`, functionsName).Scan(&have)
@@ -201,7 +223,7 @@ func (s *Store) SchemaCheck(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if have != functionsHash() {
-		return "functions out of date", nil
+		return "functions out of date" + cure, nil
 	}
 	return "", nil
 }
@@ -216,7 +238,7 @@ func (s *Store) RequireCurrent(ctx context.Context) error {
 		return fmt.Errorf("postgres: read schema version: %w", err)
 	}
 	if problem != "" {
-		return fmt.Errorf("postgres: schema %q is not this binary's (%s): run `switchyard migrate` first", s.schema, problem)
+		return fmt.Errorf("postgres: schema %q is not this binary's: %s", s.schema, problem)
 	}
 	return nil
 }
