@@ -25,7 +25,11 @@
 // must not depend on a function (on a new database none exists while the
 // migrations run). A process refuses to start, and /readyz reports, when
 // either the migrations or the functions are not this binary's
-// (SchemaCheck).
+// (SchemaCheck). Migrate refuses a schema with a migration it does not
+// know (NewerSchemaError): an older binary would put its older functions
+// back under the newer fleet. That check sees versions, not hashes, so a
+// change to functions.sql comes with a migration of its own, a comment if
+// nothing else changes (TestFunctionsChangeWithAMigration holds it).
 //
 // # What a job's row carries
 //

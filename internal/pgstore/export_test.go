@@ -74,3 +74,6 @@ func (s *Store) JobFind(ctx context.Context, route, origin, dedupeKey string) (J
 	j, err := pgx.CollectExactlyOneRow(rows, scanJob)
 	return j, notFound(err)
 }
+
+// FunctionsHash is functionsHash, for TestFunctionsChangeWithAMigration.
+var FunctionsHash = functionsHash
