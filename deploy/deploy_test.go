@@ -50,7 +50,7 @@ func TestManifestsParse(t *testing.T) {
 	n := 0
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() && path == filepath.Join("helm", "switchyard", "templates") {
-			return fs.SkipDir // Go templates, not YAML: deploy/helm/check renders and checks them
+			return fs.SkipDir // Go templates, not YAML: deploy/check renders and checks them
 		}
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
 			yamlDocs(t, path)
