@@ -198,9 +198,38 @@ function headersTable(headers) {
   return table(["key", "value"], (headers || []).map((h) => el("tr", {}, td(h.key), td(shortValue(h.value_base64), "wrap"))), "no headers");
 }
 
-function errorsTable(errors) {
-  const rows = (errors || []).map((e, i) =>
-    el("tr", {}, td(e.attempt !== undefined ? e.attempt : i + 1), td(when(e.at)), td(e.error || "", "wrap")));
+// errorsTable lists failed attempts, oldest first. A re-drive counts a
+// job's attempts from 1 again and keeps the errors before it, so a row
+// between the runs says where each re-drive came: at the place the API
+// gives (a job's redrives, each with errors_before). Where the numbers
+// start again with no re-drive known there (a DLQ entry's history, a
+// replay --rerun), a row still says that a new run began.
+function errorsTable(errors, redrives) {
+  errors = errors || [];
+  const before = new Map(); // index in errors → the re-drives just before it
+  for (const r of redrives || []) {
+    const i = Math.min(Math.max(r.errors_before, 0), errors.length);
+    before.set(i, [...(before.get(i) || []), r]);
+  }
+  const rows = [];
+  let last = 0; // the attempt number of the error before
+  for (let i = 0; i <= errors.length; i++) {
+    const marks = before.get(i) || [];
+    for (const r of marks) {
+      rows.push(el("tr", { class: "run", "data-redrive": r.entry_id }, el("td", { colspan: 3 },
+        "Re-driven from the DLQ ", when(r.at), " by ", el("bdi", { text: r.by }),
+        " (", link("#/dlq/" + r.entry_id, "entry " + r.entry_id), "): attempts count from 1 again")));
+    }
+    if (i === errors.length) break;
+    const e = errors[i];
+    const n = e.attempt !== undefined ? e.attempt : i + 1;
+    if (marks.length === 0 && i > 0 && n <= last) {
+      rows.push(el("tr", { class: "run", "data-rerun": "" }, el("td", { colspan: 3,
+        text: "Run again (a re-drive or a replay --rerun): attempts count from 1 again" })));
+    }
+    last = n;
+    rows.push(el("tr", {}, td(n), td(when(e.at)), td(e.error || "", "wrap")));
+  }
   return table([["attempt", "num"], "at", "error"], rows, "no errors recorded");
 }
 
@@ -560,12 +589,15 @@ const jobsPage = {
     if (cancellable.includes(j.state)) buttons.push(actionButton("Cancel", "v1/jobs/" + j.id + "/cancel", { cls: "danger", name: "cancel", done: () => "Job " + j.id + " cancelled." }));
     const delayed = j.state === "queued" && new Date(j.scheduled_at) > new Date();
     if (j.state === "retrying" || delayed) buttons.push(actionButton("Retry now", "v1/jobs/" + j.id + "/retry", { name: "retry", done: () => "Job " + j.id + " is runnable now." }));
+    // A re-drive counts the attempts from 1 again.
+    const redrives = j.redrives || [];
+    const since = redrives.length ? " since its last re-drive" : "";
     const out = [
       el("h1", {}, link("#/jobs", "Jobs"), " › job " + j.id + " ", badge(j.state)),
       el("div", { class: "actions" }, buttons),
       section("Job", fields([
         ["kind", j.kind], ["queue", link("#/jobs" + query({ queue: j.queue }), j.queue)], ["route", j.route], ["key", j.key],
-        ["version", j.version === null ? null : String(j.version)], ["attempts", j.attempts + " of " + j.max_attempts],
+        ["version", j.version === null ? null : String(j.version)], ["attempts", j.attempts + " of " + j.max_attempts + since],
         ["created", when(j.created_at)], ["scheduled", when(j.scheduled_at)], ["started", j.started_at ? when(j.started_at) : null],
         ["finished", j.finished_at ? when(j.finished_at) : null],
         ["source", j.source ? j.source.topic + " / partition " + j.source.partition + " @ offset " + j.source.offset : "enqueued through the API"],
@@ -581,8 +613,8 @@ const jobsPage = {
     out.push(section("Payload", j.payload_base64 === undefined
       ? el("p", { class: "empty", text: "This server does not show job payloads." }) : payloadBlock(j.payload_base64, "payload")));
     if (j.headers !== undefined) out.push(section("Headers", headersTable(j.headers)));
-    out.push(section("Attempts", el("p", { class: "kindnote", text: j.attempts + " attempt" + (j.attempts === 1 ? "" : "s") + " of " + j.max_attempts }),
-      errorsTable(j.errors)));
+    out.push(section("Attempts", el("p", { class: "kindnote", text: j.attempts + " attempt" + (j.attempts === 1 ? "" : "s") + " of " + j.max_attempts + since }),
+      el("div", { id: "attempts" }, errorsTable(j.errors, redrives))));
     if (j.result) {
       out.push(section("Result", el("p", { class: "kindnote", text: (j.result.content_type || "no content type") }),
         payloadBlock(j.result.body_base64, "result")));
