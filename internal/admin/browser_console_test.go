@@ -837,3 +837,75 @@ func TestBrowserConsoleRunsOfAJob(t *testing.T) {
 		t.Errorf("the second entry's error history reads %q, want the runs told apart", got)
 	}
 }
+
+// TestBrowserConsoleAuditDetail: the audit page shows what each action
+// recorded as key: value pairs, not JSON; a job id links to its job; a
+// long value is cut, whole in its tooltip; and markup in a value or an
+// actor's name is shown as text, never parsed.
+func TestBrowserConsoleAuditDetail(t *testing.T) {
+	t.Parallel()
+	w := newWatched(t)
+	st := w.store
+	ctx := context.Background()
+	const hostile = `<img src=x onerror="document.title='pwned'">`
+	long := "report." + strings.Repeat("monthly-", 20) + "end"
+	enqueue := func(kind, by string) int64 {
+		t.Helper()
+		e, err := st.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "r", Kind: kind, Queue: "bulk",
+			DedupeKey: kind, Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{By: by})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.ID
+	}
+	marked, longJob := enqueue(hostile, "<b>mallory</b>"), enqueue(long, "oncall")
+	if err := st.JobCancel(ctx, longJob, "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	seed(t, st, []pgstore.NewJob{newJob("interactive", "cust-1", 1)}, nil)
+	dead := claim(t, st, "interactive", 1)[0]
+	kill(t, st, dead)
+	entry := parkedEntry(t, st, dead.ID)
+	if _, err := dlq.New(st, nil, nil).Redrive(ctx, entry, "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	p := openConsole(t, w.srv.URL)
+
+	p.goTo("audit")
+	p.waitText("#data tbody", "mallory")
+	// detail is the text of the detail cell of target's newest entry of
+	// action.
+	detail := func(action, target string) string {
+		t.Helper()
+		return eval[string](p, fmt.Sprintf(`(() => { const tr = [...document.querySelectorAll("#data tbody tr")].find(tr =>
+			tr.cells[3].textContent === %q && tr.cells[4].textContent === %q); return tr ? tr.cells[5].textContent : "no such row" })()`,
+			action, target))
+	}
+	if got, want := detail("enqueue", fmt.Sprintf("job/%d", marked)), "kind: "+hostile+" queue: bulk"; got != want {
+		t.Errorf("the enqueue's detail reads %q, want %q", got, want)
+	}
+	if got := detail("cancel", fmt.Sprintf("job/%d", longJob)); got != "was: queued" {
+		t.Errorf("the cancel's detail reads %q, want was: queued", got)
+	}
+	if got, want := detail("redrive", fmt.Sprintf("dlq/%d", entry)), fmt.Sprintf("job_id: %d", dead.ID); got != want {
+		t.Errorf("the re-drive's detail reads %q, want %q", got, want)
+	}
+	if n := p.count(fmt.Sprintf(`#data .detail a[href="#/jobs/%d"]`, dead.ID)); n != 1 {
+		t.Errorf("the re-drive's job id is not a link to the job (%d links)", n)
+	}
+	cut := eval[[]string](p, `(() => { const v = [...document.querySelectorAll('#data [data-key="kind"] bdi')].find(b => b.title);
+		return v ? [v.textContent, v.title] : [] })()`)
+	if len(cut) != 2 || cut[0] != long[:60]+"…" || cut[1] != long {
+		t.Errorf("the long kind shows %q, want its first 60 characters and the whole in the tooltip", cut)
+	}
+	if got := p.text("#data tbody"); !strings.Contains(got, "<b>mallory</b>") {
+		t.Errorf("the actor's name is not shown as it is: %q", got)
+	}
+	if n := p.count("#data img, #data b"); n != 0 {
+		t.Errorf("markup from an audit entry became %d elements", n)
+	}
+	if title := eval[string](p, `document.title`); title != "Switchyard" {
+		t.Errorf("the page's title is %q: a value ran as script", title)
+	}
+	p.fits("the audit page with a long value")
+}

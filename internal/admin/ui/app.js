@@ -841,6 +841,35 @@ function targetLink(target) {
 
 const auditActions = ["", "cancel", "redrive", "discard", "pause", "resume", "trigger", "enqueue", "retry"];
 
+// detailClip is how many characters of an audit detail's value show; the
+// rest is in the value's tooltip.
+const detailClip = 60;
+
+// clipped is text cut at n characters (not inside a surrogate pair) with
+// an ellipsis, whole in its tooltip.
+function clipped(tag, text, n) {
+  const chars = Array.from(text);
+  if (chars.length <= n) return el(tag, { text });
+  return el(tag, { title: text, text: chars.slice(0, n).join("") + "…" });
+}
+
+// auditDetail shows what an action recorded as "key: value" pairs. The
+// values come from records and operators (a kind, a queue's name): text,
+// in a <bdi> so that right-to-left text in one cannot reorder the rest; a
+// job id links to its job; anything else not a string shows as compact
+// JSON.
+function auditDetail(detail) {
+  if (detail === null || typeof detail !== "object" || Array.isArray(detail)) {
+    return clipped("code", JSON.stringify(detail === undefined ? null : detail), detailClip);
+  }
+  const pairs = Object.entries(detail);
+  if (pairs.length === 0) return el("span", { class: "muted", text: "—" });
+  // A space between the pairs too, for who copies the text.
+  return el("span", { class: "detail" }, pairs.map(([k, v], i) => [i > 0 ? " " : null, el("span", { class: "kv", "data-key": k },
+    el("span", { class: "k", text: k + ":" }), " ",
+    k === "job_id" && Number.isSafeInteger(v) ? link("#/jobs/" + v, String(v)) : clipped("bdi", typeof v === "string" ? v : JSON.stringify(v), detailClip))]));
+}
+
 const auditPage = {
   setup(v) {
     return [el("h1", { text: "Audit log" }), filterForm("audit", v, [{ name: "actor" }, { name: "action", options: auditActions }, { name: "target" }])];
@@ -849,7 +878,7 @@ const auditPage = {
     const f = filtersOf(v, ["actor", "action", "target"]);
     const body = await api("GET", "v1/audit" + query({ ...f, limit: 50, after: v.params.get("after") }));
     const rows = body.items.map((a) => el("tr", {}, td(a.id), td(when(a.at)), td(a.actor), td(badge(a.action)),
-      td(targetLink(a.target)), td(el("code", { text: JSON.stringify(a.detail) }), "wrap")));
+      td(targetLink(a.target)), td(auditDetail(a.detail), "wrap")));
     return [table([["id", "num"], "at", "actor", "action", "target", "detail"], rows, "no actions recorded"),
       pager("audit", v, f, body.next)];
   },
