@@ -909,3 +909,69 @@ func TestBrowserConsoleAuditDetail(t *testing.T) {
 	}
 	p.fits("the audit page with a long value")
 }
+
+// TestBrowserConsoleLanesPages: the Lanes page pages as the other lists
+// do, 50 lanes a page by the API's cursor, with its filter kept: the
+// blocked lane first, then the others, and each lane on one page only.
+func TestBrowserConsoleLanesPages(t *testing.T) {
+	t.Parallel()
+	w := newWatched(t)
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "block", GapTimeout: time.Minute, GapPolicy: "park"}
+	var jobs []pgstore.NewJob
+	add := func(route, key string) {
+		for range 2 { // a head and one job waiting behind it
+			j := newJob("ledger", key, int64(len(jobs)))
+			j.Route, j.Topic, j.Lane = route, route, lane
+			jobs = append(jobs, j)
+		}
+	}
+	add("ledger", "stuck") // first: its head is the one claimed below
+	for i := range 60 {
+		add("ledger", fmt.Sprintf("k-%02d", i))
+	}
+	add("other", "elsewhere")
+	seed(t, w.store, jobs, nil)
+	kill(t, w.store, claim(t, w.store, "ledger", 1)[0]) // stuck's head dies: the lane is blocked
+	p := openConsole(t, w.srv.URL)
+
+	keys := func(sel string) []string {
+		t.Helper()
+		return eval[[]string](p, fmt.Sprintf(`[...document.querySelectorAll(%q)].map(tr => tr.cells[1].textContent)`, sel+" tbody tr"))
+	}
+	p.goTo("lanes?route=ledger")
+	p.waitText("#blocked tbody", "stuck")
+	p.waitText("#data .pager", "next page")
+	if got := p.text("#data .pager"); strings.Contains(got, "first page") {
+		t.Errorf("the first page offers the first page: %q", got)
+	}
+	first := keys("#longest")
+	if n := len(keys("#blocked")); n != 1 || len(first) != 49 || first[0] != "k-00" {
+		t.Fatalf("the first page has %d blocked and %d other lanes from %q, want 1 and 49 from k-00", n, len(first), first)
+	}
+	if href := eval[string](p, `document.querySelector("#data .pager a:last-child").getAttribute("href")`); !strings.HasPrefix(href, "#/lanes?route=ledger&after=") {
+		t.Errorf("the next page's link %q does not keep the filter", href)
+	}
+	p.fits("the lanes page")
+
+	p.click("#data .pager a:last-child")
+	p.waitText("#data .pager", "first page")
+	second := keys("#longest")
+	if len(second) != 11 || second[0] != "k-49" || second[10] != "k-59" {
+		t.Errorf("the second page lists %q, want k-49 to k-59", second)
+	}
+	if n := p.count("#blocked"); n != 0 {
+		t.Errorf("the second page has a blocked lanes table, though the blocked lanes came first")
+	}
+	if got := p.text("#data .pager"); strings.Contains(got, "next page") {
+		t.Errorf("the last page offers a next one: %q", got)
+	}
+	if got := p.text("#data"); strings.Contains(got, "elsewhere") {
+		t.Errorf("filtered by route ledger, a page lists another route's lane: %q", got)
+	}
+
+	p.click("#data .pager a:first-child")
+	p.waitText("#blocked tbody", "stuck")
+	if hash := eval[string](p, `location.hash`); hash != "#/lanes?route=ledger" {
+		t.Errorf("the first page's link leads to %q", hash)
+	}
+}

@@ -743,23 +743,35 @@ const lanesPage = {
     return [el("h1", { text: "Lanes" }), filterForm("lanes", v, [{ name: "route" }])];
   },
   async load(v) {
-    const route = v.params.get("route") || "";
-    // Blocked lanes come first in the answer, then the longest.
-    const [blocked, all] = await Promise.all([
-      api("GET", "v1/lanes" + query({ route, blocked: "true", limit: 100 })),
-      api("GET", "v1/lanes" + query({ route, limit: 150 })),
-    ]);
-    const longest = { items: all.items.filter((l) => !l.blocked).slice(0, 50) };
+    const f = filtersOf(v, ["route"]);
+    const after = v.params.get("after");
+    const body = await api("GET", "v1/lanes" + query({ ...f, limit: 50, after }));
     const row = (l) => el("tr", { "data-lane": l.route + "/" + l.key },
       td(l.route), keyCell(l.key, link("#/jobs" + query({ route: l.route, key: l.key }), l.key)), td(jobLink(l.head_job_id)),
       td(l.head_state ? badge(l.head_state) : "—"), td(l.waiting), td(age(l.oldest_waiting_age_seconds), "num"));
     const headers = ["route", "key", "head", "head state", ["waiting", "num"], ["oldest waiting", "num"]];
-    return [
-      el("h2", { text: "Blocked lanes: a dead head holds each until it is re-driven or discarded" }),
-      el("div", { id: "blocked" }, table(headers, blocked.items.map(row), "no blocked lanes")),
-      el("h2", { text: "Longest lanes" }),
-      el("div", { id: "longest" }, table(headers, longest.items.map(row), "no lanes with waiting jobs")),
-    ];
+    // One list, paged: its blocked lanes first, then the others, longest
+    // first. So the first page says whether any lane is blocked, and a
+    // page that ends the list whether any other lane has jobs waiting; a
+    // page between shows the parts it holds. (A cursor past the end, from
+    // an old link, finds nothing, which says neither.)
+    const blocked = body.items.filter((l) => l.blocked);
+    const longest = body.items.filter((l) => !l.blocked);
+    const out = [];
+    if (after && body.items.length === 0) {
+      out.push(el("p", { class: "empty", text: "no more lanes" }));
+    } else {
+      if (!after || blocked.length) {
+        out.push(el("h2", { text: "Blocked lanes: a dead head holds each until it is re-driven or discarded" }),
+          el("div", { id: "blocked" }, table(headers, blocked.map(row), "no blocked lanes")));
+      }
+      if (!body.next || longest.length) {
+        out.push(el("h2", { text: "Longest lanes" }),
+          el("div", { id: "longest" }, table(headers, longest.map(row), "no lanes with waiting jobs")));
+      }
+    }
+    out.push(pager("lanes", v, f, body.next));
+    return out;
   },
 };
 
