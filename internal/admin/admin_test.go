@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
@@ -224,6 +225,48 @@ func kill(t *testing.T, st *pgstore.Store, l pgstore.Lease) {
 	}
 }
 
+// fail ends a claimed job's attempt with an error: retrying at once, or
+// dead and parked as max_attempts.
+func fail(t *testing.T, st *pgstore.Store, l pgstore.Lease, msg string, dead bool) {
+	t.Helper()
+	o := pgstore.Outcome{ID: l.ID, Token: l.Token, State: "retrying", Error: msg}
+	if dead {
+		o.State, o.Reason = "dead", "max_attempts"
+	}
+	done, err := st.JobComplete(context.Background(), []pgstore.Outcome{o})
+	if err != nil || !done.Applied[l.Token] {
+		t.Fatalf("fail job %d: %v %v", l.ID, done.Applied, err)
+	}
+}
+
+// runToDeath runs the only runnable job of queue through its attempts,
+// each failing, until it dies; the last one is attempt max.
+func runToDeath(t *testing.T, st *pgstore.Store, queue string, from, max int, msg string) pgstore.Lease {
+	t.Helper()
+	var l pgstore.Lease
+	for n := from; n <= max; n++ {
+		l = claim(t, st, queue, 1)[0]
+		fail(t, st, l, msg, n == max)
+	}
+	return l
+}
+
+// parkedEntry is the parked DLQ entry of job id.
+func parkedEntry(t *testing.T, st *pgstore.Store, id int64) int64 {
+	t.Helper()
+	entries, err := st.DLQList(context.Background(), pgstore.DLQFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.JobID != nil && *e.JobID == id {
+			return e.ID
+		}
+	}
+	t.Fatalf("job %d has no parked entry", id)
+	return 0
+}
+
 func jobIDs(t *testing.T, st *pgstore.Store) []int64 {
 	t.Helper()
 	jobs, err := st.JobList(context.Background(), pgstore.JobFilter{Limit: 1000})
@@ -255,7 +298,7 @@ func TestJobGet(t *testing.T) {
 	}
 	slices.Sort(keys)
 	wantKeys := []string{"attempts", "created_at", "errors", "finished_at", "headers", "id", "key", "kind", "last_error",
-		"max_attempts", "payload_base64", "queue", "route", "scheduled_at", "source", "started_at", "state", "version"}
+		"max_attempts", "payload_base64", "queue", "redrives", "route", "scheduled_at", "source", "started_at", "state", "version"}
 	if !slices.Equal(keys, wantKeys) {
 		t.Errorf("fields %v, want %v", keys, wantKeys)
 	}
@@ -263,7 +306,8 @@ func TestJobGet(t *testing.T) {
 		"id": float64(id), "kind": "order.sync", "queue": "interactive", "route": "orders",
 		"state": "queued", "key": "cust-1", "version": float64(7), "attempts": float64(0),
 		"max_attempts": float64(3), "last_error": nil, "started_at": nil, "finished_at": nil,
-		"source": map[string]any{"topic": "orders", "partition": float64(3), "offset": float64(42)},
+		"source":   map[string]any{"topic": "orders", "partition": float64(3), "offset": float64(42)},
+		"redrives": []any{},
 	}
 	for k, w := range want {
 		if !reflect.DeepEqual(got[k], w) {
@@ -299,6 +343,60 @@ func TestJobGet(t *testing.T) {
 				t.Errorf("error %q, want %q", got.Error, want)
 			}
 		})
+	}
+}
+
+// A re-drive starts a job's attempts at 1 again and keeps its errors: the
+// job's detail lists its re-drives, each with the number of errors before
+// it, so that a reader can tell the runs apart (1, 2, 3 | 1, 2, 3).
+func TestJobGetRedrives(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, true)
+	e := serve(t, Config{DLQ: dlq.New(st, nil, nil)}, st, zaptest.NewLogger(t))
+	seed(t, st, []pgstore.NewJob{newJob("interactive", "cust-1", 1)}, nil)
+	id := runToDeath(t, st, "interactive", 1, 3, "HTTP 503").ID
+	type detail struct {
+		Attempts int `json:"attempts"`
+		Errors   []struct {
+			Attempt int       `json:"attempt"`
+			At      time.Time `json:"at"`
+		} `json:"errors"`
+		Redrives []pgstore.JobRedrive `json:"redrives"`
+	}
+	redrive := func() int64 {
+		t.Helper()
+		entry := parkedEntry(t, st, id)
+		e.do(t, "POST", fmt.Sprintf("/v1/dlq/%d/redrive", entry), nil, "").must(t, http.StatusOK)
+		return entry
+	}
+	first := redrive()
+	runToDeath(t, st, "interactive", 1, 3, "HTTP 500")
+	second := redrive()
+	l := claim(t, st, "interactive", 1)[0]
+	fail(t, st, l, "HTTP 500", false)
+
+	d := decode[detail](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", id)).must(t, http.StatusOK))
+	var attempts []int
+	for _, x := range d.Errors {
+		attempts = append(attempts, x.Attempt)
+	}
+	if !slices.Equal(attempts, []int{1, 2, 3, 1, 2, 3, 1}) || d.Attempts != 1 {
+		t.Fatalf("errors of attempts %v, attempts %d; want 1 2 3 1 2 3 1, and 1", attempts, d.Attempts)
+	}
+	if len(d.Redrives) != 2 {
+		t.Fatalf("re-drives %+v, want 2", d.Redrives)
+	}
+	for i, want := range []struct {
+		entry  int64
+		before int
+	}{{first, 3}, {second, 6}} {
+		r := d.Redrives[i]
+		if r.EntryID != want.entry || r.By != "anonymous" || r.ErrorsBefore != want.before {
+			t.Errorf("re-drive %d: %+v, want entry %d by anonymous after %d errors", i, r, want.entry, want.before)
+		}
+		if prev, next := d.Errors[want.before-1].At, d.Errors[want.before].At; !prev.Before(r.At) || !r.At.Before(next) {
+			t.Errorf("re-drive %d at %s, not between the errors at %s and %s", i, r.At, prev, next)
+		}
 	}
 }
 

@@ -34,9 +34,10 @@ type console struct {
 	store *pgstore.Store
 	url   string
 	// jsonJob, textJob and binaryJob hold payloads of each kind; deadJob
-	// died and was parked as entry deadEntry.
+	// died and was parked as entry deadEntry; redrivenJob died after three
+	// attempts, was re-driven from entry redrivenEntry and failed again.
 	jsonJob, textJob, binaryJob, deadJob, retryJob int64
-	deadEntry                                      int64
+	deadEntry, redrivenJob, redrivenEntry          int64
 	// deadHead heads the blocked lane ledger/acct-1; laneJob is third in
 	// the lane of acct-2.
 	deadHead, laneJob int64
@@ -162,8 +163,6 @@ func (c *console) seed(t *testing.T) {
 	for i := range 57 {
 		bulk = append(bulk, consoleJob("events", "event.ingest", "bulk", "", int64(100+i), []byte(fmt.Sprintf("page view %d from 10.0.0.%d", i, i%250))))
 	}
-	binary := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00")
-	bulk = append(bulk, consoleJob("exports", "export.render", "reports", "", 200, binary))
 	poison := []pgstore.Poison{
 		{Reason: "decode", Route: "events", Queue: "bulk", Error: "invalid character 'x' looking for beginning of value",
 			Payload: []byte("x=1&y=\xff\xfe"), Topic: "events", Partition: 1, Offset: 300},
@@ -172,12 +171,7 @@ func (c *console) seed(t *testing.T) {
 			Topic: "orders", Partition: 2, Offset: 301},
 	}
 	seed(t, st, bulk, poison)
-	rows, err := st.JobList(ctx, pgstore.JobFilter{Route: "exports", Limit: 1})
-	if err != nil || len(rows) != 1 {
-		t.Fatalf("the binary job: %v %v", rows, err)
-	}
-	c.binaryJob = rows[0].ID
-	rows, err = st.JobList(ctx, pgstore.JobFilter{Route: "events", Limit: 100})
+	rows, err := st.JobList(ctx, pgstore.JobFilter{Route: "events", Limit: 100})
 	if err != nil || len(rows) != 57 {
 		t.Fatalf("the text jobs: %v %v", rows, err)
 	}
@@ -185,6 +179,15 @@ func (c *console) seed(t *testing.T) {
 	if err := st.JobCancel(ctx, rows[56].ID, "oncall"); err != nil {
 		t.Fatal(err)
 	}
+	// Before the binary export joins its queue: the re-driven export is
+	// then the only job there to claim.
+	c.seedRedriven(t)
+	binary := []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00")
+	seed(t, st, []pgstore.NewJob{consoleJob("exports", "export.render", "reports", "", 200, binary)}, nil)
+	if rows, err = st.JobList(ctx, pgstore.JobFilter{Route: "exports", After: c.redrivenJob, Limit: 1}); err != nil || len(rows) != 1 {
+		t.Fatalf("the binary job: %v %v", rows, err)
+	}
+	c.binaryJob = rows[0].ID
 
 	// A second job dies and is re-driven, so that the history shows one.
 	l := claim(t, st, "bulk", 1)[0]
@@ -208,6 +211,27 @@ func (c *console) seed(t *testing.T) {
 	}
 	c.seedLanes(t)
 	if _, err := st.Pause(ctx, pgstore.PauseQueue, "reports", "oncall"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seedRedriven makes an export that fails three times and dies, is
+// re-driven by oncall, and fails its first attempt again: its page lists
+// attempts 1, 2, 3, 1.
+func (c *console) seedRedriven(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	j := consoleJob("exports", "export.render", "reports", "", 190, []byte(`{"report":"invoices","month":"2026-11","format":"pdf"}`))
+	j.Partition = 1 // the binary export, seeded after, is on partition 0
+	seed(t, c.store, []pgstore.NewJob{j}, nil)
+	c.redrivenJob = runToDeath(t, c.store, "reports", 1, 3, "HTTP 504: renderer timed out after 30s").ID
+	c.redrivenEntry = parkedEntry(t, c.store, c.redrivenJob)
+	if _, err := dlq.New(c.store, nil, nil).Redrive(ctx, c.redrivenEntry, "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	l := claim(t, c.store, "reports", 1)[0]
+	if _, err := c.store.JobComplete(ctx, []pgstore.Outcome{{ID: l.ID, Token: l.Token, State: "retrying",
+		Error: `HTTP 500: template "invoice-v2" not found`, Delay: 10 * time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -450,6 +474,23 @@ func TestBrowserConsolePages(t *testing.T) {
 	p.fits("a job's page")
 	p.screenshot("job")
 
+	// A re-driven job's attempts count from 1 again: a row between the
+	// runs says where the re-drive came, when and by whom.
+	p.goTo(fmt.Sprintf("jobs/%d", c.redrivenJob))
+	p.waitText("#attempts", "Re-driven from the DLQ")
+	if got := eval[string](p, `[...document.querySelectorAll("#attempts tbody tr")].map(tr =>
+		tr.dataset.redrive ? "re-drive " + tr.dataset.redrive : tr.cells[0].textContent).join(", ")`); got != fmt.Sprintf("1, 2, 3, re-drive %d, 1", c.redrivenEntry) {
+		t.Errorf("the re-driven job's attempts read %q, want 1, 2, 3, the re-drive of entry %d, 1", got, c.redrivenEntry)
+	}
+	if got := p.text("#attempts tr[data-redrive]"); !strings.Contains(got, " ago by oncall (entry ") {
+		t.Errorf("the re-drive's row says %q, not when and by whom", got)
+	}
+	if got := p.text("#data section:first-of-type"); !strings.Contains(got, "1 of 3 since its last re-drive") {
+		t.Errorf("the job's attempts do not say they count from the re-drive: %q", got)
+	}
+	p.fits("a re-driven job's page")
+	p.screenshot("job-redriven")
+
 	p.goTo("lanes")
 	p.waitText("#blocked tbody", "acct-1")
 	if got := p.text("#blocked tbody"); !strings.Contains(got, fmt.Sprintf("job %d", c.deadHead)) || !strings.Contains(got, "dead") {
@@ -581,8 +622,8 @@ func TestBrowserConsoleFiltersAndPayloads(t *testing.T) {
 	}
 	p.goTo("dlq?state=redriven")
 	p.waitText("#data tbody", "redriven")
-	if n := p.count("#data tbody tr"); n != 1 {
-		t.Errorf("the re-driven DLQ entries: %d rows, want 1", n)
+	if n := p.count("#data tbody tr"); n != 2 {
+		t.Errorf("the re-driven DLQ entries: %d rows, want 2", n)
 	}
 }
 
@@ -749,5 +790,188 @@ func TestBrowserConsoleReadTokenSeesNoActions(t *testing.T) {
 			p.do(chromedp.WaitVisible(`tr[data-queue="bulk"]`))
 			p.screenshot("read-only")
 		}
+	}
+}
+
+// rowsOf reads the rows of the table in sel as a person would tell them
+// apart: a re-drive's row as "re-drive <entry>", a new run's row as "run
+// again", an attempt's by its number.
+func rowsOf(p *tab, sel string) string {
+	p.t.Helper()
+	return eval[string](p, fmt.Sprintf(`[...document.querySelectorAll(%q)].map(tr =>
+		tr.dataset.redrive ? "re-drive " + tr.dataset.redrive : tr.dataset.rerun !== undefined ? "run again" : tr.cells[0].textContent).join(", ")`,
+		sel+" tbody tr"))
+}
+
+// TestBrowserConsoleRunsOfAJob: a job that died, was re-driven and died
+// again lists its attempts 1, 2, 3, 1, 2, 3; its page marks the re-drive
+// between the runs, and the second DLQ entry, whose error history holds
+// both runs and knows of no re-drive, still marks where the second run
+// began.
+func TestBrowserConsoleRunsOfAJob(t *testing.T) {
+	t.Parallel()
+	w := newWatched(t)
+	st := w.store
+	seed(t, st, []pgstore.NewJob{newJob("interactive", "cust-1", 1)}, nil)
+	id := runToDeath(t, st, "interactive", 1, 3, "HTTP 503").ID
+	first := parkedEntry(t, st, id)
+	if _, err := dlq.New(st, nil, nil).Redrive(context.Background(), first, "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	runToDeath(t, st, "interactive", 1, 3, "HTTP 500")
+	second := parkedEntry(t, st, id)
+	p := openConsole(t, w.srv.URL)
+
+	p.goTo(fmt.Sprintf("jobs/%d", id))
+	p.waitText("#attempts", "Re-driven from the DLQ")
+	if got, want := rowsOf(p, "#attempts"), fmt.Sprintf("1, 2, 3, re-drive %d, 1, 2, 3", first); got != want {
+		t.Errorf("the job's attempts read %q, want %q", got, want)
+	}
+	if href := eval[string](p, `document.querySelector("#attempts tr[data-redrive] a").getAttribute("href")`); href != fmt.Sprintf("#/dlq/%d", first) {
+		t.Errorf("the re-drive's row links %q, want its entry", href)
+	}
+
+	p.goTo(fmt.Sprintf("dlq/%d", second))
+	p.waitText("section:last-child", "Run again")
+	if got := rowsOf(p, "section:last-child"); got != "1, 2, 3, run again, 1, 2, 3" {
+		t.Errorf("the second entry's error history reads %q, want the runs told apart", got)
+	}
+}
+
+// TestBrowserConsoleAuditDetail: the audit page shows what each action
+// recorded as key: value pairs, not JSON; a job id links to its job; a
+// long value is cut, whole in its tooltip; and markup in a value or an
+// actor's name is shown as text, never parsed.
+func TestBrowserConsoleAuditDetail(t *testing.T) {
+	t.Parallel()
+	w := newWatched(t)
+	st := w.store
+	ctx := context.Background()
+	const hostile = `<img src=x onerror="document.title='pwned'">`
+	long := "report." + strings.Repeat("monthly-", 20) + "end"
+	enqueue := func(kind, by string) int64 {
+		t.Helper()
+		e, err := st.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "r", Kind: kind, Queue: "bulk",
+			DedupeKey: kind, Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{By: by})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.ID
+	}
+	marked, longJob := enqueue(hostile, "<b>mallory</b>"), enqueue(long, "oncall")
+	if err := st.JobCancel(ctx, longJob, "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	seed(t, st, []pgstore.NewJob{newJob("interactive", "cust-1", 1)}, nil)
+	dead := claim(t, st, "interactive", 1)[0]
+	kill(t, st, dead)
+	entry := parkedEntry(t, st, dead.ID)
+	if _, err := dlq.New(st, nil, nil).Redrive(ctx, entry, "oncall"); err != nil {
+		t.Fatal(err)
+	}
+	p := openConsole(t, w.srv.URL)
+
+	p.goTo("audit")
+	p.waitText("#data tbody", "mallory")
+	// detail is the text of the detail cell of target's newest entry of
+	// action.
+	detail := func(action, target string) string {
+		t.Helper()
+		return eval[string](p, fmt.Sprintf(`(() => { const tr = [...document.querySelectorAll("#data tbody tr")].find(tr =>
+			tr.cells[3].textContent === %q && tr.cells[4].textContent === %q); return tr ? tr.cells[5].textContent : "no such row" })()`,
+			action, target))
+	}
+	if got, want := detail("enqueue", fmt.Sprintf("job/%d", marked)), "kind: "+hostile+" queue: bulk"; got != want {
+		t.Errorf("the enqueue's detail reads %q, want %q", got, want)
+	}
+	if got := detail("cancel", fmt.Sprintf("job/%d", longJob)); got != "was: queued" {
+		t.Errorf("the cancel's detail reads %q, want was: queued", got)
+	}
+	if got, want := detail("redrive", fmt.Sprintf("dlq/%d", entry)), fmt.Sprintf("job_id: %d", dead.ID); got != want {
+		t.Errorf("the re-drive's detail reads %q, want %q", got, want)
+	}
+	if n := p.count(fmt.Sprintf(`#data .detail a[href="#/jobs/%d"]`, dead.ID)); n != 1 {
+		t.Errorf("the re-drive's job id is not a link to the job (%d links)", n)
+	}
+	cut := eval[[]string](p, `(() => { const v = [...document.querySelectorAll('#data [data-key="kind"] bdi')].find(b => b.title);
+		return v ? [v.textContent, v.title] : [] })()`)
+	if len(cut) != 2 || cut[0] != long[:60]+"…" || cut[1] != long {
+		t.Errorf("the long kind shows %q, want its first 60 characters and the whole in the tooltip", cut)
+	}
+	if got := p.text("#data tbody"); !strings.Contains(got, "<b>mallory</b>") {
+		t.Errorf("the actor's name is not shown as it is: %q", got)
+	}
+	if n := p.count("#data img, #data b"); n != 0 {
+		t.Errorf("markup from an audit entry became %d elements", n)
+	}
+	if title := eval[string](p, `document.title`); title != "Switchyard" {
+		t.Errorf("the page's title is %q: a value ran as script", title)
+	}
+	p.fits("the audit page with a long value")
+}
+
+// TestBrowserConsoleLanesPages: the Lanes page pages as the other lists
+// do, 50 lanes a page by the API's cursor, with its filter kept: the
+// blocked lane first, then the others, and each lane on one page only.
+func TestBrowserConsoleLanesPages(t *testing.T) {
+	t.Parallel()
+	w := newWatched(t)
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "block", GapTimeout: time.Minute, GapPolicy: "park"}
+	var jobs []pgstore.NewJob
+	add := func(route, key string) {
+		for range 2 { // a head and one job waiting behind it
+			j := newJob("ledger", key, int64(len(jobs)))
+			j.Route, j.Topic, j.Lane = route, route, lane
+			jobs = append(jobs, j)
+		}
+	}
+	add("ledger", "stuck") // first: its head is the one claimed below
+	for i := range 60 {
+		add("ledger", fmt.Sprintf("k-%02d", i))
+	}
+	add("other", "elsewhere")
+	seed(t, w.store, jobs, nil)
+	kill(t, w.store, claim(t, w.store, "ledger", 1)[0]) // stuck's head dies: the lane is blocked
+	p := openConsole(t, w.srv.URL)
+
+	keys := func(sel string) []string {
+		t.Helper()
+		return eval[[]string](p, fmt.Sprintf(`[...document.querySelectorAll(%q)].map(tr => tr.cells[1].textContent)`, sel+" tbody tr"))
+	}
+	p.goTo("lanes?route=ledger")
+	p.waitText("#blocked tbody", "stuck")
+	p.waitText("#data .pager", "next page")
+	if got := p.text("#data .pager"); strings.Contains(got, "first page") {
+		t.Errorf("the first page offers the first page: %q", got)
+	}
+	first := keys("#longest")
+	if n := len(keys("#blocked")); n != 1 || len(first) != 49 || first[0] != "k-00" {
+		t.Fatalf("the first page has %d blocked and %d other lanes from %q, want 1 and 49 from k-00", n, len(first), first)
+	}
+	if href := eval[string](p, `document.querySelector("#data .pager a:last-child").getAttribute("href")`); !strings.HasPrefix(href, "#/lanes?route=ledger&after=") {
+		t.Errorf("the next page's link %q does not keep the filter", href)
+	}
+	p.fits("the lanes page")
+
+	p.click("#data .pager a:last-child")
+	p.waitText("#data .pager", "first page")
+	second := keys("#longest")
+	if len(second) != 11 || second[0] != "k-49" || second[10] != "k-59" {
+		t.Errorf("the second page lists %q, want k-49 to k-59", second)
+	}
+	if n := p.count("#blocked"); n != 0 {
+		t.Errorf("the second page has a blocked lanes table, though the blocked lanes came first")
+	}
+	if got := p.text("#data .pager"); strings.Contains(got, "next page") {
+		t.Errorf("the last page offers a next one: %q", got)
+	}
+	if got := p.text("#data"); strings.Contains(got, "elsewhere") {
+		t.Errorf("filtered by route ledger, a page lists another route's lane: %q", got)
+	}
+
+	p.click("#data .pager a:first-child")
+	p.waitText("#blocked tbody", "stuck")
+	if hash := eval[string](p, `location.hash`); hash != "#/lanes?route=ledger" {
+		t.Errorf("the first page's link leads to %q", hash)
 	}
 }

@@ -89,6 +89,24 @@ type JobDetail struct {
 	Errors  json.RawMessage `json:"errors"`
 	// Lane is where the job stands in its key's lane; nil outside lanes.
 	Lane *LanePosition `json:"lane,omitempty"`
+	// Redrives are the DLQ re-drives that put this job back to run (or,
+	// for a parked record, made it), oldest first. A re-drive counts the
+	// job's attempts from 1 again and keeps its errors: these say where in
+	// Errors one run ends and the next begins.
+	Redrives []JobRedrive `json:"redrives"`
+}
+
+// JobRedrive is a re-drive of a job: its DLQ entry, when and by whom (as
+// the entry's Redrive says it), and ErrorsBefore, how many of the job's
+// Errors were recorded before it: the re-drive falls between
+// Errors[ErrorsBefore-1] and Errors[ErrorsBefore]. It is counted here, by
+// the database's own clock to the microsecond, so that no client has to
+// compare timestamps to find the place.
+type JobRedrive struct {
+	EntryID      int64     `json:"entry_id"`
+	At           time.Time `json:"at"`
+	By           string    `json:"by"`
+	ErrorsBefore int       `json:"errors_before"`
 }
 
 // LanePosition is a lane job's place: Position jobs are ahead of it (0:
@@ -122,8 +140,17 @@ const jobLaneSQL = `jobs.lane,
 		AND (coalesce(w.version, -9223372036854775808), coalesce(w.src_offset, 9223372036854775807), w.id)
 		  < (coalesce(jobs.version, -9223372036854775808), coalesce(jobs.src_offset, 9223372036854775807), jobs.id))`
 
-// JobGetDetail returns one job with its result, payload, headers, errors
-// and lane position, or ErrNotFound.
+// jobRedrivesSQL reads a job's re-drives (JobDetail.Redrives) by
+// dlq_entries_redrive_job_idx. A re-driven entry stays (until its job is
+// pruned), and a job that dies again is parked in a new entry: each
+// re-drive is an entry of its own.
+const jobRedrivesSQL = `(SELECT coalesce(jsonb_agg(jsonb_build_object('entry_id', d.id, 'at', d.redriven_at,
+		'by', d.redriven_by, 'errors_before', (SELECT count(*) FROM jsonb_array_elements(jobs.errors) e
+			WHERE (e->>'at')::timestamptz < d.redriven_at)) ORDER BY d.redriven_at, d.id), '[]')
+	FROM dlq_entries d WHERE d.redrive_job_id = jobs.id)`
+
+// JobGetDetail returns one job with its result, payload, headers, errors,
+// lane position and re-drives, or ErrNotFound.
 func (s *Store) JobGetDetail(ctx context.Context, id int64) (JobDetail, error) {
 	var ct *string
 	var data []byte
@@ -134,8 +161,9 @@ func (s *Store) JobGetDetail(ctx context.Context, id int64) (JobDetail, error) {
 	var l LanePosition
 	var ahead int64
 	job, err := scanJobRow(s.pool.QueryRow(ctx, `SELECT `+jobColumns+`, result_type, result,
-		payload, header_keys, header_values, errors, `+jobLaneSQL+` FROM jobs_by_id(ARRAY[$1::bigint]) jobs`, id),
-		&ct, &data, &d.Payload, &hk, &hv, &d.Errors, &lane, &l.HeadJobID, &l.Blocked, &l.Waiting, &ahead)
+		payload, header_keys, header_values, errors, `+jobLaneSQL+`, `+jobRedrivesSQL+`
+		FROM jobs_by_id(ARRAY[$1::bigint]) jobs`, id),
+		&ct, &data, &d.Payload, &hk, &hv, &d.Errors, &lane, &l.HeadJobID, &l.Blocked, &l.Waiting, &ahead, &d.Redrives)
 	if err != nil {
 		return JobDetail{}, notFound(err)
 	}

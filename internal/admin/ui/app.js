@@ -198,9 +198,38 @@ function headersTable(headers) {
   return table(["key", "value"], (headers || []).map((h) => el("tr", {}, td(h.key), td(shortValue(h.value_base64), "wrap"))), "no headers");
 }
 
-function errorsTable(errors) {
-  const rows = (errors || []).map((e, i) =>
-    el("tr", {}, td(e.attempt !== undefined ? e.attempt : i + 1), td(when(e.at)), td(e.error || "", "wrap")));
+// errorsTable lists failed attempts, oldest first. A re-drive counts a
+// job's attempts from 1 again and keeps the errors before it, so a row
+// between the runs says where each re-drive came: at the place the API
+// gives (a job's redrives, each with errors_before). Where the numbers
+// start again with no re-drive known there (a DLQ entry's history, a
+// replay --rerun), a row still says that a new run began.
+function errorsTable(errors, redrives) {
+  errors = errors || [];
+  const before = new Map(); // index in errors → the re-drives just before it
+  for (const r of redrives || []) {
+    const i = Math.min(Math.max(r.errors_before, 0), errors.length);
+    before.set(i, [...(before.get(i) || []), r]);
+  }
+  const rows = [];
+  let last = 0; // the attempt number of the error before
+  for (let i = 0; i <= errors.length; i++) {
+    const marks = before.get(i) || [];
+    for (const r of marks) {
+      rows.push(el("tr", { class: "run", "data-redrive": r.entry_id }, el("td", { colspan: 3 },
+        "Re-driven from the DLQ ", when(r.at), " by ", el("bdi", { text: r.by }),
+        " (", link("#/dlq/" + r.entry_id, "entry " + r.entry_id), "): attempts count from 1 again")));
+    }
+    if (i === errors.length) break;
+    const e = errors[i];
+    const n = e.attempt !== undefined ? e.attempt : i + 1;
+    if (marks.length === 0 && i > 0 && n <= last) {
+      rows.push(el("tr", { class: "run", "data-rerun": "" }, el("td", { colspan: 3,
+        text: "Run again (a re-drive or a replay --rerun): attempts count from 1 again" })));
+    }
+    last = n;
+    rows.push(el("tr", {}, td(n), td(when(e.at)), td(e.error || "", "wrap")));
+  }
   return table([["attempt", "num"], "at", "error"], rows, "no errors recorded");
 }
 
@@ -560,12 +589,15 @@ const jobsPage = {
     if (cancellable.includes(j.state)) buttons.push(actionButton("Cancel", "v1/jobs/" + j.id + "/cancel", { cls: "danger", name: "cancel", done: () => "Job " + j.id + " cancelled." }));
     const delayed = j.state === "queued" && new Date(j.scheduled_at) > new Date();
     if (j.state === "retrying" || delayed) buttons.push(actionButton("Retry now", "v1/jobs/" + j.id + "/retry", { name: "retry", done: () => "Job " + j.id + " is runnable now." }));
+    // A re-drive counts the attempts from 1 again.
+    const redrives = j.redrives || [];
+    const since = redrives.length ? " since its last re-drive" : "";
     const out = [
       el("h1", {}, link("#/jobs", "Jobs"), " › job " + j.id + " ", badge(j.state)),
       el("div", { class: "actions" }, buttons),
       section("Job", fields([
         ["kind", j.kind], ["queue", link("#/jobs" + query({ queue: j.queue }), j.queue)], ["route", j.route], ["key", j.key],
-        ["version", j.version === null ? null : String(j.version)], ["attempts", j.attempts + " of " + j.max_attempts],
+        ["version", j.version === null ? null : String(j.version)], ["attempts", j.attempts + " of " + j.max_attempts + since],
         ["created", when(j.created_at)], ["scheduled", when(j.scheduled_at)], ["started", j.started_at ? when(j.started_at) : null],
         ["finished", j.finished_at ? when(j.finished_at) : null],
         ["source", j.source ? j.source.topic + " / partition " + j.source.partition + " @ offset " + j.source.offset : "enqueued through the API"],
@@ -581,8 +613,8 @@ const jobsPage = {
     out.push(section("Payload", j.payload_base64 === undefined
       ? el("p", { class: "empty", text: "This server does not show job payloads." }) : payloadBlock(j.payload_base64, "payload")));
     if (j.headers !== undefined) out.push(section("Headers", headersTable(j.headers)));
-    out.push(section("Attempts", el("p", { class: "kindnote", text: j.attempts + " attempt" + (j.attempts === 1 ? "" : "s") + " of " + j.max_attempts }),
-      errorsTable(j.errors)));
+    out.push(section("Attempts", el("p", { class: "kindnote", text: j.attempts + " attempt" + (j.attempts === 1 ? "" : "s") + " of " + j.max_attempts + since }),
+      el("div", { id: "attempts" }, errorsTable(j.errors, redrives))));
     if (j.result) {
       out.push(section("Result", el("p", { class: "kindnote", text: (j.result.content_type || "no content type") }),
         payloadBlock(j.result.body_base64, "result")));
@@ -711,23 +743,35 @@ const lanesPage = {
     return [el("h1", { text: "Lanes" }), filterForm("lanes", v, [{ name: "route" }])];
   },
   async load(v) {
-    const route = v.params.get("route") || "";
-    // Blocked lanes come first in the answer, then the longest.
-    const [blocked, all] = await Promise.all([
-      api("GET", "v1/lanes" + query({ route, blocked: "true", limit: 100 })),
-      api("GET", "v1/lanes" + query({ route, limit: 150 })),
-    ]);
-    const longest = { items: all.items.filter((l) => !l.blocked).slice(0, 50) };
+    const f = filtersOf(v, ["route"]);
+    const after = v.params.get("after");
+    const body = await api("GET", "v1/lanes" + query({ ...f, limit: 50, after }));
     const row = (l) => el("tr", { "data-lane": l.route + "/" + l.key },
       td(l.route), keyCell(l.key, link("#/jobs" + query({ route: l.route, key: l.key }), l.key)), td(jobLink(l.head_job_id)),
       td(l.head_state ? badge(l.head_state) : "—"), td(l.waiting), td(age(l.oldest_waiting_age_seconds), "num"));
     const headers = ["route", "key", "head", "head state", ["waiting", "num"], ["oldest waiting", "num"]];
-    return [
-      el("h2", { text: "Blocked lanes: a dead head holds each until it is re-driven or discarded" }),
-      el("div", { id: "blocked" }, table(headers, blocked.items.map(row), "no blocked lanes")),
-      el("h2", { text: "Longest lanes" }),
-      el("div", { id: "longest" }, table(headers, longest.items.map(row), "no lanes with waiting jobs")),
-    ];
+    // One list, paged: its blocked lanes first, then the others, longest
+    // first. So the first page says whether any lane is blocked, and a
+    // page that ends the list whether any other lane has jobs waiting; a
+    // page between shows the parts it holds. (A cursor past the end, from
+    // an old link, finds nothing, which says neither.)
+    const blocked = body.items.filter((l) => l.blocked);
+    const longest = body.items.filter((l) => !l.blocked);
+    const out = [];
+    if (after && body.items.length === 0) {
+      out.push(el("p", { class: "empty", text: "no more lanes" }));
+    } else {
+      if (!after || blocked.length) {
+        out.push(el("h2", { text: "Blocked lanes: a dead head holds each until it is re-driven or discarded" }),
+          el("div", { id: "blocked" }, table(headers, blocked.map(row), "no blocked lanes")));
+      }
+      if (!body.next || longest.length) {
+        out.push(el("h2", { text: "Longest lanes" }),
+          el("div", { id: "longest" }, table(headers, longest.map(row), "no lanes with waiting jobs")));
+      }
+    }
+    out.push(pager("lanes", v, f, body.next));
+    return out;
   },
 };
 
@@ -809,6 +853,35 @@ function targetLink(target) {
 
 const auditActions = ["", "cancel", "redrive", "discard", "pause", "resume", "trigger", "enqueue", "retry"];
 
+// detailClip is how many characters of an audit detail's value show; the
+// rest is in the value's tooltip.
+const detailClip = 60;
+
+// clipped is text cut at n characters (not inside a surrogate pair) with
+// an ellipsis, whole in its tooltip.
+function clipped(tag, text, n) {
+  const chars = Array.from(text);
+  if (chars.length <= n) return el(tag, { text });
+  return el(tag, { title: text, text: chars.slice(0, n).join("") + "…" });
+}
+
+// auditDetail shows what an action recorded as "key: value" pairs. The
+// values come from records and operators (a kind, a queue's name): text,
+// in a <bdi> so that right-to-left text in one cannot reorder the rest; a
+// job id links to its job; anything else not a string shows as compact
+// JSON.
+function auditDetail(detail) {
+  if (detail === null || typeof detail !== "object" || Array.isArray(detail)) {
+    return clipped("code", JSON.stringify(detail === undefined ? null : detail), detailClip);
+  }
+  const pairs = Object.entries(detail);
+  if (pairs.length === 0) return el("span", { class: "muted", text: "—" });
+  // A space between the pairs too, for who copies the text.
+  return el("span", { class: "detail" }, pairs.map(([k, v], i) => [i > 0 ? " " : null, el("span", { class: "kv", "data-key": k },
+    el("span", { class: "k", text: k + ":" }), " ",
+    k === "job_id" && Number.isSafeInteger(v) ? link("#/jobs/" + v, String(v)) : clipped("bdi", typeof v === "string" ? v : JSON.stringify(v), detailClip))]));
+}
+
 const auditPage = {
   setup(v) {
     return [el("h1", { text: "Audit log" }), filterForm("audit", v, [{ name: "actor" }, { name: "action", options: auditActions }, { name: "target" }])];
@@ -817,7 +890,7 @@ const auditPage = {
     const f = filtersOf(v, ["actor", "action", "target"]);
     const body = await api("GET", "v1/audit" + query({ ...f, limit: 50, after: v.params.get("after") }));
     const rows = body.items.map((a) => el("tr", {}, td(a.id), td(when(a.at)), td(a.actor), td(badge(a.action)),
-      td(targetLink(a.target)), td(el("code", { text: JSON.stringify(a.detail) }), "wrap")));
+      td(targetLink(a.target)), td(auditDetail(a.detail), "wrap")));
     return [table([["id", "num"], "at", "actor", "action", "target", "detail"], rows, "no actions recorded"),
       pager("audit", v, f, body.next)];
   },
