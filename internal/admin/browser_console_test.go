@@ -711,7 +711,14 @@ func TestBrowserConsoleActions(t *testing.T) {
 		t.Fatalf("kept, the entry is gone: %v", err)
 	}
 	p.click(`button[data-action="discard"]`)
-	time.Sleep(3 * time.Second) // a poll or more: the question stays
+	p.waitText(`[data-ask="discard"]`, "for good?")
+	// A poll renders the page again: the status line's time moves (it
+	// shows seconds; polls are 2 s apart), and the question stays.
+	before := p.text("#status")
+	if !testenv.Until(20*time.Second, func() bool { return p.text("#status") != before }) {
+		t.Fatalf("no poll within 20 s: the status line stayed %q", before)
+	}
+	p.waitText(`[data-ask="discard"]`, "for good?")
 	p.click(`button[data-action="discard-confirm"]`)
 	p.waitText("#flash", fmt.Sprintf("Entry %d discarded.", entry))
 	if hash := eval[string](p, `location.hash`); hash != "#/dlq" {

@@ -394,7 +394,6 @@ func (s *Store) DLQList(ctx context.Context, f DLQFilter) ([]DLQEntry, error) {
 	return pgx.CollectRows(rows, scanDLQ(false))
 }
 
-// DLQGet returns one entry or ErrNotFound.
 // DLQCount counts the parked entries that match f (its State, After and
 // Limit are ignored): what a re-drive of all of them would re-drive.
 func (s *Store) DLQCount(ctx context.Context, f DLQFilter) (int64, error) {
@@ -405,6 +404,7 @@ func (s *Store) DLQCount(ctx context.Context, f DLQFilter) (int64, error) {
 	return n, err
 }
 
+// DLQGet returns one entry or ErrNotFound.
 func (s *Store) DLQGet(ctx context.Context, id int64) (DLQEntry, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+dlqColumns+` FROM dlq_entries WHERE id = $1`, id)
 	if err != nil {
