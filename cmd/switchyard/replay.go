@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
 // runReplay re-reads a range of a topic through its routes (or the one
@@ -149,11 +152,18 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			stopped = append(stopped, map[string]int64{"partition": int64(r.Partition), "offset": r.Stopped, "end": r.End})
 		}
 	}
+	summary := map[string]any{"topic": *topic, "records": sum.Records, "new_jobs": sum.Inserted,
+		"already_there": sum.Jobs - sum.Inserted, "rerun": sum.Rerun, "newly_parked": sum.NewlyParked,
+		"already_parked": sum.Parked - sum.NewlyParked, "filtered": sum.Filtered, "complete": err == nil,
+		"stopped_short": nonNilSlice(stopped)}
+	// The audit log has the replay as it went, failed or not (its jobs
+	// committed batch by batch); a Ctrl-C that ended it does not stop
+	// the entry.
+	if aerr := auditReplay(ctx, store, *routeName, summary, replayAsked(fs), err); aerr != nil {
+		fmt.Fprintf(stderr, "switchyard replay: the audit log did not take the replay: %v\n", aerr)
+	}
 	if *asJSON {
-		if jerr := printJSON(stdout, map[string]any{"topic": *topic, "records": sum.Records, "new_jobs": sum.Inserted,
-			"already_there": sum.Jobs - sum.Inserted, "rerun": sum.Rerun, "newly_parked": sum.NewlyParked,
-			"already_parked": sum.Parked - sum.NewlyParked, "filtered": sum.Filtered, "complete": err == nil,
-			"stopped_short": nonNilSlice(stopped)}); jerr != nil {
+		if jerr := printJSON(stdout, summary); jerr != nil {
 			return jerr
 		}
 		return err
@@ -170,6 +180,37 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			r["partition"], r["offset"], r["end"])
 	}
 	return err
+}
+
+// auditReplay records a replay in the audit log: its target is the
+// route replayed, or the topic; its detail what it did (the --json
+// summary), the flags that said what to replay, and its error if it
+// ended on one.
+func auditReplay(ctx context.Context, store *pgstore.Store, route string, summary, asked map[string]any, replayErr error) error {
+	target := fmt.Sprintf("topic/%s", summary["topic"])
+	if route != "" {
+		target = "route/" + route
+	}
+	detail := maps.Clone(summary)
+	detail["flags"] = asked
+	if replayErr != nil {
+		detail["error"] = replayErr.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return store.Audit(ctx, cliActor(), pgstore.AuditReplay, target, detail)
+}
+
+// replayAsked is what a replay's flags asked for, as its audit entry
+// says it: the flags given, by name.
+func replayAsked(fs *flag.FlagSet) map[string]any {
+	asked := map[string]any{}
+	fs.Visit(func(f *flag.Flag) {
+		if slices.Contains([]string{"from-time", "from-offset", "to-time", "partition", "rerun"}, f.Name) {
+			asked[strings.ReplaceAll(f.Name, "-", "_")] = f.Value.String()
+		}
+	})
+	return asked
 }
 
 // progressLine redraws one line on a terminal as a replay goes: the share

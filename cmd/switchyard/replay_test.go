@@ -76,6 +76,22 @@ func TestReplay(t *testing.T) {
 	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 20 {
 		t.Fatalf("%d jobs after --rerun, want 20", n)
 	}
+	// Each replay is in the audit log: who, on what, what it asked and did.
+	var actor, target string
+	var rerun, partition string
+	var reran int
+	if err := store.Pool().QueryRow(context.Background(), `SELECT actor, target, detail->'flags'->>'rerun', detail->'flags'->>'partition',
+		(detail->>'rerun')::int FROM audit_log WHERE action = 'replay' ORDER BY id DESC LIMIT 1`).
+		Scan(&actor, &target, &rerun, &partition, &reran); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(actor, "cli:") || target != "topic/"+topic || rerun != "true" || partition != "0" || reran != 3 {
+		t.Errorf("the last replay's audit entry: %s on %s, rerun %s, partition %s, %d re-run; want cli:, topic/%s, true, 0, 3",
+			actor, target, rerun, partition, reran, topic)
+	}
+	if n := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'replay'`); n < 2 {
+		t.Errorf("%d replays in the audit log, want each", n)
+	}
 
 	for _, c := range []struct {
 		args []string

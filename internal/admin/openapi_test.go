@@ -1,10 +1,15 @@
 package admin
 
 import (
+	"encoding/json"
 	"net/http"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
 // The served document and the server agree: every documented operation
@@ -33,5 +38,57 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 				t.Errorf("%s %s answered %d, not among its documented responses", method, path, r.status)
 			}
 		}
+	}
+}
+
+// The audit actions are listed in three places a reader meets: the
+// store's AuditActions, the document's enums of them, and the console's
+// action filter. They say the same.
+func TestAuditActionsAgreeEverywhere(t *testing.T) {
+	t.Parallel()
+	want := strings.Join(pgstore.AuditActions, ",")
+	var walk func(v any)
+	enums := 0
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if list, ok := v["enum"].([]any); ok && slices.Contains(list, any(pgstore.AuditRedrive)) {
+				var got []string
+				for _, a := range list {
+					if a != "" {
+						got = append(got, a.(string))
+					}
+				}
+				if enums++; strings.Join(got, ",") != want {
+					t.Errorf("openapi.json lists the audit actions %v, want %s", got, want)
+				}
+			}
+			for _, x := range v {
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	var doc any
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	walk(doc)
+	if enums == 0 {
+		t.Error("openapi.json has no enum of the audit actions")
+	}
+	js, err := ui.ReadFile("ui/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`const auditActions = \[""((?:, "[a-z_]+")*)\];`).FindSubmatch(js)
+	if m == nil {
+		t.Fatal("ui/app.js: no auditActions list")
+	}
+	if got := strings.ReplaceAll(strings.TrimPrefix(string(m[1]), ", "), `", "`, ","); strings.Trim(got, `"`) != want {
+		t.Errorf("the console's action filter offers %s, want %s", m[1], want)
 	}
 }

@@ -19,11 +19,12 @@ const (
 	AuditTrigger = "trigger"
 	AuditEnqueue = "enqueue"
 	AuditRetry   = "retry"
+	AuditReplay  = "replay"
 )
 
 // AuditActions are every action the log records.
 var AuditActions = []string{AuditCancel, AuditRedrive, AuditDiscard, AuditPause, AuditResume, AuditTrigger,
-	AuditEnqueue, AuditRetry}
+	AuditEnqueue, AuditRetry, AuditReplay}
 
 // AuditEntry is one recorded operator action: who (an admin token's
 // name, or cli:<user>), when, on what (job/17, dlq/4, queue/bulk,
@@ -53,6 +54,13 @@ func audit(ctx context.Context, tx pgx.Tx, by, action, target string, detail map
 	_, err := tx.Exec(ctx, `INSERT INTO audit_log (actor, action, target, detail) VALUES ($1, $2, $3, $4)`,
 		by, action, target, detail)
 	return err
+}
+
+// Audit records an action that is not one transaction — a replay,
+// whose jobs commit in many — in a transaction of its own, once it has
+// done what detail says.
+func (s *Store) Audit(ctx context.Context, by, action, target string, detail map[string]any) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return audit(ctx, tx, by, action, target, detail) })
 }
 
 // AuditFilter selects audit entries, newest first; empty fields do not

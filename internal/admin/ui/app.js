@@ -851,7 +851,7 @@ function targetLink(target) {
   return link("#/" + (m[1] === "job" ? "jobs" : "dlq") + "/" + m[2], target);
 }
 
-const auditActions = ["", "cancel", "redrive", "discard", "pause", "resume", "trigger", "enqueue", "retry"];
+const auditActions = ["", "cancel", "redrive", "discard", "pause", "resume", "trigger", "enqueue", "retry", "replay"];
 
 // detailClip is how many characters of an audit detail's value show; the
 // rest is in the value's tooltip.
