@@ -306,3 +306,30 @@ func TestCLIEmptyResult(t *testing.T) {
 		t.Errorf("jobs get of an empty result: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 }
+
+// jobs get lists a job's errors, one a line, and marks each re-drive
+// where it fell: a re-drive counts attempts from 1 again, so without the
+// mark the attempts read 1, 2, 3, 1.
+func TestJobsGetShowsErrorsAndRedrives(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	at := func(s int) string { return now.Add(-time.Duration(s) * time.Second).Format(time.RFC3339) }
+	j := pgstore.JobDetail{
+		Errors: json.RawMessage(fmt.Sprintf(`[{"attempt":1,"at":%q,"error":"HTTP 504"},{"attempt":2,"at":%q,"error":"HTTP 504"},`+
+			`{"attempt":3,"at":%q,"error":"HTTP 504"},{"attempt":1,"at":%q,"error":"HTTP 500: \u001b[31mred"}]`, at(40), at(30), at(20), at(5))),
+		Redrives: []pgstore.JobRedrive{{EntryID: 4, At: now.Add(-10 * time.Second), By: "oncall", ErrorsBefore: 3}},
+	}
+	j.State = "retrying"
+	var b strings.Builder
+	if err := printJob(&b, now, j); err != nil {
+		t.Fatal(err)
+	}
+	want := "errors:\n" +
+		"  attempt 1, 40s ago: HTTP 504\n" +
+		"  attempt 2, 30s ago: HTTP 504\n" +
+		"  attempt 3, 20s ago: HTTP 504\n" +
+		"  -- re-driven from DLQ entry 4 10s ago by oncall: attempts count from 1 again\n" +
+		"  attempt 1, 5s ago: HTTP 500: \\x1b[31mred\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("jobs get shows\n%s\nwant in it\n%s", b.String(), want)
+	}
+}

@@ -342,6 +342,9 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 	if j.LastError != nil && *j.LastError != "" {
 		v.add("last error", *j.LastError)
 	}
+	if block := attemptErrors(now, j); block != "" {
+		v.add("errors", block)
+	}
 	if r := j.Result; r != nil {
 		what, text := decodeBytes(r.Base64)
 		if r.ContentType != "" {
@@ -355,6 +358,36 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 		}
 	}
 	return v.flush()
+}
+
+// attemptErrors is a job's errors, one line each, with its re-drives
+// where they fell among them: a re-drive counts the attempts from 1
+// again, and without the marker the list reads 1, 2, 3, 1, 2, 3.
+func attemptErrors(now time.Time, j pgstore.JobDetail) string {
+	var errs []struct {
+		Attempt int       `json:"attempt"`
+		At      time.Time `json:"at"`
+		Error   string    `json:"error"`
+	}
+	if len(j.Errors) == 0 || json.Unmarshal(j.Errors, &errs) != nil || len(errs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	redrives := j.Redrives
+	// marks writes the re-drives that came before the first `before` errors.
+	marks := func(before int) {
+		for len(redrives) > 0 && redrives[0].ErrorsBefore <= before {
+			r := redrives[0]
+			fmt.Fprintf(&b, "-- re-driven from DLQ entry %d %s by %s: attempts count from 1 again\n", r.EntryID, ago(now, r.At), r.By)
+			redrives = redrives[1:]
+		}
+	}
+	for i, e := range errs {
+		marks(i)
+		fmt.Fprintf(&b, "attempt %d, %s: %s\n", e.Attempt, ago(now, e.At), clip(e.Error, 120))
+	}
+	marks(len(errs))
+	return b.String()
 }
 
 const dlqListAbout = `
