@@ -262,7 +262,7 @@ func printQueues(ctx context.Context, w io.Writer, now time.Time, store *pgstore
 		_, err := fmt.Fprintln(w, noneConfigured("queues", cfg))
 		return err
 	}
-	stats, err := store.QueueStats(ctx)
+	stats, err := store.QueueStats(ctx, cfg.GroupCaps())
 	if err != nil {
 		return err
 	}

@@ -639,6 +639,29 @@ func TestDLQ(t *testing.T) {
 	})
 }
 
+// GET /v1/queues with the config's group caps: a tenant at its cap is
+// waiting behind its group's head, not runnable.
+func TestQueuesCountAHeldGroupAsWaiting(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{Queues: []string{"tenants"}, GroupCaps: map[string]int{"orders": 1}})
+	var jobs []pgstore.NewJob
+	for i := range 2 {
+		j := newJob("tenants", "", int64(i))
+		j.Group = "T"
+		jobs = append(jobs, j)
+	}
+	seed(t, e.store, jobs, nil)
+	claim(t, e.store, "tenants", 1)
+	p := decode[page[pgstore.QueueStat]](t, e.get(t, "/v1/queues").must(t, http.StatusOK))
+	if len(p.Items) != 1 {
+		t.Fatalf("queues %+v, want tenants alone", p.Items)
+	}
+	if q := p.Items[0]; q.OldestRunnableAgeSeconds != 0 || q.OldestWaitingAgeSeconds <= 0 || q.Jobs["queued"] != 1 {
+		t.Errorf("tenants: runnable age %v, waiting age %v, queued %d; want 0, above 0 and 1 (held, still queued)",
+			q.OldestRunnableAgeSeconds, q.OldestWaitingAgeSeconds, q.Jobs["queued"])
+	}
+}
+
 func TestQueues(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{Queues: []string{"interactive", "bulk", "idle"}})

@@ -25,11 +25,12 @@ type Listing struct {
 	Concurrency map[string]int
 	Schedules   []schedule.Schedule
 	Routes      []RouteConfig
+	GroupCaps   map[string]int // config.GroupCaps
 }
 
 // ListingOf is a loaded config's Listing.
 func ListingOf(cfg *config.Config) Listing {
-	l := Listing{Queues: cfg.QueueNames(), Concurrency: map[string]int{}, Schedules: schedule.Of(cfg)}
+	l := Listing{Queues: cfg.QueueNames(), Concurrency: map[string]int{}, Schedules: schedule.Of(cfg), GroupCaps: cfg.GroupCaps()}
 	for name, q := range cfg.Queues {
 		l.Concurrency[name] = q.Concurrency
 	}
@@ -43,7 +44,7 @@ func ListingOf(cfg *config.Config) Listing {
 // QueueItems are GET /v1/queues' items: each configured queue even when
 // it has no rows yet, and any other queue found in the database.
 func (l Listing) QueueItems(ctx context.Context, store *pgstore.Store) ([]pgstore.QueueStat, error) {
-	stats, err := store.QueueStats(ctx)
+	stats, err := store.QueueStats(ctx, l.GroupCaps)
 	if err != nil {
 		return nil, err
 	}

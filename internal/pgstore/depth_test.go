@@ -37,7 +37,7 @@ func TestQueueDepthIsReusedOnlyWhenCountingIsSlow(t *testing.T) {
 	}
 	stats := func() (queued int64, age float64) {
 		t.Helper()
-		st, err := s.QueueStats(ctx)
+		st, err := s.QueueStats(ctx, nil)
 		if err != nil || st["q"] == nil {
 			t.Fatalf("queue stats: %v, %v", st, err)
 		}
@@ -61,5 +61,67 @@ func TestQueueDepthIsReusedOnlyWhenCountingIsSlow(t *testing.T) {
 	enqueue(time.Now())
 	if queued, _ := stats(); queued != 3 {
 		t.Fatalf("queued %d, want 3: a count is not reused when the rule says so", queued)
+	}
+}
+
+// A queued job whose group runs as many jobs as its cap allows is held
+// behind its group's head: with the route's cap given, QueueStats counts
+// it in the oldest waiting age and finds the oldest runnable job among
+// the others — another tenant's, or an unlimited route's; without, the
+// held job is the runnable age, as before groups were known.
+func TestQueueStatsCountsAGroupAtItsCapAsWaiting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	n := 0
+	enqueue := func(route, group string, age time.Duration) int64 {
+		t.Helper()
+		n++
+		at := time.Now().Add(-age)
+		e, err := s.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: route, Kind: "k", Queue: "q", Group: group,
+			DedupeKey: fmt.Sprint(n), Payload: []byte(`{}`), MaxAttempts: 3, RunAt: &at}, pgstore.Actor{By: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.ID
+	}
+	// Tenant A: two running (its cap), three queued from an hour ago.
+	for range 2 {
+		id := enqueue("g", "A", 2*time.Hour)
+		if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET state = 'running', lease_expires_at = now() + interval '1 hour' WHERE id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		enqueue("g", "A", time.Hour)
+	}
+	enqueue("g", "B", 10*time.Minute) // one running of two: B has room
+	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET state = 'running', lease_expires_at = now() + interval '1 hour'
+		WHERE id = $1`, enqueue("g", "B", 3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	enqueue("plain", "", 5*time.Minute)
+
+	ages := func(caps map[string]int) (runnable, waiting float64) {
+		t.Helper()
+		st, err := s.QueueStats(ctx, caps)
+		if err != nil || st["q"] == nil {
+			t.Fatalf("queue stats: %v, %v", st, err)
+		}
+		return st["q"].OldestRunnableAgeSeconds, st["q"].OldestWaitingAgeSeconds
+	}
+	near := func(got float64, want time.Duration) bool { return got > want.Seconds()-60 && got < want.Seconds()+60 }
+	if r, w := ages(map[string]int{"g": 2}); !near(r, 10*time.Minute) || !near(w, time.Hour) {
+		t.Errorf("with A at its cap: runnable %.0fs, waiting %.0fs; want B's 600s and A's 3600s", r, w)
+	}
+	if r, w := ages(map[string]int{"g": 3}); !near(r, time.Hour) || w != 0 {
+		t.Errorf("with room in every group: runnable %.0fs, waiting %.0fs; want A's 3600s and 0", r, w)
+	}
+	if r, _ := ages(nil); !near(r, time.Hour) {
+		t.Errorf("without the caps: runnable %.0fs, want A's 3600s", r)
+	}
+	// B at its cap too: the unlimited route's job is the oldest runnable.
+	if r, w := ages(map[string]int{"g": 1}); !near(r, 5*time.Minute) || !near(w, time.Hour) {
+		t.Errorf("with every group at its cap: runnable %.0fs, waiting %.0fs; want the plain route's 300s and A's 3600s", r, w)
 	}
 }

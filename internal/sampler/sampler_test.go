@@ -3,6 +3,7 @@ package sampler
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -33,6 +34,9 @@ func TestSamplerRefreshesTheGauges(t *testing.T) {
 		{Route: "plain", Kind: "k", Queue: "q", DedupeKey: "1", Payload: []byte("{}"), MaxAttempts: 1, Topic: "t"},
 		{Route: "plain", Kind: "k", Queue: "q", DedupeKey: "2", Payload: []byte("{}"), MaxAttempts: 1, Topic: "t", Offset: 1},
 		{Route: "lanes", Kind: "k", Queue: "lq", Key: "a", DedupeKey: "3", Payload: []byte("{}"), MaxAttempts: 1, Topic: "u", Lane: lane},
+		// Tenant T of a route capped at one per group: one runs, one is held.
+		{Route: "grouped", Kind: "k", Queue: "gq", Group: "T", DedupeKey: "4", Payload: []byte("{}"), MaxAttempts: 1, Topic: "v"},
+		{Route: "grouped", Kind: "k", Queue: "gq", Group: "T", DedupeKey: "5", Payload: []byte("{}"), MaxAttempts: 1, Topic: "v", Offset: 1},
 	}}
 	if _, err := s.IngestCommit(ctx, b); err != nil {
 		t.Fatal(err)
@@ -45,11 +49,15 @@ func TestSamplerRefreshesTheGauges(t *testing.T) {
 		Reason: "permanent", Error: "no", Lane: jobs[0].LaneRef()}}); err != nil {
 		t.Fatal(err)
 	}
+	if held, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "gq", Limit: 1, Lease: time.Minute, MaxRuntime: time.Hour}); err != nil || len(held) != 1 {
+		t.Fatalf("claim of tenant T's first job: %v %v", held, err)
+	}
 	if _, err := s.Pause(ctx, pgstore.PauseQueue, "idle", "test"); err != nil {
 		t.Fatal(err)
 	}
 	m := metrics.New(prometheus.NewRegistry())
-	smp := New(Config{Queues: []string{"q", "lq", "idle"}, OrderedRoutes: []string{"lanes", "other"}, Interval: 50 * time.Millisecond,
+	smp := New(Config{Queues: []string{"q", "lq", "idle", "gq"}, OrderedRoutes: []string{"lanes", "other"}, GroupCaps: map[string]int{"grouped": 1},
+		Interval: 50 * time.Millisecond,
 		Lag: func(context.Context) ([]ingest.PartitionLag, error) {
 			return []ingest.PartitionLag{{Topic: "t", Partition: 3, Records: 7, Seconds: 2.5}}, nil
 		}}, s, m, zaptest.NewLogger(t))
@@ -69,6 +77,8 @@ func TestSamplerRefreshesTheGauges(t *testing.T) {
 			"blocked":       {testutil.ToFloat64(m.LanesBlocked.WithLabelValues("lanes")), 1},
 			"blocked other": {testutil.ToFloat64(m.LanesBlocked.WithLabelValues("other")), 0},
 			"idle age":      {testutil.ToFloat64(m.QueueOldestAge.WithLabelValues("idle")), 0},
+			"held runnable": {testutil.ToFloat64(m.QueueOldestAge.WithLabelValues("gq")), 0},
+			"held waiting":  {min(1, math.Ceil(testutil.ToFloat64(m.QueueWaitingAge.WithLabelValues("gq")))), 1},
 			"idle paused":   {testutil.ToFloat64(m.QueuePaused.WithLabelValues("idle")), 1},
 			"q paused":      {testutil.ToFloat64(m.QueuePaused.WithLabelValues("q")), 0},
 			"lag records":   {testutil.ToFloat64(m.KafkaLagRecords.WithLabelValues("t", "3")), 7},
