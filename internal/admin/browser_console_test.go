@@ -420,6 +420,11 @@ func TestBrowserConsolePages(t *testing.T) {
 
 	p.goTo("queues")
 	p.waitText(`tr[data-queue="interactive"]`, "interactive")
+	// The first poll has no rates yet: the note says when they come, not
+	// that they span 0 s.
+	if note := p.text(".kindnote"); strings.Contains(note, "last 0 s") {
+		t.Errorf("the first poll's rates note: %q", note)
+	}
 	if got := p.text(`tr[data-queue="reports"]`); !strings.Contains(got, "paused") {
 		t.Errorf("the paused queue's row: %q", got)
 	}

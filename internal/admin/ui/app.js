@@ -556,7 +556,9 @@ const queuesPage = {
     const spans = [...rates.values()].map((h) => h.length > 1 ? h[h.length - 1].t - h[0].t : 0);
     const span = Math.max(0, ...spans);
     return [el("h1", { text: "Queues" }), table(headers, rows, "no queues"),
-      el("p", { class: "kindnote", text: "Rates over the last " + age(span) + " of this page's polls (up to 5 min)." })];
+      el("p", { class: "kindnote", text: span >= 1
+        ? "Rates over the last " + age(span) + " of this page's polls (up to 5 min)."
+        : "Rates are measured from this page's polls: they show from the next one on." })];
   },
 };
 
