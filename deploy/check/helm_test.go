@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -737,6 +738,8 @@ func TestKubernetesManifestsDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	kinds := map[string]int{}
+	var deploy *appsv1.Deployment
+	var pdb *policyv1.PodDisruptionBudget
 	for _, file := range files {
 		f, err := os.Open(file)
 		if err != nil {
@@ -744,11 +747,26 @@ func TestKubernetesManifestsDecode(t *testing.T) {
 		}
 		for _, o := range decodeAll(t, file, f) {
 			kinds[fmt.Sprintf("%T", o)]++
+			switch o := o.(type) {
+			case *appsv1.Deployment:
+				deploy = o
+			case *policyv1.PodDisruptionBudget:
+				pdb = o
+			}
 		}
 		f.Close()
 	}
-	want := map[string]int{"*v1.ConfigMap": 1, "*v1.Job": 1, "*v1.Deployment": 1, "*v1.Service": 1}
+	want := map[string]int{"*v1.ConfigMap": 1, "*v1.Job": 1, "*v1.Deployment": 1, "*v1.Service": 1, "*v1.PodDisruptionBudget": 1}
 	if fmt.Sprint(kinds) != fmt.Sprint(want) {
-		t.Errorf("decoded %v, want %v", kinds, want)
+		t.Fatalf("decoded %v, want %v", kinds, want)
+	}
+	// As the chart's pods: no ServiceAccount token, and a drain that
+	// stops one process at a time.
+	if a := deploy.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("the Deployment's pods mount a ServiceAccount token they never use")
+	}
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 ||
+		!reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, deploy.Spec.Selector.MatchLabels) {
+		t.Errorf("the PodDisruptionBudget (%+v) does not keep the Deployment's pods to one away at a time", pdb.Spec)
 	}
 }
