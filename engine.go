@@ -421,7 +421,7 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	sc := sampler.Config{Queues: e.cfg.QueueNames(), GroupCaps: e.cfg.GroupCaps(), Interval: e.opts.StatsInterval}
+	sc := sampler.Config{Queues: e.cfg.QueueNames(), Groups: admin.GroupsOf(e.cfg), Interval: e.opts.StatsInterval}
 	for _, r := range e.cfg.Routes {
 		if r.Ordered {
 			sc.OrderedRoutes = append(sc.OrderedRoutes, r.Name)
@@ -537,7 +537,7 @@ func (e *Engine) startHTTP() error {
 		Concurrency:  listing.Concurrency,
 		Schedules:    listing.Schedules,
 		Routes:       listing.Routes,
-		GroupCaps:    listing.GroupCaps,
+		Groups:       listing.Groups,
 		Metrics:      promhttp.HandlerFor(e.opts.Registry, promhttp.HandlerOpts{}),
 		Ready:        e.kafkaReady,
 		DLQ:          e.dlq,

@@ -438,18 +438,6 @@ func (c *Config) QueueNames() []string {
 	return slices.Sorted(maps.Keys(c.Queues))
 }
 
-// GroupCaps maps each route with a group to its group's max_running:
-// what holds a queued job of a group that many of whose jobs run.
-func (c *Config) GroupCaps() map[string]int {
-	caps := map[string]int{}
-	for _, r := range c.Routes {
-		if r.Group != nil {
-			caps[r.Name] = r.Group.MaxRunning
-		}
-	}
-	return caps
-}
-
 // RoutesOfTopic returns the routes of topic, in config order.
 func (c *Config) RoutesOfTopic(topic string) []Route {
 	var out []Route

@@ -262,7 +262,7 @@ func printQueues(ctx context.Context, w io.Writer, now time.Time, store *pgstore
 		_, err := fmt.Fprintln(w, noneConfigured("queues", cfg))
 		return err
 	}
-	stats, err := store.QueueStats(ctx, cfg.GroupCaps())
+	stats, err := store.QueueStats(ctx, admin.GroupsOf(cfg))
 	if err != nil {
 		return err
 	}

@@ -643,7 +643,8 @@ func TestDLQ(t *testing.T) {
 // waiting behind its group's head, not runnable.
 func TestQueuesCountAHeldGroupAsWaiting(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, Config{Queues: []string{"tenants"}, GroupCaps: map[string]int{"orders": 1}})
+	e := newEnv(t, Config{Queues: []string{"tenants"},
+		Groups: pgstore.Groups{Routes: map[string]pgstore.GroupRoute{"orders": {Queue: "tenants", Cap: 1}}, Only: map[string]bool{"tenants": true}}})
 	var jobs []pgstore.NewJob
 	for i := range 2 {
 		j := newJob("tenants", "", int64(i))

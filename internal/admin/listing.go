@@ -25,12 +25,12 @@ type Listing struct {
 	Concurrency map[string]int
 	Schedules   []schedule.Schedule
 	Routes      []RouteConfig
-	GroupCaps   map[string]int // config.GroupCaps
+	Groups      pgstore.Groups // GroupsOf the config
 }
 
 // ListingOf is a loaded config's Listing.
 func ListingOf(cfg *config.Config) Listing {
-	l := Listing{Queues: cfg.QueueNames(), Concurrency: map[string]int{}, Schedules: schedule.Of(cfg), GroupCaps: cfg.GroupCaps()}
+	l := Listing{Queues: cfg.QueueNames(), Concurrency: map[string]int{}, Schedules: schedule.Of(cfg), Groups: GroupsOf(cfg)}
 	for name, q := range cfg.Queues {
 		l.Concurrency[name] = q.Concurrency
 	}
@@ -41,10 +41,28 @@ func ListingOf(cfg *config.Config) Listing {
 	return l
 }
 
+// GroupsOf is what pgstore.QueueStats needs of cfg's group caps: each
+// grouped route's queue and cap, and the queues that only grouped routes
+// feed.
+func GroupsOf(cfg *config.Config) pgstore.Groups {
+	g := pgstore.Groups{Routes: map[string]pgstore.GroupRoute{}, Only: map[string]bool{}}
+	for _, r := range cfg.Routes {
+		if r.Group != nil {
+			g.Routes[r.Name] = pgstore.GroupRoute{Queue: r.Queue, Cap: r.Group.MaxRunning}
+			if _, seen := g.Only[r.Queue]; !seen {
+				g.Only[r.Queue] = true
+			}
+		} else {
+			g.Only[r.Queue] = false
+		}
+	}
+	return g
+}
+
 // QueueItems are GET /v1/queues' items: each configured queue even when
 // it has no rows yet, and any other queue found in the database.
 func (l Listing) QueueItems(ctx context.Context, store *pgstore.Store) ([]pgstore.QueueStat, error) {
-	stats, err := store.QueueStats(ctx, l.GroupCaps)
+	stats, err := store.QueueStats(ctx, l.Groups)
 	if err != nil {
 		return nil, err
 	}

@@ -56,9 +56,9 @@ type Config struct {
 	// Routes are the configured routes, for GET /v1/routes and their
 	// pauses. Defaults to none.
 	Routes []RouteConfig
-	// GroupCaps are config.GroupCaps: GET /v1/queues counts a job its
+	// Groups are GroupsOf the config: GET /v1/queues counts a job its
 	// group's cap holds as waiting, not runnable. Defaults to none.
-	GroupCaps map[string]int
+	Groups pgstore.Groups
 	// Metrics is served at /metrics without authentication, as Prometheus
 	// scrapers expect. Nil means /metrics answers 404.
 	Metrics http.Handler
@@ -106,7 +106,7 @@ type Server struct {
 // listing is the server's configured queues, routes and schedules.
 func (s *Server) listing() Listing {
 	return Listing{Queues: s.cfg.Queues, Concurrency: s.cfg.Concurrency, Schedules: s.cfg.Schedules, Routes: s.cfg.Routes,
-		GroupCaps: s.cfg.GroupCaps}
+		Groups: s.cfg.Groups}
 }
 
 // New builds the server. cfg is copied, so the caller may reuse it; log

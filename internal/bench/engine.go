@@ -129,7 +129,7 @@ func waitUntil(ctx context.Context, fatal <-chan error, every time.Duration, wha
 // progress is the number of jobs still owed. A dead job is an error: a
 // no-op handler never fails, so something in the path did.
 func (e *env) queueDrained(ctx context.Context) (int64, bool, error) {
-	stats, err := e.store.QueueStats(ctx, nil)
+	stats, err := e.store.QueueStats(ctx, pgstore.Groups{})
 	if err != nil {
 		return 0, false, err
 	}

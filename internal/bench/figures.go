@@ -197,7 +197,7 @@ func (e *env) timeCopy(ctx context.Context, jobs []pgstore.NewJob) (time.Duratio
 
 // expectQueued checks that the bench queue holds exactly n queued jobs.
 func (e *env) expectQueued(ctx context.Context, n int) error {
-	stats, err := e.store.QueueStats(ctx, nil)
+	stats, err := e.store.QueueStats(ctx, pgstore.Groups{})
 	if err != nil {
 		return err
 	}

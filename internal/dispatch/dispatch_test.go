@@ -383,7 +383,7 @@ func prefetchingPool(t *testing.T, prefetch int) (*pgstore.Store, *counter, *Dis
 // queueStat is queue q's line of pgstore.QueueStats.
 func queueStat(t *testing.T, store *pgstore.Store) *pgstore.QueueStat {
 	t.Helper()
-	stats, err := store.QueueStats(context.Background(), nil)
+	stats, err := store.QueueStats(context.Background(), pgstore.Groups{})
 	if err != nil {
 		t.Fatal(err)
 	}

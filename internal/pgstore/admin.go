@@ -451,15 +451,11 @@ const Reserved = "reserved"
 // waiting age counted with it, may be a count reused while depthReuse
 // allows; everything else is read afresh.
 //
-// groupCaps maps each route with a group to its group's max_running
-// (config.GroupCaps). A queued job of a group that has that many running
-// is held behind its group's head, as a lane's waiting job is behind its
-// lane's: it counts in the oldest waiting age, not the runnable one,
-// which would otherwise grow with one tenant's flood held at its cap
-// while the queue's workers are free for the others. It stays queued in
-// the depth (see internal/flow/doc.go: no job row is written when a
-// group fills or frees).
-func (s *Store) QueueStats(ctx context.Context, groupCaps map[string]int) (map[string]*QueueStat, error) {
+// groups are the config's group caps (heldgroups.go): a queued job of a
+// group at its cap is held behind its group's head, as a lane's waiting
+// job is behind its lane's, and counts in the oldest waiting age, not the
+// runnable one.
+func (s *Store) QueueStats(ctx context.Context, groups Groups) (map[string]*QueueStat, error) {
 	out := map[string]*QueueStat{}
 	get := func(q string) *QueueStat {
 		if out[q] == nil {
@@ -491,20 +487,9 @@ func (s *Store) QueueStats(ctx context.Context, groupCaps map[string]int) (map[s
 			qs.Jobs[string(jobstate.Running)] = qs.Running
 		}
 	}
-	held, err := s.heldGroups(ctx, groupCaps)
-	if err != nil {
-		return nil, err
-	}
 	// The oldest runnable job of each queue is the first entry of its
 	// range of the claim index: the queues are found by skipping from one
 	// to the next in that index, so the cost is per queue, not per job.
-	// While groups are held, their jobs are passed over on the way, as
-	// every claim of the queue passes over them.
-	notHeld, args := "", []any{}
-	if len(held.routes) > 0 {
-		notHeld = ` AND (j.grp IS NULL OR (j.route, j.grp) NOT IN (SELECT * FROM unnest($1::text[], $2::text[])))`
-		args = append(args, held.routes, held.groups)
-	}
 	rows, err := s.pool.Query(ctx, `
 		WITH RECURSIVE q(queue) AS (
 			(SELECT queue FROM jobs WHERE state IN ('queued', 'retrying') ORDER BY queue LIMIT 1)
@@ -516,10 +501,10 @@ func (s *Store) QueueStats(ctx context.Context, groupCaps map[string]int) (map[s
 		SELECT q.queue, extract(epoch FROM now() - o.scheduled_at)::float8
 		FROM q CROSS JOIN LATERAL (
 			SELECT scheduled_at FROM jobs j
-			WHERE j.queue = q.queue AND j.state IN ('queued', 'retrying') AND j.scheduled_at <= now()`+notHeld+`
+			WHERE j.queue = q.queue AND j.state IN ('queued', 'retrying') AND j.scheduled_at <= now()
 			ORDER BY j.scheduled_at LIMIT 1
 		) o
-		WHERE q.queue IS NOT NULL`, args...)
+		WHERE q.queue IS NOT NULL`)
 	if err != nil {
 		return nil, err
 	}
@@ -533,9 +518,18 @@ func (s *Store) QueueStats(ctx context.Context, groupCaps map[string]int) (map[s
 	if err != nil {
 		return nil, err
 	}
-	for q, age := range held.age {
+	// A queue with a group at its cap: that group's jobs are waiting, and
+	// the runnable age is that of the oldest job of the others.
+	held, err := s.heldGroups(ctx, groups)
+	if err != nil {
+		return nil, err
+	}
+	for q, age := range held.waitingAge {
 		qs := get(q)
 		qs.OldestWaitingAgeSeconds = max(qs.OldestWaitingAgeSeconds, age)
+		if qs.OldestRunnableAgeSeconds, err = s.runnableBesideHeld(ctx, q, groups, held); err != nil {
+			return nil, err
+		}
 	}
 	var arrived, finished int64
 	rows, err = s.pool.Query(ctx, `SELECT queue, sum(arrived)::bigint, sum(finished)::bigint FROM queue_flow GROUP BY queue`)
@@ -560,55 +554,6 @@ func (s *Store) QueueStats(ctx context.Context, groupCaps map[string]int) (map[s
 		return nil
 	})
 	return out, err
-}
-
-// held is what heldGroups found: the groups at their cap (routes[i],
-// groups[i]) and, per queue, the age of the oldest of their jobs that
-// could run but for the cap.
-type held struct {
-	routes, groups []string
-	age            map[string]float64
-}
-
-// heldGroups finds the groups of groupCaps' routes that run as many jobs
-// as their cap allows, by the running index: at most the fleet's running
-// jobs are read, whatever the backlog. Each held group's oldest runnable
-// job is then one descent of the group index.
-func (s *Store) heldGroups(ctx context.Context, groupCaps map[string]int) (held, error) {
-	h := held{routes: []string{}, groups: []string{}, age: map[string]float64{}}
-	if len(groupCaps) == 0 {
-		return h, nil
-	}
-	routes, caps := make([]string, 0, len(groupCaps)), make([]int32, 0, len(groupCaps))
-	for r, c := range groupCaps {
-		routes, caps = append(routes, r), append(caps, int32(c))
-	}
-	rows, err := s.pool.Query(ctx, `
-		WITH h AS (
-			SELECT j.route, j.grp FROM jobs j JOIN unnest($1::text[], $2::int[]) c(route, cap) ON j.route = c.route
-			WHERE j.state = 'running' AND j.grp IS NOT NULL
-			GROUP BY j.route, j.grp, c.cap HAVING count(*) >= c.cap
-		)
-		SELECT h.route, h.grp, o.queue, extract(epoch FROM now() - o.scheduled_at)::float8
-		FROM h LEFT JOIN LATERAL (
-			SELECT queue, scheduled_at FROM jobs j
-			WHERE j.route = h.route AND j.grp = h.grp AND j.state IN ('queued', 'retrying') AND j.scheduled_at <= now()
-			ORDER BY j.scheduled_at LIMIT 1
-		) o ON true`, routes, caps)
-	if err != nil {
-		return h, err
-	}
-	var route, group string
-	var queue *string
-	var age *float64
-	_, err = pgx.ForEachRow(rows, []any{&route, &group, &queue, &age}, func() error {
-		h.routes, h.groups = append(h.routes, route), append(h.groups, group)
-		if queue != nil && age != nil {
-			h.age[*queue] = max(h.age[*queue], *age)
-		}
-		return nil
-	})
-	return h, err
 }
 
 // depthCount is a count of a queue's jobs by state (QueueStats), and

@@ -245,7 +245,7 @@ func BenchmarkQueueStats(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		stats, err := s.QueueStats(ctx, nil)
+		stats, err := s.QueueStats(ctx, pgstore.Groups{})
 		if err != nil {
 			b.Fatal(err)
 		}

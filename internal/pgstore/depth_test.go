@@ -37,7 +37,7 @@ func TestQueueDepthIsReusedOnlyWhenCountingIsSlow(t *testing.T) {
 	}
 	stats := func() (queued int64, age float64) {
 		t.Helper()
-		st, err := s.QueueStats(ctx, nil)
+		st, err := s.QueueStats(ctx, pgstore.Groups{})
 		if err != nil || st["q"] == nil {
 			t.Fatalf("queue stats: %v, %v", st, err)
 		}
@@ -102,26 +102,77 @@ func TestQueueStatsCountsAGroupAtItsCapAsWaiting(t *testing.T) {
 	}
 	enqueue("plain", "", 5*time.Minute)
 
-	ages := func(caps map[string]int) (runnable, waiting float64) {
+	ages := func(g pgstore.Groups) (runnable, waiting float64) {
 		t.Helper()
-		st, err := s.QueueStats(ctx, caps)
+		st, err := s.QueueStats(ctx, g)
 		if err != nil || st["q"] == nil {
 			t.Fatalf("queue stats: %v, %v", st, err)
 		}
 		return st["q"].OldestRunnableAgeSeconds, st["q"].OldestWaitingAgeSeconds
 	}
-	near := func(got float64, want time.Duration) bool { return got > want.Seconds()-60 && got < want.Seconds()+60 }
-	if r, w := ages(map[string]int{"g": 2}); !near(r, 10*time.Minute) || !near(w, time.Hour) {
+	capped := func(n int) pgstore.Groups {
+		return pgstore.Groups{Routes: map[string]pgstore.GroupRoute{"g": {Queue: "q", Cap: n}}, Only: map[string]bool{"q": false}}
+	}
+	if r, w := ages(capped(2)); !near(r, 10*time.Minute) || !near(w, time.Hour) {
 		t.Errorf("with A at its cap: runnable %.0fs, waiting %.0fs; want B's 600s and A's 3600s", r, w)
 	}
-	if r, w := ages(map[string]int{"g": 3}); !near(r, time.Hour) || w != 0 {
+	if r, w := ages(capped(3)); !near(r, time.Hour) || w != 0 {
 		t.Errorf("with room in every group: runnable %.0fs, waiting %.0fs; want A's 3600s and 0", r, w)
 	}
-	if r, _ := ages(nil); !near(r, time.Hour) {
+	if r, _ := ages(pgstore.Groups{}); !near(r, time.Hour) {
 		t.Errorf("without the caps: runnable %.0fs, want A's 3600s", r)
 	}
 	// B at its cap too: the unlimited route's job is the oldest runnable.
-	if r, w := ages(map[string]int{"g": 1}); !near(r, 5*time.Minute) || !near(w, time.Hour) {
+	if r, w := ages(capped(1)); !near(r, 5*time.Minute) || !near(w, time.Hour) {
 		t.Errorf("with every group at its cap: runnable %.0fs, waiting %.0fs; want the plain route's 300s and A's 3600s", r, w)
+	}
+}
+
+// near reports whether an age in seconds is within a minute of want.
+func near(got float64, want time.Duration) bool {
+	return got > want.Seconds()-60 && got < want.Seconds()+60
+}
+
+// A flood held at its cap, longer than the window of jobs QueueStats
+// reads past held ones: a queue that only grouped routes feed finds its
+// oldest runnable job by its groups, exactly; a queue that others feed
+// too says the age of the window's last job, which nothing behind it can
+// be older than (high, never low).
+func TestQueueStatsPastALongHeldFlood(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	at := func(age time.Duration) *time.Time { t := time.Now().Add(-age); return &t }
+	var b pgstore.IngestBatch
+	job := func(group string, age time.Duration) pgstore.NewJob {
+		return pgstore.NewJob{Route: "g", Kind: "k", Queue: "q", Group: group, DedupeKey: fmt.Sprint(len(b.Jobs)),
+			Payload: []byte("{}"), MaxAttempts: 1, Topic: "t", Offset: int64(len(b.Jobs)), RunAt: at(age)}
+	}
+	for i := range pgstore.HeldWindow + 50 {
+		b.Jobs = append(b.Jobs, job("A", 3*time.Hour-time.Duration(i)*time.Second))
+	}
+	b.Jobs = append(b.Jobs, job("B", 10*time.Minute))
+	if _, err := s.IngestCommit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET state = 'running', lease_expires_at = now() + interval '1 hour'
+		WHERE id IN (SELECT id FROM jobs WHERE grp = 'A' ORDER BY scheduled_at LIMIT 2)`); err != nil {
+		t.Fatal(err)
+	}
+	groups := pgstore.Groups{Routes: map[string]pgstore.GroupRoute{"g": {Queue: "q", Cap: 2}}, Only: map[string]bool{"q": true}}
+	st, err := s.QueueStats(ctx, groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, w := st["q"].OldestRunnableAgeSeconds, st["q"].OldestWaitingAgeSeconds; !near(r, 10*time.Minute) || !near(w, 3*time.Hour-2*time.Second) {
+		t.Errorf("a queue of grouped routes only: runnable %.0fs, waiting %.0fs; want B's 600s and A's 10798s", r, w)
+	}
+	groups.Only["q"] = false
+	if st, err = s.QueueStats(ctx, groups); err != nil {
+		t.Fatal(err)
+	}
+	// The window's last job is A's 1,002nd oldest (two run).
+	if r, want := st["q"].OldestRunnableAgeSeconds, 3*time.Hour-time.Duration(pgstore.HeldWindow+1)*time.Second; !near(r, want) {
+		t.Errorf("a queue other routes feed too: runnable %.0fs, want the window's last, %.0fs", r, want.Seconds())
 	}
 }

@@ -77,3 +77,6 @@ func (s *Store) JobFind(ctx context.Context, route, origin, dedupeKey string) (J
 
 // FunctionsHash is functionsHash, for TestFunctionsChangeWithAMigration.
 var FunctionsHash = functionsHash
+
+// HeldWindow is heldWindow, for TestQueueStatsPastALongHeldFlood.
+const HeldWindow = heldWindow

@@ -86,7 +86,7 @@ func TestDLQHistorySurvivesRedrive(t *testing.T) {
 		len(r) != 1 || r[0] != first || len(a) != 2 {
 		t.Fatalf("parked %v, redriven %v, all %v", p, r, a)
 	}
-	stats, err := s.QueueStats(ctx, nil)
+	stats, err := s.QueueStats(ctx, pgstore.Groups{})
 	if err != nil || stats["q"].DLQ["permanent"] != 1 {
 		t.Fatalf("the DLQ gauge counts %v, want the one parked entry", stats["q"].DLQ)
 	}

@@ -464,7 +464,7 @@ func TestParkedCountReadsTheParkedIndex(t *testing.T) {
 	if text := strings.Join(plan, "\n"); !strings.Contains(text, "dlq_entries_parked_idx") {
 		t.Fatalf("the parked count cannot read dlq_entries_parked_idx:\n%s", text)
 	}
-	stats, err := s.QueueStats(ctx, nil)
+	stats, err := s.QueueStats(ctx, pgstore.Groups{})
 	if err != nil {
 		t.Fatal(err)
 	}

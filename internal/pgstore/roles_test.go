@@ -95,7 +95,7 @@ func TestRuntimeRoleNeedsOnlyDML(t *testing.T) {
 		idempotency_key => 'i')`).Scan(&made); err != nil || !made {
 		t.Fatalf("enqueue() as the runtime role: %v %v", made, err)
 	}
-	if _, err := rt.QueueStats(ctx, nil); err != nil {
+	if _, err := rt.QueueStats(ctx, pgstore.Groups{}); err != nil {
 		t.Fatalf("stats: %v", err)
 	}
 	entries, err := rt.DLQList(ctx, pgstore.DLQFilter{Limit: 10})

@@ -28,9 +28,9 @@ type Config struct {
 	Queues []string
 	// OrderedRoutes report switchyard_lanes_blocked, 0 included.
 	OrderedRoutes []string
-	// GroupCaps are config.GroupCaps: a job its group's cap holds counts
-	// in the oldest waiting age, not the runnable one.
-	GroupCaps map[string]int
+	// Groups are admin.GroupsOf the config: a job its group's cap holds
+	// counts in the oldest waiting age, not the runnable one.
+	Groups pgstore.Groups
 	// Lag measures the Kafka lag of the partitions this process owns; nil
 	// for a process that does not ingest.
 	Lag func(ctx context.Context) ([]ingest.PartitionLag, error)
@@ -117,7 +117,7 @@ func (s *Sampler) takeTally(ctx context.Context) error {
 // sampleQueues refreshes the queue, DLQ and lane gauges from Postgres.
 func (s *Sampler) sampleQueues(ctx context.Context) error {
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	stats, err := s.store.QueueStats(qctx, s.cfg.GroupCaps)
+	stats, err := s.store.QueueStats(qctx, s.cfg.Groups)
 	var pauses map[pgstore.PauseKind]map[string]time.Time
 	if err == nil {
 		pauses, err = s.store.Pauses(qctx)

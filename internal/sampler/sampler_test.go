@@ -56,7 +56,7 @@ func TestSamplerRefreshesTheGauges(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := metrics.New(prometheus.NewRegistry())
-	smp := New(Config{Queues: []string{"q", "lq", "idle", "gq"}, OrderedRoutes: []string{"lanes", "other"}, GroupCaps: map[string]int{"grouped": 1},
+	smp := New(Config{Queues: []string{"q", "lq", "idle", "gq"}, OrderedRoutes: []string{"lanes", "other"}, Groups: pgstore.Groups{Routes: map[string]pgstore.GroupRoute{"grouped": {Queue: "gq", Cap: 1}}},
 		Interval: 50 * time.Millisecond,
 		Lag: func(context.Context) ([]ingest.PartitionLag, error) {
 			return []ingest.PartitionLag{{Topic: "t", Partition: 3, Records: 7, Seconds: 2.5}}, nil
