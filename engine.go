@@ -320,9 +320,15 @@ func (e *Engine) resolve(j *workers.Job) (workers.Handler, error) {
 	return nil, fmt.Errorf("no handler for kind %q (route %q): register one with Engine.Register", j.Kind, j.Route)
 }
 
+// ErrSchemaNewer is Migrate's error (errors.Is) for a schema that a newer
+// Switchyard migrated: this build would put its older functions back
+// under the newer fleet, so it changes nothing.
+var ErrSchemaNewer = pgstore.ErrNewerSchema
+
 // Migrate creates or upgrades the schema that cfg names (postgres.url and
 // postgres.schema), as `switchyard migrate` does: safe to run from several
-// processes at once. It returns what it applied. It also publishes cfg's
+// processes at once. It returns what it applied; ErrSchemaNewer when a
+// newer build migrated the schema. It also publishes cfg's
 // routes for the SQL function enqueue(), as every process does at start.
 func Migrate(ctx context.Context, cfg *config.Config) ([]string, error) {
 	if cfg == nil {

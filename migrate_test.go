@@ -2,12 +2,14 @@ package switchyard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
 
 	switchyard "github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
 
@@ -41,5 +43,24 @@ func TestMigratePublishesRoutes(t *testing.T) {
 	var kinds string
 	if err := store.Pool().QueryRow(ctx, `SELECT string_agg(kind, ',') FROM routes`).Scan(&kinds); err != nil || kinds != "k2" {
 		t.Fatalf("routes after a second Migrate: %q (%v), want the new config's only", kinds, err)
+	}
+}
+
+// A schema a newer build migrated is refused by Migrate with
+// ErrSchemaNewer, which an embedder can tell from any other failure.
+func TestMigrateRefusesANewerSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	if _, err := store.Pool().Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, 'newer.sql')`, pgstore.LatestVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(fmt.Appendf(nil, "postgres: {schema: %s}\nqueues:\n  q: {concurrency: 1}\nroutes:\n  - {topic: a, kind: k, queue: q, target: {go: true}}\n", schema), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := switchyard.Migrate(ctx, cfg); !errors.Is(err, switchyard.ErrSchemaNewer) {
+		t.Fatalf("Migrate of a newer schema: %v, want ErrSchemaNewer", err)
 	}
 }

@@ -332,4 +332,14 @@ func TestJobsGetShowsErrorsAndRedrives(t *testing.T) {
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("jobs get shows\n%s\nwant in it\n%s", b.String(), want)
 	}
+	// A job re-driven with no error of its own (a parked gap, say) still
+	// shows its re-drive.
+	j.Errors = json.RawMessage(`[]`)
+	b.Reset()
+	if err := printJob(&b, now, j); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "errors:\n  -- re-driven from DLQ entry 4") {
+		t.Errorf("jobs get of a re-driven job with no errors shows\n%s", b.String())
+	}
 }

@@ -369,7 +369,10 @@ func attemptErrors(now time.Time, j pgstore.JobDetail) string {
 		At      time.Time `json:"at"`
 		Error   string    `json:"error"`
 	}
-	if len(j.Errors) == 0 || json.Unmarshal(j.Errors, &errs) != nil || len(errs) == 0 {
+	if len(j.Errors) > 0 && json.Unmarshal(j.Errors, &errs) != nil {
+		errs = nil // shown by --json as stored
+	}
+	if len(errs) == 0 && len(j.Redrives) == 0 {
 		return ""
 	}
 	var b strings.Builder
@@ -386,7 +389,7 @@ func attemptErrors(now time.Time, j pgstore.JobDetail) string {
 		marks(i)
 		fmt.Fprintf(&b, "attempt %d, %s: %s\n", e.Attempt, ago(now, e.At), clip(e.Error, 120))
 	}
-	marks(len(errs))
+	marks(math.MaxInt) // and any the list does not reach
 	return b.String()
 }
 

@@ -739,6 +739,7 @@ func TestKubernetesManifestsDecode(t *testing.T) {
 	}
 	kinds := map[string]int{}
 	var deploy *appsv1.Deployment
+	var job *batchv1.Job
 	var pdb *policyv1.PodDisruptionBudget
 	for _, file := range files {
 		f, err := os.Open(file)
@@ -750,6 +751,8 @@ func TestKubernetesManifestsDecode(t *testing.T) {
 			switch o := o.(type) {
 			case *appsv1.Deployment:
 				deploy = o
+			case *batchv1.Job:
+				job = o
 			case *policyv1.PodDisruptionBudget:
 				pdb = o
 			}
@@ -762,8 +765,10 @@ func TestKubernetesManifestsDecode(t *testing.T) {
 	}
 	// As the chart's pods: no ServiceAccount token, and a drain that
 	// stops one process at a time.
-	if a := deploy.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
-		t.Error("the Deployment's pods mount a ServiceAccount token they never use")
+	for name, pod := range map[string]corev1.PodSpec{"Deployment": deploy.Spec.Template.Spec, "migration Job": job.Spec.Template.Spec} {
+		if a := pod.AutomountServiceAccountToken; a == nil || *a {
+			t.Errorf("the %s's pods mount a ServiceAccount token they never use", name)
+		}
 	}
 	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 ||
 		!reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, deploy.Spec.Selector.MatchLabels) {

@@ -184,8 +184,13 @@ func (s *Store) migrateTo(ctx context.Context, last int) ([]string, error) {
 // this binary's functions back over it would run its tables with
 // functions older than they are. An older build's migrate — a restarted
 // pod of the previous release, a rollback — must not touch it.
-// (Migrate's error names the schema around it.)
+// (Migrate's error names the schema around it.) It is ErrNewerSchema.
 type NewerSchemaError struct{ At, Latest int }
+
+// ErrNewerSchema is what every NewerSchemaError is (errors.Is).
+var ErrNewerSchema = errors.New("the schema is newer than this binary")
+
+func (e *NewerSchemaError) Is(target error) bool { return target == ErrNewerSchema }
 
 func (e *NewerSchemaError) Error() string {
 	return fmt.Sprintf("at migration %d, newer than this binary's %d: a newer switchyard migrated it; run that version (this one would put its older functions back)",
