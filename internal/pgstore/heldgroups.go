@@ -102,17 +102,16 @@ func (s *Store) runnableBesideHeld(ctx context.Context, queue string, g Groups, 
 	var route, group string
 	var grouped bool
 	var age, last float64
-	found, n := false, 0
+	n := 0
 	_, err = pgx.ForEachRow(rows, []any{&route, &group, &grouped, &age}, func() error {
 		n, last = n+1, age
-		if !found && !(grouped && h.groups[[2]string{route, group}]) {
-			found = true
+		if !(grouped && h.groups[[2]string{route, group}]) {
 			return errFound // the rest is not needed
 		}
 		return nil
 	})
 	switch {
-	case found:
+	case errors.Is(err, errFound):
 		return age, nil
 	case err != nil:
 		return 0, err
