@@ -143,11 +143,14 @@ const jobLaneSQL = `jobs.lane,
 // jobRedrivesSQL reads a job's re-drives (JobDetail.Redrives) by
 // dlq_entries_redrive_job_idx. A re-driven entry stays (until its job is
 // pruned), and a job that dies again is parked in a new entry: each
-// re-drive is an entry of its own.
+// re-drive is an entry of its own. Those that ran the job again (a dead
+// job's entry) or made it (a parked record's, in the job's own
+// transaction) count; a parked record whose re-drive found its job
+// already there links to it but did not run it.
 const jobRedrivesSQL = `(SELECT coalesce(jsonb_agg(jsonb_build_object('entry_id', d.id, 'at', d.redriven_at,
 		'by', d.redriven_by, 'errors_before', (SELECT count(*) FROM jsonb_array_elements(jobs.errors) e
 			WHERE (e->>'at')::timestamptz < d.redriven_at)) ORDER BY d.redriven_at, d.id), '[]')
-	FROM dlq_entries d WHERE d.redrive_job_id = jobs.id)`
+	FROM dlq_entries d WHERE d.redrive_job_id = jobs.id AND (d.job_id IS NOT NULL OR jobs.created_at >= d.redriven_at))`
 
 // JobGetDetail returns one job with its result, payload, headers, errors,
 // lane position and re-drives, or ErrNotFound.
