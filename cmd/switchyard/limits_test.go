@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -307,5 +309,56 @@ routes:
 	})
 	if peak := flight.peaks()["all"]; peak > maxRunning {
 		t.Fatalf("%d requests in flight at once, over max_running %d", peak, maxRunning)
+	}
+}
+
+// SPEC §7, from the outside and on two processes: a tenant held at its
+// group's max_running is waiting behind its group's head. Both processes'
+// gauges say its jobs wait (oldest waiting age above 0) and that nothing
+// is runnable (oldest runnable age 0) while the tenant's one job runs and
+// the rest are held.
+func TestATenantAtItsCapIsWaitingNotRunnable(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	topic := testenv.Topic(t, 4)
+	tg := newTarget(t)
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	tg.setBehaviour(func(r *http.Request, _ call) int {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return 0
+	})
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 4, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, group: {field: tenant, max_running: 1}, dedupe: {field: id}, target: {http: {url: %q, timeout: 5m}}}
+`, topic, tg.URL())})
+	procs := []*proc{startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)}
+	testenv.Produce(t, topic, tenantRecords("A", 5)...)
+	testenv.Eventually(t, 30*time.Second, "tenant A's first job to reach the target", func() bool { return len(tg.received()) == 1 })
+	gauge := func(body, name string) float64 {
+		m := regexp.MustCompile(`(?m)^` + name + `\{queue="q"\} (\S+)$`).FindStringSubmatch(body)
+		if m == nil {
+			return -1
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+	for _, p := range procs {
+		addr := adminAddr(t, p)
+		var runnable, waiting float64
+		if !testenv.Until(30*time.Second, func() bool {
+			body := scrape(t, addr)
+			runnable, waiting = gauge(body, "switchyard_queue_oldest_runnable_age_seconds"), gauge(body, "switchyard_queue_oldest_waiting_age_seconds")
+			return runnable == 0 && waiting > 0
+		}) {
+			t.Errorf("%s: oldest runnable age %v, oldest waiting age %v; want 0 and above 0 (tenant A held at its cap)", p.name, runnable, waiting)
+		}
+	}
+	if n := len(tg.received()); n != 1 {
+		t.Errorf("the target got %d calls, want tenant A's one", n)
 	}
 }
