@@ -620,20 +620,34 @@ func TestHelmChart(t *testing.T) {
 		if !regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+$`).MatchString(meta.AppVersion) {
 			t.Errorf("Chart.yaml appVersion %q: want the release tag the chart deploys (vX.Y.Z), never latest", meta.AppVersion)
 		}
+		long := "_build." + strings.Repeat("x", 55) + ".-z" // a valid tag of 65 characters
+		digest := "sha256:" + strings.Repeat("0a", 32)
 		for _, c := range []struct {
-			args []string
-			want string
+			args          []string
+			want, version string
 		}{
-			{nil, "switchyard:" + meta.AppVersion},
-			{[]string{"--set", "image.tag=v9.8.7"}, "switchyard:v9.8.7"},
-			{[]string{"--set", "image.tag=2"}, "switchyard:2"}, // --set reads 2 as a number
-			{[]string{"-f", everything}, "registry.example.com/switchyard:v1.2.3"},
+			{nil, "switchyard:" + meta.AppVersion, meta.AppVersion},
+			{[]string{"--set", "image.tag=v9.8.7"}, "switchyard:v9.8.7", "v9.8.7"},
+			{[]string{"--set", "image.tag=2"}, "switchyard:2", "2"}, // --set reads 2 as a number
+			{[]string{"-f", everything}, "registry.example.com/switchyard:v1.2.3", "v1.2.3"},
+			// The label is the tag made a label value: at most 63
+			// characters, alphanumeric at both ends.
+			{[]string{"--set", "image.tag=" + long}, "switchyard:" + long, "build." + strings.Repeat("x", 55)},
+			{[]string{"--set", "image.tag=v1.2.4@" + digest}, "switchyard:v1.2.4@" + digest, "v1.2.4"},
 		} {
 			r := template(t, helm, c.args...)
 			pods := r.pods.template.Spec.Containers[0].Image
 			job := r.job.Spec.Template.Spec.Containers[0].Image
 			if pods != c.want || job != c.want {
 				t.Errorf("helm template %s: image %q in the pods, %q in the migration, want %q", strings.Join(c.args, " "), pods, job, c.want)
+			}
+			// The version label says what runs, whatever set it.
+			for what, l := range map[string]map[string]string{
+				"pods": r.pods.template.Labels, "migration Job": r.job.Labels, "Service": r.service.Labels,
+			} {
+				if v := l["app.kubernetes.io/version"]; v != c.version {
+					t.Errorf("helm template %s: app.kubernetes.io/version %q on the %s, want %q", strings.Join(c.args, " "), v, what, c.version)
+				}
 			}
 		}
 	})

@@ -24,7 +24,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "switchyard.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "switchyard.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "switchyard.version" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
@@ -41,8 +41,23 @@ The pods' and the migration's image: image.tag, else the chart's
 appVersion (a release tag, never latest). toString: --set image.tag=2
 reads a number.
 */}}
+{{- define "switchyard.tag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- end }}
+
 {{- define "switchyard.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
+{{- printf "%s:%s" .Values.image.repository (include "switchyard.tag" .) }}
+{{- end }}
+
+{{/*
+switchyard.version is the version label: the tag the pods run, not the
+chart's appVersion when image.tag overrides it. Only the tag of a
+"tag@sha256:…", and a label value is at most 63 characters with an
+alphanumeric at each end, where a tag may have 128 and start with "_".
+*/}}
+{{- define "switchyard.version" -}}
+{{- $tag := include "switchyard.tag" . | splitList "@" | first }}
+{{- regexReplaceAll "^[-_.]+|[-_.]+$" ($tag | trunc 63) "" }}
 {{- end }}
 
 {{/*
