@@ -307,6 +307,59 @@ func TestCLIEmptyResult(t *testing.T) {
 	}
 }
 
+// jobs get says where a lane job stands in its lane, and whether a
+// grouped job is held by its group's cap: its state (waiting, queued)
+// says neither why nor behind what.
+func TestJobsGetShowsLaneAndGroup(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Body: `queues:
+  q: {concurrency: 2}
+routes:
+  - {topic: o, kind: k, queue: q, key: {field: k}, ordered: true, target: {http: {url: "http://127.0.0.1:1/"}}}
+  - {topic: g, kind: k, queue: q, group: {field: tenant, max_running: 1}, target: {http: {url: "http://127.0.0.1:1/"}}}
+`})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	var b pgstore.IngestBatch
+	for i := range 3 {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "o", Kind: "k", Queue: "q", Key: "c42", DedupeKey: fmt.Sprint("o", i),
+			Payload: []byte(`{"k":"c42"}`), MaxAttempts: 3, Topic: "o", Offset: int64(i), Lane: lane})
+	}
+	for i := range 2 {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "g", Kind: "k", Queue: "q", Group: "acme", DedupeKey: fmt.Sprint("g", i),
+			Payload: []byte(`{"tenant":"acme"}`), MaxAttempts: 3, Topic: "g", Offset: int64(i)})
+	}
+	if _, err := store.IngestCommit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	if err := store.Pool().QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM jobs`).Scan(&ids); err != nil || len(ids) != 5 {
+		t.Fatalf("jobs %v: %v", ids, err)
+	}
+	// The lane's head and acme's first job run.
+	if _, err := store.Pool().Exec(ctx, `UPDATE jobs SET state = 'running', lease_expires_at = now() + interval '1 hour'
+		WHERE id = ANY($1)`, []int64{ids[0], ids[3]}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id   int64
+		want string
+	}{
+		{ids[0], `^lane:\s+the head of its lane, 2 waiting behind the head$`},
+		{ids[2], fmt.Sprintf(`^lane:\s+2 jobs ahead of it \(head: job %d\), 2 waiting behind the head$`, ids[0])},
+		{ids[3], `^group:\s+acme \(1 running, max_running 1\)$`},
+		{ids[4], `^group:\s+acme \(1 running, max_running 1\): held by the group's cap until one of them ends$`},
+	} {
+		code, stdout, stderr := runCLI("jobs", "get", "--config", cfg, fmt.Sprint(c.id))
+		if code != exitOK || !regexpLine(stdout, c.want) {
+			t.Errorf("jobs get %d: exit %d, want a line %s\nstdout: %s\nstderr: %s", c.id, code, c.want, stdout, stderr)
+		}
+	}
+}
+
 // jobs get lists a job's errors, one a line, and marks each re-drive
 // where it fell: a re-drive counts attempts from 1 again, so without the
 // mark the attempts read 1, 2, 3, 1.

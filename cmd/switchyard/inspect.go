@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/admin"
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -213,7 +214,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		store, _, err := openStore(ctx, fs, *cfgPath, stderr)
+		store, cfg, err := openStore(ctx, fs, *cfgPath, stderr)
 		if err != nil {
 			return err
 		}
@@ -234,7 +235,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				return notFoundAs(err, "job", id)
 			}
 		}
-		j, err := store.JobGetDetail(ctx, id)
+		j, err := store.JobGetDetail(ctx, id, admin.GroupsOf(cfg))
 		if err != nil {
 			return notFoundAs(err, "job", id)
 		}
@@ -339,6 +340,16 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 	if j.Source != nil {
 		v.add("source", fmt.Sprintf("%s/%d/%d", j.Source.Topic, j.Source.Partition, j.Source.Offset))
 	}
+	if l := j.Lane; l != nil {
+		v.add("lane", lanePlace(j.ID, *l))
+	}
+	if g := j.Group; g != nil {
+		line := fmt.Sprintf("%s (%d running, max_running %d)", clip(g.Value, 60), g.Running, g.MaxRunning)
+		if g.Held {
+			line += ": held by the group's cap until one of them ends"
+		}
+		v.add("group", line)
+	}
 	if j.LastError != nil && *j.LastError != "" {
 		v.add("last error", *j.LastError)
 	}
@@ -358,6 +369,26 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 		}
 	}
 	return v.flush()
+}
+
+// lanePlace says where job id stands in its lane, as the console's Lane
+// section does.
+func lanePlace(id int64, l pgstore.LanePosition) string {
+	place := "the head of its lane"
+	switch {
+	case l.Position == 1:
+		place = "1 job ahead of it"
+	case l.Position > 1:
+		place = fmt.Sprintf("%d jobs ahead of it", l.Position)
+	}
+	if l.HeadJobID != nil && *l.HeadJobID != id {
+		place += fmt.Sprintf(" (head: job %d)", *l.HeadJobID)
+	}
+	place += fmt.Sprintf(", %d waiting behind the head", l.Waiting)
+	if l.Blocked {
+		place += "; blocked by its dead head until it is re-driven or discarded"
+	}
+	return place
 }
 
 // attemptErrors is a job's errors, one line each, with its re-drives

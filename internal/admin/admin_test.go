@@ -661,6 +661,15 @@ func TestQueuesCountAHeldGroupAsWaiting(t *testing.T) {
 		t.Errorf("tenants: runnable age %v, waiting age %v, queued %d; want 0, above 0 and 1 (held, still queued)",
 			q.OldestRunnableAgeSeconds, q.OldestWaitingAgeSeconds, q.Jobs["queued"])
 	}
+	// The held job says so, and why.
+	queued := decode[page[pgstore.JobRow]](t, e.get(t, "/v1/jobs?state=queued").must(t, http.StatusOK))
+	if len(queued.Items) != 1 {
+		t.Fatalf("queued jobs %+v, want the held one", queued.Items)
+	}
+	j := decode[pgstore.JobDetail](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", queued.Items[0].ID)).must(t, http.StatusOK))
+	if want := (pgstore.GroupPosition{Value: "T", MaxRunning: 1, Running: 1, Held: true}); j.Group == nil || *j.Group != want {
+		t.Errorf("the held job's group %+v, want %+v", j.Group, want)
+	}
 }
 
 func TestQueues(t *testing.T) {

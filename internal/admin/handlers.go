@@ -49,7 +49,7 @@ func (s *Server) jobGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	job, err := s.store.JobGetDetail(r.Context(), id)
+	job, err := s.store.JobGetDetail(r.Context(), id, s.cfg.Groups)
 	if errors.Is(err, pgstore.ErrNotFound) {
 		return jobNotFound(id)
 	}

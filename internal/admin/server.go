@@ -57,7 +57,8 @@ type Config struct {
 	// pauses. Defaults to none.
 	Routes []RouteConfig
 	// Groups are GroupsOf the config: GET /v1/queues counts a job its
-	// group's cap holds as waiting, not runnable. Defaults to none.
+	// group's cap holds as waiting, not runnable, and GET /v1/jobs/{id}
+	// shows a grouped job's group. Defaults to none.
 	Groups pgstore.Groups
 	// Metrics is served at /metrics without authentication, as Prometheus
 	// scrapers expect. Nil means /metrics answers 404.

@@ -89,6 +89,9 @@ type JobDetail struct {
 	Errors  json.RawMessage `json:"errors"`
 	// Lane is where the job stands in its key's lane; nil outside lanes.
 	Lane *LanePosition `json:"lane,omitempty"`
+	// Group is the job's group and its cap; nil unless the config gives
+	// the job's route a group.
+	Group *GroupPosition `json:"group,omitempty"`
 	// Redrives are the DLQ re-drives that put this job back to run (or,
 	// for a parked record, made it), oldest first. A re-drive counts the
 	// job's attempts from 1 again and keeps its errors: these say where in
@@ -117,6 +120,21 @@ type LanePosition struct {
 	Waiting   int64  `json:"waiting"`
 	HeadJobID *int64 `json:"head_job_id"`
 	Blocked   bool   `json:"blocked"`
+}
+
+// GroupPosition is a grouped job's group: its Value, the route's
+// MaxRunning for each group (from the config), how many of the group's
+// jobs are Running now, and whether the cap is what holds this one: Held
+// is a job that could run but for its group's cap, which SPEC §1 calls
+// waiting behind its group's head. It stays queued in the job's state:
+// the cap is kept by the counted claim, which writes no job row when a
+// group fills or frees (internal/flow/doc.go). heldGroups finds the
+// same groups for the queues' ages.
+type GroupPosition struct {
+	Value      string `json:"value"`
+	MaxRunning int    `json:"max_running"`
+	Running    int64  `json:"running"`
+	Held       bool   `json:"held"`
 }
 
 // ResultView is a kept result: its content type, size and bytes (base64
@@ -152,9 +170,19 @@ const jobRedrivesSQL = `(SELECT coalesce(jsonb_agg(jsonb_build_object('entry_id'
 			WHERE (e->>'at')::timestamptz < d.redriven_at)) ORDER BY d.redriven_at, d.id), '[]')
 	FROM dlq_entries d WHERE d.redrive_job_id = jobs.id AND (d.job_id IS NOT NULL OR jobs.created_at >= d.redriven_at))`
 
+// jobGroupSQL reads a grouped job's group ($2: the routes that have one
+// in the config) and how many of its jobs run, by
+// jobs_group_running_idx; and whether the job could run now but for the
+// group's cap.
+const jobGroupSQL = `CASE WHEN jobs.route = ANY($2::text[]) THEN jobs.grp END,
+	(SELECT count(*) FROM jobs r WHERE jobs.route = ANY($2::text[]) AND r.route = jobs.route AND r.grp = jobs.grp
+		AND r.state = 'running'),
+	jobs.state IN ('queued', 'retrying') AND jobs.scheduled_at <= now()`
+
 // JobGetDetail returns one job with its result, payload, headers, errors,
-// lane position and re-drives, or ErrNotFound.
-func (s *Store) JobGetDetail(ctx context.Context, id int64) (JobDetail, error) {
+// lane position, group and re-drives, or ErrNotFound. g says which
+// routes have a group and its cap.
+func (s *Store) JobGetDetail(ctx context.Context, id int64, g Groups) (JobDetail, error) {
 	var ct *string
 	var data []byte
 	var d JobDetail
@@ -163,12 +191,24 @@ func (s *Store) JobGetDetail(ctx context.Context, id int64) (JobDetail, error) {
 	var lane bool
 	var l LanePosition
 	var ahead int64
+	var group *string
+	var running int64
+	var runnable bool
+	grouped := make([]string, 0, len(g.Routes))
+	for r := range g.Routes {
+		grouped = append(grouped, r)
+	}
 	job, err := scanJobRow(s.pool.QueryRow(ctx, `SELECT `+jobColumns+`, result_type, result,
-		payload, header_keys, header_values, errors, `+jobLaneSQL+`, `+jobRedrivesSQL+`
-		FROM jobs_by_id(ARRAY[$1::bigint]) jobs`, id),
-		&ct, &data, &d.Payload, &hk, &hv, &d.Errors, &lane, &l.HeadJobID, &l.Blocked, &l.Waiting, &ahead, &d.Redrives)
+		payload, header_keys, header_values, errors, `+jobLaneSQL+`, `+jobRedrivesSQL+`, `+jobGroupSQL+`
+		FROM jobs_by_id(ARRAY[$1::bigint]) jobs`, id, grouped),
+		&ct, &data, &d.Payload, &hk, &hv, &d.Errors, &lane, &l.HeadJobID, &l.Blocked, &l.Waiting, &ahead, &d.Redrives,
+		&group, &running, &runnable)
 	if err != nil {
 		return JobDetail{}, notFound(err)
+	}
+	if group != nil {
+		limit := g.Routes[job.Route].Cap
+		d.Group = &GroupPosition{Value: *group, MaxRunning: limit, Running: running, Held: runnable && running >= int64(limit)}
 	}
 	d.JobRow = job
 	d.Payload = nonNilByte(d.Payload)

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -125,6 +126,61 @@ func TestQueueStatsCountsAGroupAtItsCapAsWaiting(t *testing.T) {
 	// B at its cap too: the unlimited route's job is the oldest runnable.
 	if r, w := ages(capped(1)); !near(r, 5*time.Minute) || !near(w, time.Hour) {
 		t.Errorf("with every group at its cap: runnable %.0fs, waiting %.0fs; want the plain route's 300s and A's 3600s", r, w)
+	}
+}
+
+// A job's detail names its group and says whether the group's cap is
+// what holds it: SPEC §1's "waiting behind its group's head", which its
+// state (queued) does not say.
+func TestJobDetailSaysWhetherItsGroupHoldsIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	n := 0
+	enqueue := func(route, group string, runAt time.Time) int64 {
+		t.Helper()
+		n++
+		e, err := s.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: route, Kind: "k", Queue: "q", Group: group,
+			DedupeKey: fmt.Sprint(n), Payload: []byte(`{}`), MaxAttempts: 3, RunAt: &runAt}, pgstore.Actor{By: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.ID
+	}
+	past, later := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	var running []int64
+	for range 2 { // tenant A at its cap of 2
+		running = append(running, enqueue("g", "A", past))
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET state = 'running', lease_expires_at = now() + interval '1 hour'
+		WHERE id = ANY($1)`, running); err != nil {
+		t.Fatal(err)
+	}
+	held, notYet, roomy, plain := enqueue("g", "A", past), enqueue("g", "A", later), enqueue("g", "B", past), enqueue("plain", "", past)
+	caps := pgstore.Groups{Routes: map[string]pgstore.GroupRoute{"g": {Queue: "q", Cap: 2}}, Only: map[string]bool{"q": false}}
+
+	for _, c := range []struct {
+		what string
+		id   int64
+		want *pgstore.GroupPosition
+	}{
+		{"a runnable job of a group at its cap", held, &pgstore.GroupPosition{Value: "A", MaxRunning: 2, Running: 2, Held: true}},
+		{"a job of that group due later", notYet, &pgstore.GroupPosition{Value: "A", MaxRunning: 2, Running: 2}},
+		{"a running job of it", running[0], &pgstore.GroupPosition{Value: "A", MaxRunning: 2, Running: 2}},
+		{"a job of a group with room", roomy, &pgstore.GroupPosition{Value: "B", MaxRunning: 2}},
+		{"a job of a route with no group", plain, nil},
+	} {
+		d, err := s.JobGetDetail(ctx, c.id, caps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(d.Group, c.want) {
+			t.Errorf("%s: group %+v, want %+v", c.what, d.Group, c.want)
+		}
+	}
+	// Without the config's groups nothing is said, not a cap of 0.
+	if d, err := s.JobGetDetail(ctx, held, pgstore.Groups{}); err != nil || d.Group != nil {
+		t.Errorf("without groups: %+v, %v; want no group", d.Group, err)
 	}
 }
 

@@ -130,7 +130,7 @@ func TestSucceededJobsAreKeptInBatches(t *testing.T) {
 	}
 
 	// The status API.
-	got, err := s.JobGetDetail(ctx, ids[0])
+	got, err := s.JobGetDetail(ctx, ids[0], pgstore.Groups{})
 	if err != nil || got.State != jobstate.Succeeded || got.FinishedAt == nil || got.StartedAt == nil ||
 		got.Attempts != 1 || string(got.Payload) != `{"n":0}` || got.Result == nil || string(got.Result.Base64) != "done" ||
 		got.Source == nil || got.Source.Offset != 0 {

@@ -39,10 +39,10 @@ func TestJobRedrivesAreThoseThatRanIt(t *testing.T) {
 	if err != nil || made == existing {
 		t.Fatalf("re-drive into a new job: %d (%v), the existing one %d", made, err, existing)
 	}
-	if d, err := s.JobGetDetail(ctx, existing); err != nil || len(d.Redrives) != 0 {
+	if d, err := s.JobGetDetail(ctx, existing, pgstore.Groups{}); err != nil || len(d.Redrives) != 0 {
 		t.Errorf("the job a re-drive found already there: re-drives %+v (%v), want none", d.Redrives, err)
 	}
-	if d, err := s.JobGetDetail(ctx, made); err != nil || len(d.Redrives) != 1 || d.Redrives[0].ErrorsBefore != 0 || d.Redrives[0].EntryID != entries[1].ID {
+	if d, err := s.JobGetDetail(ctx, made, pgstore.Groups{}); err != nil || len(d.Redrives) != 1 || d.Redrives[0].ErrorsBefore != 0 || d.Redrives[0].EntryID != entries[1].ID {
 		t.Errorf("the job a re-drive made: re-drives %+v (%v), want entry %d before any error", d.Redrives, err, entries[1].ID)
 	}
 }
