@@ -41,6 +41,8 @@ type console struct {
 	// deadHead heads the blocked lane ledger/acct-1; laneJob is third in
 	// the lane of acct-2.
 	deadHead, laneJob int64
+	// heldJob is queued behind its group acme-0, at its cap.
+	heldJob int64
 }
 
 // consoleRoutes are the routes of the console's server: the Kafka page
@@ -48,7 +50,8 @@ type console struct {
 var consoleRoutes = []RouteConfig{
 	{Name: "orders", Topic: "orders", Queue: "interactive",
 		Filter: &RouteFilter{Header: "event-type", In: []string{"order.created", "order.paid"}},
-		Limits: &RouteLimits{MaxRunning: 20, RateLimit: &RateLimitShown{Limit: 100, Per: "1s", Burst: 20}}},
+		Limits: &RouteLimits{MaxRunning: 20, Group: &GroupLimit{Field: "customer", MaxRunning: 1},
+			RateLimit: &RateLimitShown{Limit: 100, Per: "1s", Burst: 20}}},
 	{Name: "order-audit", Topic: "orders", Queue: "bulk"},
 	{Name: "events", Topic: "events", Queue: "bulk", MaxDepth: 10},
 	{Name: "exports", Topic: "exports", Queue: "reports"},
@@ -88,6 +91,14 @@ func newConsole(t *testing.T, cfg Config) *console {
 	}
 	if cfg.Routes == nil {
 		cfg.Routes = consoleRoutes
+	}
+	if cfg.Groups.Routes == nil {
+		cfg.Groups = pgstore.Groups{Routes: map[string]pgstore.GroupRoute{}, Only: map[string]bool{}}
+		for _, r := range cfg.Routes {
+			if r.Limits != nil && r.Limits.Group != nil {
+				cfg.Groups.Routes[r.Name] = pgstore.GroupRoute{Queue: r.Queue, Cap: r.Limits.Group.MaxRunning}
+			}
+		}
 	}
 	if cfg.Lag == nil {
 		cfg.Lag = consoleLag
@@ -145,6 +156,7 @@ func (c *console) seed(t *testing.T) {
 		jobs = append(jobs, consoleJob("orders", "order.sync", "interactive", fmt.Sprintf("customer-%d", 100+i%3), int64(i),
 			[]byte(fmt.Sprintf(`{"order_id":%d,"customer":"acme-%d","items":[{"sku":"A-1","qty":2}],"total":{"amount":"19.90","currency":"EUR"}}`, 5000+i, i%3)),
 			"event-type", "order.created", "trace-id", fmt.Sprintf("4bf92f3577b34da6a3ce929d0e0e%04d", i)))
+		jobs[i].Group = fmt.Sprintf("acme-%d", i%3)
 	}
 	seed(t, st, jobs, nil)
 	// Claimed in id order: the first dies, the second retries, the third
@@ -158,6 +170,12 @@ func (c *console) seed(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.deadJob, c.retryJob, c.jsonJob = leases[0].ID, leases[1].ID, leases[2].ID
+	// The fourth runs for acme-0, whose cap is 1: its next job is held.
+	held, err := st.JobList(ctx, pgstore.JobFilter{Route: "orders", State: "queued", Key: "customer-100", Limit: 2})
+	if err != nil || len(held) != 1 {
+		t.Fatalf("acme-0's queued jobs: %v %v", held, err)
+	}
+	c.heldJob = held[0].ID
 
 	var bulk []pgstore.NewJob
 	for i := range 57 {
@@ -495,6 +513,15 @@ func TestBrowserConsolePages(t *testing.T) {
 	}
 	p.fits("a re-driven job's page")
 	p.screenshot("job-redriven")
+
+	// A job held by its group's cap reads queued: its page says why.
+	p.goTo(fmt.Sprintf("jobs/%d", c.heldJob))
+	p.waitText("#data", "held by the group's cap")
+	if got := p.text("#data"); !strings.Contains(got, "acme-0") || !strings.Contains(got, "1 of its max_running 1") {
+		t.Errorf("the held job's page does not name its group and its cap: %q", got)
+	}
+	p.fits("a held job's page")
+	p.screenshot("job-held")
 
 	p.goTo("lanes")
 	p.waitText("#blocked tbody", "acct-1")

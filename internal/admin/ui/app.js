@@ -612,6 +612,13 @@ const jobsPage = {
         ["waiting", l.waiting + " behind the head"], ["head", jobLink(l.head_job_id)],
         ["blocked", l.blocked ? badge("blocked") : "no"]])));
     }
+    if (j.group) {
+      // A held job's state reads queued: this says what it waits for.
+      const g = j.group;
+      out.push(section("Group", fields([
+        ["group", g.value], ["running", g.running + " of its max_running " + g.max_running],
+        ["held", g.held ? el("span", {}, badge("held"), " by the group's cap until one of its running jobs ends") : "no"]])));
+    }
     out.push(section("Payload", j.payload_base64 === undefined
       ? el("p", { class: "empty", text: "This server does not show job payloads." }) : payloadBlock(j.payload_base64, "payload")));
     if (j.headers !== undefined) out.push(section("Headers", headersTable(j.headers)));
