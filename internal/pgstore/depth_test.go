@@ -74,17 +74,9 @@ func TestQueueStatsCountsAGroupAtItsCapAsWaiting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	n := 0
 	enqueue := func(route, group string, age time.Duration) int64 {
 		t.Helper()
-		n++
-		at := time.Now().Add(-age)
-		e, err := s.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: route, Kind: "k", Queue: "q", Group: group,
-			DedupeKey: fmt.Sprint(n), Payload: []byte(`{}`), MaxAttempts: 3, RunAt: &at}, pgstore.Actor{By: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e.ID
+		return enqueueGrouped(t, s, route, group, time.Now().Add(-age))
 	}
 	// Tenant A: two running (its cap), three queued from an hour ago.
 	for range 2 {
@@ -136,27 +128,17 @@ func TestJobDetailSaysWhetherItsGroupHoldsIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	n := 0
-	enqueue := func(route, group string, runAt time.Time) int64 {
-		t.Helper()
-		n++
-		e, err := s.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: route, Kind: "k", Queue: "q", Group: group,
-			DedupeKey: fmt.Sprint(n), Payload: []byte(`{}`), MaxAttempts: 3, RunAt: &runAt}, pgstore.Actor{By: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e.ID
-	}
 	past, later := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
 	var running []int64
 	for range 2 { // tenant A at its cap of 2
-		running = append(running, enqueue("g", "A", past))
+		running = append(running, enqueueGrouped(t, s, "g", "A", past))
 	}
 	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET state = 'running', lease_expires_at = now() + interval '1 hour'
 		WHERE id = ANY($1)`, running); err != nil {
 		t.Fatal(err)
 	}
-	held, notYet, roomy, plain := enqueue("g", "A", past), enqueue("g", "A", later), enqueue("g", "B", past), enqueue("plain", "", past)
+	held, notYet := enqueueGrouped(t, s, "g", "A", past), enqueueGrouped(t, s, "g", "A", later)
+	roomy, plain := enqueueGrouped(t, s, "g", "B", past), enqueueGrouped(t, s, "plain", "", past)
 	caps := pgstore.Groups{Routes: map[string]pgstore.GroupRoute{"g": {Queue: "q", Cap: 2}}, Only: map[string]bool{"q": false}}
 
 	for _, c := range []struct {
@@ -182,6 +164,18 @@ func TestJobDetailSaysWhetherItsGroupHoldsIt(t *testing.T) {
 	if d, err := s.JobGetDetail(ctx, held, pgstore.Groups{}); err != nil || d.Group != nil {
 		t.Errorf("without groups: %+v, %v; want no group", d.Group, err)
 	}
+}
+
+// enqueueGrouped enqueues a job of route in queue q, of group (none:
+// ""), to run at runAt, and returns its id.
+func enqueueGrouped(t *testing.T, s *pgstore.Store, route, group string, runAt time.Time) int64 {
+	t.Helper()
+	e, err := s.JobEnqueue(context.Background(), pgstore.NewJob{Origin: pgstore.OriginAPI, Route: route, Kind: "k", Queue: "q",
+		Group: group, DedupeKey: testenv.Name("d"), Payload: []byte(`{}`), MaxAttempts: 3, RunAt: &runAt}, pgstore.Actor{By: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.ID
 }
 
 // near reports whether an age in seconds is within a minute of want.
