@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
 
@@ -356,6 +357,19 @@ routes:
 			return runnable == 0 && waiting > 0
 		}) {
 			t.Errorf("%s: oldest runnable age %v, oldest waiting age %v; want 0 and above 0 (tenant A held at its cap)", p.name, runnable, waiting)
+		}
+		// Each process's API says a queued job of A is held, counting
+		// the running job whichever process runs it.
+		code, body := api(t, addr, "GET", "/v1/jobs?state=queued&limit=1")
+		var queued struct{ Items []pgstore.JobRow }
+		if err := json.Unmarshal([]byte(body), &queued); code != http.StatusOK || err != nil || len(queued.Items) != 1 {
+			t.Fatalf("%s: GET /v1/jobs?state=queued: %d %s (%v)", p.name, code, body, err)
+		}
+		code, body = api(t, addr, "GET", fmt.Sprintf("/v1/jobs/%d", queued.Items[0].ID))
+		var job pgstore.JobDetail
+		if err := json.Unmarshal([]byte(body), &job); code != http.StatusOK || err != nil || job.Group == nil ||
+			*job.Group != (pgstore.GroupPosition{Value: "A", MaxRunning: 1, Running: 1, Held: true}) {
+			t.Errorf("%s: GET /v1/jobs/%d: %d %s (%v), want A held at its cap of 1", p.name, queued.Items[0].ID, code, body, err)
 		}
 	}
 	if n := len(tg.received()); n != 1 {
