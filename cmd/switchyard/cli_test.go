@@ -225,7 +225,7 @@ routes:
 		{"produce without topic", []string{"produce", "--config", good, "v"}, exitUsage, []string{"--topic", "required"}},
 		{"produce without value", []string{"produce", "--config", good, "--topic", "t"}, exitUsage, []string{"VALUE"}},
 		{"produce bad header", []string{"produce", "--config", good, "--topic", "t", "--header", "novalue", "v"}, exitUsage,
-			[]string{"-header", `"novalue"`}},
+			[]string{`--header: "novalue" is not key=value`}},
 
 		// Did you mean, for a verb, a subcommand and a flag.
 		{"mistyped verb", []string{"josb", "list"}, exitUsage, []string{`unknown verb "josb"; did you mean "jobs"?`}},

@@ -280,7 +280,14 @@ func flagProblem(fs *flag.FlagSet, err error) string {
 	}
 	want := "a value it takes"
 	if f := fs.Lookup(m[2]); f != nil {
-		switch fmt.Sprintf("%T", f.Value) {
+		typ := fmt.Sprintf("%T", f.Value)
+		// A flag of our own type says itself what is wrong with a value
+		// (`"x" is not key=value`); the flag package's own types only
+		// say "parse error".
+		if why := err.Error()[len(m[0]):]; !strings.HasPrefix(typ, "*flag.") && why != "" {
+			return fmt.Sprintf("--%s: %s", m[2], why)
+		}
+		switch typ {
 		case "*flag.intValue", "*flag.int64Value", "*flag.uintValue", "*flag.uint64Value":
 			want = "a whole number"
 		case "*flag.boolValue":
