@@ -216,6 +216,8 @@ routes:
 			[]string{"triggered schedule elsewhere: job ", "to run now"}},
 		{"schedules trigger unknown", []string{"schedules", "trigger", "--config", scheduled, "nightlly"}, exitUsage,
 			[]string{`no such schedule in the config: "nightlly"; did you mean "nightly"?`}},
+		{"schedules pause of a config that has none", []string{"schedules", "pause", "--config", good, "nightly"}, exitUsage,
+			[]string{`no such schedule in the config: "nightly" (` + good + ` names no schedules)`}},
 		{"schedules trigger no name", []string{"schedules", "trigger", "--config", scheduled}, exitUsage, []string{"takes 1 argument"}},
 		{"queues trigger", []string{"queues", "trigger", "--config", good, "q"}, exitUsage,
 			[]string{`unknown subcommand "trigger"`}},

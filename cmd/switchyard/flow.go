@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -172,6 +172,11 @@ func runPauses(ctx context.Context, verb string, kind pgstore.PauseKind, p pausa
 	if sub != "list" && !slices.Contains(known, fs.Arg(0)) {
 		name := fs.Arg(0)
 		if len(known) == 0 {
+			// A file was read that has none (loadConfig reads one when it
+			// was named or is there), or there is no file to name any.
+			if _, err := os.Stat(*cfgPath); configNamed(fs) || err == nil {
+				return usagef("no such %s in the config: %q (%s names no %s)", kind, name, *cfgPath, verb)
+			}
 			return usagef("no such %s in the config: %q (no config file names any: pass --config)", kind, name)
 		}
 		return usagef("no such %s in the config: %q%s (known: %s)", kind, name, didYouMean(name, known), strings.Join(known, ", "))
