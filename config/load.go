@@ -169,6 +169,16 @@ func blameEnv(errs []error, fromEnv map[string]string) {
 	}
 }
 
+// InFile says err, a problem or an errors.Join of them that a check after
+// Load found in the config file at path (ServingErrors, say), as Load says
+// its own: under the file's name, and one a line when there are several.
+func InFile(path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &loadError{source: path, errs: unjoin(err)}
+}
+
 // unjoin lists the errors inside an errors.Join.
 func unjoin(err error) []error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {

@@ -100,6 +100,8 @@ routes:
   - {topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/"}}}
 `)
 	unsetToken := writeFile(t, head+"admin: {tokens: [{name: oncall, token_env: SWITCHYARD_TEST_UNSET_TOKEN}]}\n"+validQueuesAndRoute)
+	unsetTokens := writeFile(t, head+"admin: {tokens: [{name: oncall, token_env: SWITCHYARD_TEST_UNSET_TOKEN}, "+
+		"{name: grafana, token_env: SWITCHYARD_TEST_UNSET_TOKEN_2}]}\n"+validQueuesAndRoute)
 
 	cases := []struct {
 		name string
@@ -137,6 +139,9 @@ routes:
 			[]string{"no jobs"}},
 		{"a token's variable unset", []string{"run", "--config", unsetToken}, exitUsage,
 			[]string{"config " + unsetToken + ": admin.tokens[0].token_env: SWITCHYARD_TEST_UNSET_TOKEN is not set, or empty"}},
+		{"two tokens' variables unset", []string{"run", "--config", unsetTokens}, exitUsage,
+			[]string{"config " + unsetTokens + ": 2 problems:\n  admin.tokens[0].token_env: SWITCHYARD_TEST_UNSET_TOKEN is not set",
+				"\n  admin.tokens[1].token_env: SWITCHYARD_TEST_UNSET_TOKEN_2 is not set"}},
 		{"missing config file", []string{"run", "--config", filepath.Join(t.TempDir(), "nope.yaml")}, exitUsage,
 			[]string{"nope.yaml", "no such file"}},
 		{"jobs get abc", []string{"jobs", "get", "--config", good, "abc"}, exitUsage, []string{`"abc"`, "job id"}},

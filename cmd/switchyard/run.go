@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	switchyard "github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/gcbudget"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
@@ -115,7 +116,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			zap.String("variable", o.variable), zap.String("field", o.field), zap.String("file", *cfgPath))
 	}
 	if err := cfg.ServingErrors(); err != nil {
-		return usagef("config %s: %v", *cfgPath, err)
+		return usageError{config.InFile(*cfgPath, err).Error()}
 	}
 	eng, err := switchyard.New(cfg, switchyard.Options{Logger: log, Role: *role, ResetOffsets: *reset})
 	if err != nil {
@@ -124,7 +125,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// This binary registers no Go handler: a schedule of a kind that no
 	// route takes is the file's problem, said before anything starts.
 	if err := eng.CheckHandlers(); err != nil {
-		return usagef("config %s: %v", *cfgPath, err)
+		return usageError{config.InFile(*cfgPath, err).Error()}
 	}
 	log.Info("garbage collector", zap.String("pace", paceGC(ctx)))
 	return serve(ctx, eng, log, cfg.ShutdownGrace.D())
