@@ -648,6 +648,18 @@ routes:
 			want: []string{`postgres.url: sslmode "verify" is not one of disable, allow, prefer, require, verify-ca, verify-full`},
 		},
 		{
+			// Not read as key=value settings, which would connect to the
+			// default socket and say so instead.
+			name: "a URL of another scheme",
+			yaml: strings.Replace(base, `postgres://u@h/db`, `postgress://u:pw@h:5432/db?sslmode=disable`, 1) + goRoute,
+			want: []string{`postgres.url: scheme "postgress": want postgres:// or postgresql://`},
+		},
+		{
+			name: "a JDBC URL",
+			yaml: strings.Replace(base, `postgres://u@h/db`, `jdbc:postgresql://h:5432/db?user=u&password=pw`, 1) + goRoute,
+			want: []string{`postgres.url: scheme "jdbc:postgresql": want postgres:// or postgresql://`},
+		},
+		{
 			name: "missing sslrootcert",
 			yaml: strings.Replace(base, `postgres://u@h/db`, `host=h user=u password=pw sslmode=verify-full sslrootcert=/nonexistent/ca.pem`, 1) + goRoute,
 			want: []string{"postgres.url: sslrootcert /nonexistent/ca.pem: no such file or directory"},

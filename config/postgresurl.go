@@ -5,9 +5,15 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 )
+
+// reScheme is a URL scheme (RFC 3986, and a JDBC URL's jdbc:postgresql),
+// which a key=value setting's key, never holding ':' or '/', cannot be
+// mistaken for.
+var reScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.:-]*$`)
 
 // sslModes are libpq's sslmode values, which pgx accepts.
 var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
@@ -22,6 +28,14 @@ var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "v
 func CheckPostgresURL(conn string) error {
 	bad := func(format string, args ...any) error {
 		return &FieldError{Field: "postgres.url", Msg: fmt.Sprintf(format, args...)}
+	}
+	// Any other scheme (postgress://, jdbc:postgresql://) has an "=" in
+	// its query, so pgx would read it as key=value settings, find none it
+	// knows, and connect to the default socket instead: its error would
+	// name that socket, not this string.
+	if scheme, _, ok := strings.Cut(conn, "://"); ok && reScheme.MatchString(scheme) &&
+		scheme != "postgres" && scheme != "postgresql" {
+		return bad("scheme %q: want postgres:// or postgresql://", scheme)
 	}
 	if !validPostgresURL(conn) {
 		return bad("invalid URL: want postgres://user@host:port/db or key=value settings")
