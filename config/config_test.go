@@ -694,6 +694,37 @@ routes:
 	}
 }
 
+// A problem found after decoding names its line too, as the decoder's do:
+// the field's, or for a field left out the nearest setting around it; a
+// value from the environment has none in the file.
+func TestValidationErrorsNameTheLine(t *testing.T) {
+	yml := `kafka: {brokers: ["k:9092"]}
+postgres: {url: "postgres://u@h/db"}
+queues:
+  my.queue: {concurrency: 0}
+  bulk: {concurrency: 99999}
+routes:
+  - topic: orders
+    queue: nope
+    target: {go: true}
+`
+	_, err := Parse([]byte(yml), mapEnv(map[string]string{EnvKafkaBrokers: "broker"}))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"\n  line 4: queues.my.queue.concurrency: set to 0",
+		"\n  line 5: queues.bulk.concurrency: 99999 is out of range",
+		"\n  line 7: routes[0].kind: required",
+		"\n  line 8: routes[0].queue: unknown queue \"nope\"",
+		"\n  kafka.brokers[0]: \"broker\": want host:port (set by SWITCHYARD_KAFKA_BROKERS)",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not contain %q:\n%v", want, err)
+		}
+	}
+}
+
 func TestValidateReturnsFieldErrors(t *testing.T) {
 	var cfg Config
 	cfg.SetDefaults()

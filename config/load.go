@@ -63,10 +63,52 @@ func parse(source string, data []byte, env func(string) string) (*Config, error)
 		errs = append(errs, unjoin(err)...)
 	}
 	if len(errs) > 0 {
+		placeErrors(errs, doc, fromEnv)
 		blameEnv(errs, fromEnv)
 		return nil, &loadError{source: source, errs: errs}
 	}
 	return cfg, nil
+}
+
+// placeErrors gives each field error about a value of the file the line
+// of its field, as the decoder's own errors have theirs: a problem in a
+// long file is found by its line. A field the file leaves out (a required
+// one) gets the line of the nearest setting around it that the file has;
+// one the environment set gets none.
+func placeErrors(errs []error, doc *yaml.Node, fromEnv map[string]string) {
+	if doc == nil {
+		return
+	}
+	nodes := index(doc)
+	for _, err := range errs {
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Line > 0 || setByEnv(fe.Field, fromEnv) {
+			continue
+		}
+		nearest := ""
+		for _, l := range nodes {
+			if l.path == "" || len(l.path) <= len(nearest) {
+				continue
+			}
+			if l.path == fe.Field || strings.HasPrefix(fe.Field, l.path+".") || strings.HasPrefix(fe.Field, l.path+"[") {
+				nearest, fe.Line = l.path, l.val.Line
+				if l.key != nil {
+					fe.Line = l.key.Line
+				}
+			}
+		}
+	}
+}
+
+// setByEnv reports whether field, or a field it is part of, took its
+// value from an environment variable.
+func setByEnv(field string, fromEnv map[string]string) bool {
+	for f := range fromEnv {
+		if field == f || strings.HasPrefix(field, f+"[") || strings.HasPrefix(field, f+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // decode fills cfg from one YAML document and returns the document (nil

@@ -25,9 +25,18 @@ import (
 type FieldError struct {
 	Field string // path as written in the file: "routes[1].queue"
 	Msg   string
+	// Line is where the file sets the field, or, for one it leaves out,
+	// the nearest setting around it that it has; 0 when unknown (a value
+	// from the environment, a config built in Go).
+	Line int
 }
 
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+func (e *FieldError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
+	}
+	return e.Field + ": " + e.Msg
+}
 
 // Limits past which a value is almost certainly a typo, or would hurt
 // Postgres more than it helps.
