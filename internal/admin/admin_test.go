@@ -27,6 +27,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/switchyard-dev/switchyard/internal/dlq"
+	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
 
@@ -976,5 +977,27 @@ func TestNewHTTPServer(t *testing.T) {
 	if s.Addr != "127.0.0.1:0" || s.ReadHeaderTimeout != 5*time.Second || s.ReadTimeout != 30*time.Second ||
 		s.WriteTimeout != 60*time.Second || s.IdleTimeout != 120*time.Second || s.MaxHeaderBytes != 16*maxHeaderBytes {
 		t.Errorf("server %+v", s)
+	}
+}
+
+// A route whose topic Kafka does not know (a typo in the config, or a
+// topic not created yet) says so in lag_error, rather than showing
+// neither a lag nor an error.
+func TestRouteOfATopicKafkaDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	lag := func(context.Context, []string) (map[string]ingest.TopicLag, error) {
+		return map[string]ingest.TopicLag{"orders": {Partitions: []ingest.PartitionPos{{Partition: 0}}}}, nil
+	}
+	e := newEnv(t, Config{Queues: []string{"q"}, Lag: lag,
+		Routes: []RouteConfig{{Name: "orders", Topic: "orders", Queue: "q"}, {Name: "refunds", Topic: "ordres", Queue: "q"}}})
+	got := decode[struct{ Items []Route }](t, e.get(t, "/v1/routes").must(t, http.StatusOK))
+	if len(got.Items) != 2 {
+		t.Fatalf("routes: %+v", got.Items)
+	}
+	if r := got.Items[0]; r.Name != "orders" || r.Lag == nil || r.LagError != "" {
+		t.Errorf("orders: lag %v, lag_error %q; want its lag", r.Lag, r.LagError)
+	}
+	if r := got.Items[1]; r.Name != "refunds" || r.Lag != nil || !strings.Contains(r.LagError, `kafka has no topic "ordres"`) {
+		t.Errorf("refunds: lag %v, lag_error %q; want no lag and an error naming the topic", r.Lag, r.LagError)
 	}
 }

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -125,6 +126,10 @@ func (l Listing) RouteItems(ctx context.Context, store *pgstore.Store, lag LagFu
 			item.LagError = lagErr.Error()
 		case ok:
 			item.Lag = &lag
+		case lags != nil:
+			// Kafka answered, without the topic: no lag and no error
+			// would read as a route with nothing to say.
+			item.LagError = fmt.Sprintf("kafka has no topic %q: it does not exist yet, or the route names another", rc.Topic)
 		}
 		_, item.Paused = pauses[pgstore.PauseRoute][rc.Name]
 		if rc.MaxDepth > 0 {
