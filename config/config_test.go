@@ -696,10 +696,11 @@ routes:
 
 // A problem found after decoding names its line too, as the decoder's do:
 // the field's, or for a field left out the nearest setting around it; a
-// value from the environment has none in the file.
+// value from the environment has none in the file. They are listed in the
+// file's order, whatever order the checks found them in.
 func TestValidationErrorsNameTheLine(t *testing.T) {
 	yml := `kafka: {brokers: ["k:9092"]}
-postgres: {url: "postgres://u@h/db"}
+postgres: {url: "postgress://u@h/db"}
 queues:
   my.queue: {concurrency: 0}
   bulk: {concurrency: 99999}
@@ -712,16 +713,22 @@ routes:
 	if err == nil {
 		t.Fatal("no error")
 	}
+	at := -1
 	for _, want := range []string{
+		"\n  line 2: postgres.url: scheme \"postgress\"",
 		"\n  line 4: queues.my.queue.concurrency: set to 0",
 		"\n  line 5: queues.bulk.concurrency: 99999 is out of range",
 		"\n  line 7: routes[0].kind: required",
 		"\n  line 8: routes[0].queue: unknown queue \"nope\"",
 		"\n  kafka.brokers[0]: \"broker\": want host:port (set by SWITCHYARD_KAFKA_BROKERS)",
 	} {
-		if !strings.Contains(err.Error(), want) {
+		i := strings.Index(err.Error(), want)
+		if i < 0 {
 			t.Errorf("error does not contain %q:\n%v", want, err)
+		} else if i < at {
+			t.Errorf("%q is not in the file's order:\n%v", want, err)
 		}
+		at = max(at, i)
 	}
 }
 

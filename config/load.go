@@ -2,10 +2,13 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -74,11 +77,13 @@ func parse(source string, data []byte, env func(string) string) (*Config, error)
 // of its field, as the decoder's own errors have theirs: a problem in a
 // long file is found by its line. A field the file leaves out (a required
 // one) gets the line of the nearest setting around it that the file has;
-// one the environment set gets none.
+// one the environment set gets none. The errors are then in the file's
+// order, those without a line last.
 func placeErrors(errs []error, doc *yaml.Node, fromEnv map[string]string) {
 	if doc == nil {
 		return
 	}
+	defer slices.SortStableFunc(errs, func(a, b error) int { return cmp.Compare(lineOf(a), lineOf(b)) })
 	nodes := index(doc)
 	for _, err := range errs {
 		var fe *FieldError
@@ -98,6 +103,15 @@ func placeErrors(errs []error, doc *yaml.Node, fromEnv map[string]string) {
 			}
 		}
 	}
+}
+
+// lineOf is the line placeErrors gave err, or the largest int for none.
+func lineOf(err error) int {
+	var fe *FieldError
+	if errors.As(err, &fe) && fe.Line > 0 {
+		return fe.Line
+	}
+	return math.MaxInt
 }
 
 // setByEnv reports whether field, or a field it is part of, took its
