@@ -107,6 +107,9 @@ const (
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, _ := newFlags("dev", "dev [--kafka-port N] [--http ADDR] [--verbose]", devAbout, stdout)
+	// Every verb has --config; dev writes and runs its own example, so
+	// its help leaves it out, and giving it is an error below.
+	fs.Lookup("config").Usage = ""
 	kafkaPort := fs.Int("kafka-port", 9092, "port of the embedded Kafka-protocol broker (0 = any free port)")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "admin API and dashboard `ADDR`ess")
 	verbose := fs.Bool("verbose", false, "log everything at info (Kafka client, pools, flow control), not only what a person follows")
@@ -116,7 +119,6 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	// Every verb has --config; dev writes and runs its own example.
 	if given(fs, "config") {
 		return usagef("--config: dev runs its own example config (it prints where); `switchyard run --config FILE` runs yours")
 	}

@@ -134,6 +134,19 @@ func TestDevReadsTheEnvironment(t *testing.T) {
 }
 
 // A busy --http port is found before anything starts, with a hint.
+// dev's help lists the flags it takes, not the --config every other verb
+// has and dev refuses; given anyway, --config is an error that says why.
+func TestDevHelpLeavesOutConfig(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := runCLI("dev", "--help")
+	if code != exitOK || strings.Contains(stdout, "--config") || !strings.Contains(stdout, "--kafka-port N") {
+		t.Errorf("dev --help: exit %d\n%s", code, stdout)
+	}
+	if code, _, stderr := runCLI("dev", "--config", "x.yaml"); code != exitUsage || !strings.Contains(stderr, "dev runs its own example config") {
+		t.Errorf("dev --config: exit %d, %s", code, stderr)
+	}
+}
+
 func TestDevChecksItsPortFirst(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -172,9 +172,10 @@ func printUsage(w io.Writer) {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "\nEvery verb takes --config FILE (default switchyard.yaml, or SWITCHYARD_CONFIG) and reads")
-	fmt.Fprintln(w, "SWITCHYARD_DATABASE_URL, SWITCHYARD_KAFKA_BROKERS and SWITCHYARD_ADMIN_TOKEN, which win over")
-	fmt.Fprintln(w, "the file. Lists print a table, and JSON with --json. `switchyard <verb> --help` for flags.")
+	fmt.Fprintln(w, "\nEvery verb but dev and version takes --config FILE (default switchyard.yaml, or")
+	fmt.Fprintln(w, "SWITCHYARD_CONFIG) and reads SWITCHYARD_DATABASE_URL, SWITCHYARD_KAFKA_BROKERS and")
+	fmt.Fprintln(w, "SWITCHYARD_ADMIN_TOKEN, which win over the file. Lists print a table, and JSON with --json.")
+	fmt.Fprintln(w, "`switchyard <verb> --help` for flags.")
 }
 
 // subHelp prints a verb's subcommands, for `switchyard jobs --help`.
@@ -328,6 +329,9 @@ func parseInterspersed(fs *flag.FlagSet, args []string) error {
 func printFlags(fs *flag.FlagSet) {
 	w := fs.Output()
 	fs.VisitAll(func(f *flag.Flag) {
+		if f.Usage == "" {
+			return // a flag the verb has only to refuse (dev's --config)
+		}
 		arg, usage := flag.UnquoteUsage(f)
 		switch arg {
 		case "int", "uint", "int64", "uint64":
