@@ -13,21 +13,29 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/width"
 )
 
 // Text for people: aligned tables with relative ages, key: value views,
 // payloads decoded. Every verb that prints one prints the admin API's
 // JSON instead with --json, for scripts.
 
-// newTable starts an aligned table under the given column headers; end it
-// with Flush.
-func newTable(w io.Writer, headers ...string) *tabwriter.Writer {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(headers, "\t"))
-	return tw
+// table is a table of text laid out in columns by the cells a terminal
+// gives each character: text/tabwriter counts every rune as one, so a key
+// in Chinese pushed every column after it aside by its own length.
+type table struct {
+	w    io.Writer
+	rows [][]string
 }
 
-func row(tw *tabwriter.Writer, cells ...string) {
+// newTable starts an aligned table under the given column headers; end it
+// with Flush.
+func newTable(w io.Writer, headers ...string) *table {
+	return &table{w: w, rows: [][]string{headers}}
+}
+
+func row(t *table, cells ...string) {
 	for i, c := range cells {
 		// A tab or newline inside a cell would break the columns.
 		cells[i] = visible(strings.Map(func(r rune) rune {
@@ -37,7 +45,49 @@ func row(tw *tabwriter.Writer, cells ...string) {
 			return r
 		}, c), false)
 	}
-	fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	t.rows = append(t.rows, cells)
+}
+
+// Flush writes the table: each column as wide as its widest cell and two
+// spaces, the last cell of a row unpadded.
+func (t *table) Flush() error {
+	var widths []int
+	for _, r := range t.rows {
+		for i, c := range r {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], cells(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range t.rows {
+		for i, c := range r {
+			b.WriteString(c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i]-cells(c)+2))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	_, err := io.WriteString(t.w, b.String())
+	return err
+}
+
+// cells is how many cells of a terminal s takes: two for an East Asian
+// wide or fullwidth character, none for a combining mark.
+func cells(s string) int {
+	n := 0
+	for _, r := range s {
+		switch {
+		case unicode.Is(unicode.Mn, r):
+		case width.LookupRune(r).Kind() == width.EastAsianWide, width.LookupRune(r).Kind() == width.EastAsianFullwidth:
+			n += 2
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // visible writes the characters a terminal would act on rather than show

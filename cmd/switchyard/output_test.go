@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,5 +40,33 @@ func TestVersionString(t *testing.T) {
 	}
 	if s, want := (buildVersion{Version: "(devel)", Go: "go1.26.8"}).String(), "switchyard (devel) go1.26.8"; s != want {
 		t.Errorf("%q, want %q", s, want)
+	}
+}
+
+// A table's columns line up on a terminal whatever its keys hold: a
+// Chinese character takes two cells, a combining accent none, and the
+// column after starts at the same cell on every line.
+func TestTableAlignsWideCharacters(t *testing.T) {
+	keys := map[string]int{"c-1": 3, "客户-1": 6, "cafe\u0301": 4, "ｆｕｌｌ": 8} // and the cells each takes
+	var b strings.Builder
+	tw := newTable(&b, "KEY", "STATE")
+	for k, n := range keys {
+		if got := cells(k); got != n {
+			t.Errorf("%q takes %d cells, want %d", k, got, n)
+		}
+		row(tw, k, "queued")
+	}
+	if err := tw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	for _, l := range lines {
+		at := strings.LastIndex(l, "  ") + 2
+		if got := cells(l[:at]); got != 10 {
+			t.Errorf("%q: its second column starts at cell %d, want 10 (the widest key, ｆｕｌｌ, takes 8 cells, and two spaces)", l, got)
+		}
+	}
+	if lines[0] != "KEY       STATE" {
+		t.Errorf("the header reads %q", lines[0])
 	}
 }
