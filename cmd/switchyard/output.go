@@ -171,15 +171,20 @@ func stamp(now, t time.Time) string {
 	return t.Local().Format(time.RFC3339) + " (" + ago(now, t) + ")"
 }
 
-// clip shortens s to n runes with an ellipsis: a table cell for a
-// message that may be kilobytes long.
+// clip shortens s to n cells of a terminal with an ellipsis: a table
+// cell for a message that may be kilobytes long.
 func clip(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= n {
+	if cells(s) <= n {
 		return s
 	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
+	used := 0
+	for i, r := range s {
+		if used += cells(string(r)); used > n-1 {
+			return s[:i] + "…"
+		}
+	}
+	return s
 }
 
 func orDash(s string) string {

@@ -70,3 +70,23 @@ func TestTableAlignsWideCharacters(t *testing.T) {
 		t.Errorf("the header reads %q", lines[0])
 	}
 }
+
+// clip cuts to the cells a terminal gives the text, as the table
+// measures it: six Chinese characters are twelve cells, not six.
+func TestClipCountsCells(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"abcdef", 4, "abc…"},
+		{"ab", 4, "ab"},
+		{"客户客户客户", 5, "客户…"},
+		{"客户客户客户", 12, "客户客户客户"},
+		{"cafe\u0301s", 5, "cafe\u0301s"}, // the accent combines: five cells
+	} {
+		if got := clip(c.in, c.n); got != c.want || cells(got) > c.n {
+			t.Errorf("clip(%q, %d) = %q (%d cells), want %q", c.in, c.n, got, cells(got), c.want)
+		}
+	}
+}
