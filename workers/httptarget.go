@@ -464,7 +464,11 @@ func parseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+	// A count of seconds past int64 is ErrRange, with secs at the
+	// limit of its sign: a target that asks for "forever" is capped by
+	// backoff.max like one that asks for an hour, not ignored for the
+	// route's first, shortest backoff.
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
 		// Clamp before converting so a huge value cannot overflow into a
 		// negative Duration; backoff.max caps the delay later anyway.
 		const maxSecs = math.MaxInt64 / int64(time.Second)

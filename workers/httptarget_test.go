@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -275,6 +276,8 @@ func TestHTTPTargetOutcomes(t *testing.T) {
 			want: transient, hasDelay: true, wantDelay: 0},
 		{name: "429 Retry-After negative", handler: status(429, "Retry-After", "-5"),
 			want: transient, hasDelay: true, wantDelay: 0},
+		{name: "429 Retry-After past int64", handler: status(429, "Retry-After", "99999999999999999999"),
+			want: transient, hasDelay: true, wantDelay: math.MaxInt64 / time.Second * time.Second, wantText: "429"},
 		{name: "429 Retry-After unparsable", handler: status(429, "Retry-After", "soon"), want: transient},
 		{name: "503 Retry-After", handler: status(503, "Retry-After", "7"),
 			want: transient, hasDelay: true, wantDelay: 7 * time.Second, wantText: "503"},
