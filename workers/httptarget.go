@@ -60,9 +60,12 @@ type HTTPTargetConfig struct {
 	// Timeout bounds one attempt, from dialling to the response headers
 	// and the error body. Defaults to 10s.
 	Timeout time.Duration
-	// FollowRedirects follows up to 10 redirects. Defaults to false: a 3xx
-	// response is then a permanent failure, because a target that moved is a
-	// configuration error that retrying will not fix.
+	// FollowRedirects follows up to 10 redirects of status 307 or 308 (the
+	// ones that keep the POST and its body) on the URL's own scheme and
+	// host. Defaults to false. A 3xx that is not followed is a permanent
+	// failure, because a target that moved is a configuration error that
+	// retrying will not fix; its error says where it pointed and why it
+	// was not followed.
 	FollowRedirects bool
 	// ResultMaxBytes is how much of a 2xx body is kept as the job's
 	// result (Job.SetResult, with the response's Content-Type): what
@@ -148,7 +151,8 @@ type HTTPTarget struct {
 	// errors and logs may show of it.
 	shownURL string
 	timeout  time.Duration
-	result   int // ResultMaxBytes
+	follow   bool // FollowRedirects
+	result   int  // ResultMaxBytes
 	client   *http.Client
 	now      func() time.Time // for Retry-After HTTP-dates
 	tracer   trace.Tracer     // nil: no spans
@@ -179,6 +183,7 @@ func NewHTTPTarget(cfg HTTPTargetConfig) (*HTTPTarget, error) {
 		url:      cfg.URL,
 		shownURL: RedactURL(cfg.URL),
 		timeout:  cfg.Timeout,
+		follow:   cfg.FollowRedirects,
 		result:   cfg.ResultMaxBytes,
 		client: &http.Client{
 			Transport:     transport,
@@ -329,8 +334,40 @@ func (t *HTTPTarget) call(ctx context.Context, job *Job, span trace.Span) error 
 			}
 		}
 		return err
+	case code >= 300 && code <= 399:
+		return Permanent(statusError(resp.Status+" "+t.redirectNote(resp), body))
 	default:
 		return Permanent(statusError(resp.Status, body))
+	}
+}
+
+// maxShownLocation bounds the Location a redirect's error quotes.
+const maxShownLocation = 512
+
+// redirectNote says where a 3xx that came back pointed and why it was not
+// followed. "status 308 Permanent Redirect" alone leaves a target's
+// author guessing, and with follow_redirects on it reads as a bug. The
+// Location is redacted as the target URL is: it may carry a token too.
+func (t *HTTPTarget) redirectNote(resp *http.Response) string {
+	loc, err := resp.Location()
+	if err != nil {
+		return "(not followed: no usable Location)"
+	}
+	to := RedactURL(loc.String())
+	if len(to) > maxShownLocation {
+		to = strings.ToValidUTF8(to[:maxShownLocation], "") + "…"
+	}
+	to = "to " + to
+	first, _ := url.Parse(t.url) // validated by NewHTTPTarget
+	switch {
+	case !t.follow:
+		return to + " (not followed: follow_redirects is off)"
+	case resp.StatusCode != http.StatusTemporaryRedirect && resp.StatusCode != http.StatusPermanentRedirect:
+		return to + " (not followed: only 307 and 308 keep the POST and its body)"
+	case loc.Scheme != first.Scheme || !strings.EqualFold(loc.Host, first.Host):
+		return to + " (not followed: not the configured scheme and host)"
+	default:
+		return to + fmt.Sprintf(" (not followed: %d redirects already)", maxRedirects)
 	}
 }
 

@@ -282,10 +282,16 @@ func TestHTTPTargetOutcomes(t *testing.T) {
 		{name: "503 Retry-After", handler: status(503, "Retry-After", "7"),
 			want: transient, hasDelay: true, wantDelay: 7 * time.Second, wantText: "503"},
 		{name: "500 ignores Retry-After", handler: status(500, "Retry-After", "7"), want: transient, wantText: "500"},
-		{name: "302 not followed", handler: redirects, path: "/start", want: permanent, wantText: "302"},
-		{name: "302 not followed even when following: it would drop the body", handler: redirects, path: "/start", follow: true, want: permanent, wantText: "302"},
+		// A redirect not followed says where it pointed and why.
+		{name: "302 not followed", handler: redirects, path: "/start", want: permanent,
+			wantText: "302 Found to http://127.0.0.1"},
+		{name: "302 not followed even when following: it would drop the body", handler: redirects, path: "/start", follow: true, want: permanent,
+			wantText: "/final (not followed: only 307 and 308 keep the POST and its body)"},
+		{name: "307 not followed when not following", handler: redirects, path: "/keep", want: permanent,
+			wantText: "/final (not followed: follow_redirects is off)"},
 		{name: "307 followed with the body", handler: redirects, path: "/keep", follow: true, want: succeeded},
-		{name: "redirect loop stops", handler: redirects, path: "/loop", follow: true, want: permanent, wantText: "307"},
+		{name: "redirect loop stops", handler: redirects, path: "/loop", follow: true, want: permanent,
+			wantText: "/loop (not followed: 10 redirects already)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -555,13 +561,18 @@ func TestHTTPTargetRedirectStaysOnItsHost(t *testing.T) {
 	}))
 	t.Cleanup(other.Close)
 	mux := http.NewServeMux()
-	mux.Handle("/away", http.RedirectHandler(other.URL+"/steal", http.StatusTemporaryRedirect))
+	mux.Handle("/away", http.RedirectHandler(other.URL+"/steal?token=s3cr3t", http.StatusTemporaryRedirect))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	target := newTestTarget(t, HTTPTargetConfig{URL: srv.URL + "/away", FollowRedirects: true})
 	err := target.Handle(context.Background(), &Job{ID: 1, Attempt: 1, Payload: []byte("secret payload")})
 	if !IsPermanent(err) || !strings.Contains(err.Error(), "307") {
 		t.Fatalf("err = %v, want a permanent 307", err)
+	}
+	// The error names where it pointed, redacted, and why it stayed.
+	want := "to " + other.URL + "/steal?token=xxxxx (not followed: not the configured scheme and host)"
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %q, want it to contain %q", err, want)
 	}
 	if n := elsewhere.Load(); n != 0 {
 		t.Fatalf("the other host got %d requests", n)
