@@ -385,7 +385,12 @@ func setRequestHeaders(h http.Header, job *Job) {
 	setValid(h, "Switchyard-Kind", job.Kind)
 	setValid(h, "Switchyard-Queue", job.Queue)
 	h.Set("Switchyard-Attempt", strconv.Itoa(job.Attempt))
-	setValid(h, "Switchyard-Key", job.Key)
+	// A receiver strips a field value's leading and trailing spaces and
+	// tabs (RFC 9110 §5.5), so a key " c42" would reach the target as
+	// "c42", another key's: left out instead, like a key with a CR.
+	if strings.Trim(job.Key, " \t") == job.Key {
+		setValid(h, "Switchyard-Key", job.Key)
+	}
 	if job.Version != nil {
 		h.Set("Switchyard-Version", strconv.FormatInt(*job.Version, 10))
 	}

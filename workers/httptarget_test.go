@@ -198,6 +198,21 @@ func TestHTTPTargetHeaders(t *testing.T) {
 				"User-Agent":            {"switchyard"},
 			},
 		},
+		{
+			// The receiver would trim it into another key, "customer-7".
+			name: "a key with outer spaces is left out",
+			job:  &Job{ID: 7, Kind: "ping", Queue: "default", Key: " customer-7\t", Attempt: 1},
+			want: http.Header{
+				"Content-Type":       {"application/octet-stream"},
+				"Idempotency-Key":    {"7"},
+				"Switchyard-Job-Id":  {"7"},
+				"Switchyard-Kind":    {"ping"},
+				"Switchyard-Queue":   {"default"},
+				"Switchyard-Attempt": {"1"},
+				"Switchyard-Token":   {"0"},
+				"User-Agent":         {"switchyard"},
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
