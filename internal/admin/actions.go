@@ -116,7 +116,8 @@ func isCheckpoint(r *http.Request) bool {
 // proven by Switchyard-Attempt-Secret, both from the attempt's request;
 // the save counts only while that attempt holds the job (I4): a secret
 // that does not match, or an attempt that lost the job, is 409 and
-// changes nothing.
+// changes nothing. Errors name the attempt by its token as such: it is
+// not the Switchyard-Attempt number the target also got.
 func (s *Server) jobCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.AttemptKey == nil {
 		return notImplemented(w, r)
@@ -136,7 +137,7 @@ func (s *Server) jobCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	want := workers.AttemptSecret(s.cfg.AttemptKey, id, token)
 	if !hmac.Equal([]byte(secret), []byte(want)) {
 		return &httpError{status: http.StatusConflict, field: "Switchyard-Attempt-Secret",
-			msg: fmt.Sprintf("not the secret of attempt %d of job %d: no checkpoint saved", token, id)}
+			msg: fmt.Sprintf("not the secret of job %d's attempt with Switchyard-Token %d: no checkpoint saved", id, token)}
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, MaxHTTPCheckpointBytes+1))
 	if err != nil {
@@ -149,7 +150,7 @@ func (s *Server) jobCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	switch err := s.store.JobCheckpoint(r.Context(), id, token, data); {
 	case errors.Is(err, pgstore.ErrLeaseLost):
 		return &httpError{status: http.StatusConflict, field: "Switchyard-Token",
-			msg: fmt.Sprintf("attempt %d no longer holds job %d: no checkpoint saved", token, id)}
+			msg: fmt.Sprintf("the attempt with Switchyard-Token %d no longer holds job %d (it ended, or its lease was lost): no checkpoint saved", token, id)}
 	case err != nil:
 		return err
 	}

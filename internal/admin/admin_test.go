@@ -29,6 +29,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/workers"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -724,6 +725,49 @@ func TestQueues(t *testing.T) {
 	}
 	if byName["adhoc"].Jobs["queued"] != 1 {
 		t.Errorf("adhoc %+v, want 1 queued", byName["adhoc"])
+	}
+}
+
+// A refused checkpoint names the attempt by its Switchyard-Token, as
+// such: the target also holds a Switchyard-Attempt number, and "attempt
+// 7" for token 7 sends its author looking at the wrong header.
+func TestCheckpointRefusalNamesTheToken(t *testing.T) {
+	t.Parallel()
+	key := make([]byte, 32)
+	e := newEnv(t, Config{AttemptKey: key})
+	post := func(secret string) reply {
+		req, err := http.NewRequest("POST", e.url+"/v1/jobs/42/checkpoint", strings.NewReader("page 3"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Switchyard-Token", "7")
+		req.Header.Set("Switchyard-Attempt-Secret", secret)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply{status: res.StatusCode, header: res.Header, body: b}
+	}
+	for _, c := range []struct {
+		name, secret, field, want string
+	}{
+		{"a secret not the attempt's", strings.Repeat("0", 64), "Switchyard-Attempt-Secret",
+			"not the secret of job 42's attempt with Switchyard-Token 7"},
+		// Job 42 does not exist: the right secret, but nothing held.
+		{"an attempt that holds nothing", workers.AttemptSecret(key, 42, 7), "Switchyard-Token",
+			"the attempt with Switchyard-Token 7 no longer holds job 42"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := wantError(t, post(c.secret), http.StatusConflict, c.field)
+			if !strings.Contains(e.Error, c.want) {
+				t.Errorf("error %q, want it to say %q", e.Error, c.want)
+			}
+		})
 	}
 }
 
