@@ -427,6 +427,9 @@ func newLogger(stderr io.Writer) (*zap.Logger, error) {
 	}
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	// "grace":"5s" and "backoff":"100ms", not a bare 5 and 0.1 whose
+	// unit a reader has to know.
+	enc.EncodeDuration = zapcore.StringDurationEncoder
 	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(stderr), level)
 	return zap.New(core), nil
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 func TestNearest(t *testing.T) {
@@ -88,5 +90,19 @@ func TestClipCountsCells(t *testing.T) {
 		if got := clip(c.in, c.n); got != c.want || cells(got) > c.n {
 			t.Errorf("clip(%q, %d) = %q (%d cells), want %q", c.in, c.n, got, cells(got), c.want)
 		}
+	}
+}
+
+// run's JSON log writes a duration with its unit: a bare "grace":5 left
+// the reader to know that zap counts seconds.
+func TestLogDurationsHaveUnits(t *testing.T) {
+	var b strings.Builder
+	log, err := newLogger(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Warn("grace period over", zap.Duration("grace", 5*time.Second), zap.Duration("backoff", 100*time.Millisecond))
+	if got := b.String(); !strings.Contains(got, `"grace":"5s"`) || !strings.Contains(got, `"backoff":"100ms"`) {
+		t.Errorf("log line %s, want the durations as 5s and 100ms", got)
 	}
 }
