@@ -125,11 +125,19 @@ type Engine struct {
 	stopOnce  sync.Once
 	stopErr   error
 
-	// begun: Start or Stop was called (an engine starts once, and not
-	// after Stop). opened: Start has opened the store and made the DLQ
-	// service, which the engine's actions (Applier, RedriveDLQ,
-	// DiscardDLQ) may read from then on.
-	begun  atomic.Bool
+	// life guards begun, starting and cancelStart. begun: Start or Stop
+	// was called (an engine starts once, and not after Stop). starting
+	// is closed when a Start returns, and cancelStart ends its context:
+	// a Stop that finds a Start in progress cancels it and waits for it,
+	// since Start sets the fields stop reads, and what it went on to
+	// start after a Stop that did not wait would run with no owner.
+	life        sync.Mutex
+	begun       bool
+	starting    chan struct{}
+	cancelStart func()
+	// opened: Start has opened the store and made the DLQ service, which
+	// the engine's actions (Applier, RedriveDLQ, DiscardDLQ) may read
+	// from then on.
 	opened atomic.Bool
 }
 
@@ -367,11 +375,28 @@ func (e *Engine) Done() <-chan error { return e.fatal }
 // does). An engine starts once: a second Start, or one after Stop, is an
 // error. A Start that fails stops what it had started (as Stop would,
 // within shutdown_grace) before it returns; Stop after it is harmless.
+// A Stop called while Start runs makes it fail, and returns once it has.
 func (e *Engine) Start(ctx context.Context) (err error) {
-	if !e.begun.CompareAndSwap(false, true) {
+	e.life.Lock()
+	if e.begun {
+		e.life.Unlock()
 		return errors.New("switchyard: Start: the engine was started or stopped already; make a new one with New")
 	}
+	e.begun = true
+	ctx, cancel := context.WithCancelCause(ctx)
+	starting := make(chan struct{})
+	e.starting, e.cancelStart = starting, func() { cancel(errStoppedWhileStarting) }
+	e.life.Unlock()
+	defer close(starting) // last: after the failed start's stop below
+	defer cancel(nil)
 	defer func() {
+		switch {
+		case context.Cause(ctx) != errStoppedWhileStarting:
+		case err == nil: // it came after the last step that heeds ctx
+			err = errStoppedWhileStarting
+		default:
+			err = fmt.Errorf("%w (it was at: %v)", errStoppedWhileStarting, err)
+		}
 		if err != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownGrace.D()+stopMargin)
 			defer cancel()
@@ -442,11 +467,15 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	}
 	// Re-read pauses and depths from now on; the first read, before the
 	// components started, is what they started with.
-	flowCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.stopFlow, e.flowDone = cancel, make(chan struct{})
+	flowCtx, stopFlow := context.WithCancel(context.WithoutCancel(ctx))
+	e.stopFlow, e.flowDone = stopFlow, make(chan struct{})
 	go func() { defer close(e.flowDone); e.flow.Run(flowCtx) }()
 	return nil
 }
+
+// errStoppedWhileStarting is Start's error when Stop was called before
+// it had returned: what it had started is stopped again.
+var errStoppedWhileStarting = errors.New("switchyard: Start: Stop was called while the engine was starting")
 
 // flowInterval is how often every process re-reads the pauses and the
 // depths of the queues with a max_depth: SPEC §6's "within 1 s".
@@ -739,7 +768,20 @@ func (e *Engine) maxDepths() map[string]int {
 // it ends: give it shutdown_grace and a margin, from a context of its
 // own (not one a signal has just cancelled), for I7's clean stop.
 func (e *Engine) Stop(ctx context.Context) error {
-	e.begun.Store(true) // no Start after it
+	e.life.Lock()
+	e.begun = true // no Start after it
+	starting, cancelStart := e.starting, e.cancelStart
+	e.life.Unlock()
+	if starting != nil {
+		// A Start in progress fails and stops what it started; one that
+		// returned already has closed starting.
+		cancelStart()
+		select {
+		case <-starting:
+		case <-ctx.Done():
+			return fmt.Errorf("switchyard: Stop: waiting for Start to give up: %w", ctx.Err())
+		}
+	}
 	return e.stop(ctx)
 }
 

@@ -158,3 +158,60 @@ func TestRegisterTakesOnlyKindsThatRun(t *testing.T) {
 		}
 	}
 }
+
+// A Stop that comes while Start runs (say, a signal during a slow
+// connect) makes Start fail and returns only once it has: a Stop that
+// returned at once would leave Start to go on and start pools, a
+// consumer and the admin server that nothing stops. Here Start waits on
+// a "database" that accepts the connection and never answers.
+func TestStopDuringStartEndsTheStart(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialled := make(chan net.Conn, 1)
+	go func() {
+		c, err := silent.Accept()
+		if err == nil {
+			dialled <- c
+		}
+	}()
+	cfg, err := config.Parse(fmt.Appendf(nil, `
+postgres: {url: "postgres://u@%s/db", schema: s}
+kafka: {brokers: ["127.0.0.1:1"]}
+http: {listen: "off"}
+queues: {q: {}}
+routes: [{topic: t, kind: k, queue: q, target: {go: true}}]
+`, silent.Addr()), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := switchyard.New(cfg, switchyard.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Register("k", workers.HandlerFunc(func(context.Context, *workers.Job) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- eng.Start(context.Background()) }()
+	conn := <-dialled // Start is connecting to Postgres
+	defer conn.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := eng.Stop(ctx); err != nil {
+		t.Errorf("Stop during Start: %v", err)
+	}
+	select {
+	case err := <-started:
+		if err == nil || !strings.Contains(err.Error(), "Stop was called") {
+			t.Errorf("Start stopped while it ran: %v, want it to say so", err)
+		}
+	default:
+		silent.Close() // let it end, and the leak check pass
+		<-started
+		t.Fatal("Stop returned while Start still ran: what Start went on to start would run after it")
+	}
+	silent.Close()
+}
