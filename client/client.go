@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,8 +78,9 @@ type Enqueued struct {
 
 // Client enqueues jobs into one deployment. Safe for concurrent use.
 type Client struct {
-	store *pgstore.Store
-	enq   *ingest.Enqueuer
+	store  *pgstore.Store
+	enq    *ingest.Enqueuer
+	queues string // the config's, for the error of an unknown one
 }
 
 // New opens a client for the deployment cfg describes: its postgres
@@ -110,7 +112,8 @@ func New(ctx context.Context, cfg *config.Config) (*Client, error) {
 	for name, q := range cfg.Queues {
 		depths[name] = q.MaxDepth
 	}
-	return &Client{store: store, enq: ingest.NewEnqueuer(store, routes, depths)}, nil
+	return &Client{store: store, enq: ingest.NewEnqueuer(store, routes, depths),
+		queues: strings.Join(cfg.QueueNames(), ", ")}, nil
 }
 
 // Close releases the client's connections.
@@ -118,7 +121,8 @@ func (c *Client) Close() { c.store.Close() }
 
 // Enqueue makes the job in a transaction of its own.
 func (c *Client) Enqueue(ctx context.Context, job Job) (Enqueued, error) {
-	return result(c.enq.Enqueue(ctx, request(job)))
+	e, err := result(c.enq.Enqueue(ctx, request(job)))
+	return e, c.named(job, e, err)
 }
 
 // EnqueueTx makes the job in tx, a transaction of the caller's on any
@@ -126,7 +130,25 @@ func (c *Client) Enqueue(ctx context.Context, job Job) (Enqueued, error) {
 // commits. An error leaves tx as Postgres left it (aborted, when the
 // error came from a statement); roll it back.
 func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, job Job) (Enqueued, error) {
-	return result(c.enq.EnqueueTx(ctx, tx, request(job)))
+	if tx == nil {
+		return Enqueued{}, errors.New("EnqueueTx: tx is nil: pass the transaction the job is to commit with, or call Enqueue")
+	}
+	e, err := result(c.enq.EnqueueTx(ctx, tx, request(job)))
+	return e, c.named(job, e, err)
+}
+
+// named says which queue or job the errors the caller handles are about
+// (errors.Is still finds them): theirs alone say "no such queue".
+func (c *Client) named(job Job, e Enqueued, err error) error {
+	switch {
+	case errors.Is(err, ErrUnknownQueue):
+		return fmt.Errorf("Queue: %q: %w (the config has %s)", job.Queue, err, c.queues)
+	case errors.Is(err, ErrQueueFull):
+		return fmt.Errorf("Queue: %q: %w; try again later", job.Queue, err)
+	case errors.Is(err, ErrKeyReused):
+		return fmt.Errorf("IdempotencyKey: %w: job %d has it", err, e.ID)
+	}
+	return err
 }
 
 func request(j Job) ingest.EnqueueRequest {

@@ -178,3 +178,58 @@ func TestEnqueueJoinsTheLaneAndNamesBadFields(t *testing.T) {
 		t.Errorf("unknown queue: %v", err)
 	}
 }
+
+// The errors a caller handles by errors.Is also say what they are about,
+// as the admin API's answers do: the queue that does not exist (and the
+// ones that do) or is full, the job that has the reused key. A nil tx is
+// an error, not a panic.
+func TestErrorsNameTheQueueAndTheJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testenv.Schema(t)
+	cfg, err := config.Parse(fmt.Appendf(nil, `
+kafka: {brokers: ["127.0.0.1:1"]}
+postgres: {url: %q, schema: %s}
+queues:
+  small: {concurrency: 1, max_depth: 1}
+routes:
+  - {topic: reports, kind: report.build, queue: small, target: {go: true}}
+`, testenv.DatabaseURL(t), schema), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	job := client.Job{Queue: "small", Kind: "report.build", Payload: []byte(`{}`), IdempotencyKey: "a"}
+	first, err := c.Enqueue(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		job  client.Job
+		is   error
+		says []string
+	}{
+		{"unknown queue", client.Job{Queue: "smal", Kind: "report.build", IdempotencyKey: "b"}, client.ErrUnknownQueue, []string{`"smal"`, "small"}},
+		{"full queue", client.Job{Queue: "small", Kind: "report.build", Payload: []byte(`{}`), IdempotencyKey: "c"}, client.ErrQueueFull, []string{`"small"`}},
+		{"reused key", client.Job{Queue: "small", Kind: "report.build", Payload: []byte(`{"other":1}`), IdempotencyKey: "a"}, client.ErrKeyReused, []string{fmt.Sprintf("job %d", first.ID)}},
+	} {
+		_, err := c.Enqueue(ctx, tc.job)
+		if !errors.Is(err, tc.is) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.is)
+			continue
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%s: %q does not say %s", tc.name, err, s)
+			}
+		}
+	}
+	if _, err := c.EnqueueTx(ctx, nil, job); err == nil || !strings.Contains(err.Error(), "tx is nil") {
+		t.Errorf("EnqueueTx with a nil tx: %v, want it refused", err)
+	}
+}
