@@ -16,12 +16,15 @@ type Registry struct {
 func NewRegistry() *Registry { return &Registry{handlers: map[string]Handler{}} }
 
 // Register adds the handler for kind. Registering a kind twice is an
-// error: two handlers for one kind is always a wiring bug.
+// error: two handlers for one kind is always a wiring bug. So is a nil
+// handler, a nil HandlerFunc included.
 func (r *Registry) Register(kind string, h Handler) error {
 	if kind == "" {
 		return fmt.Errorf("register handler: kind is empty")
 	}
-	if h == nil {
+	// A nil HandlerFunc is a non-nil Handler that panics on every
+	// attempt: each would fail as a recovered panic until the job died.
+	if f, ok := h.(HandlerFunc); h == nil || ok && f == nil {
 		return fmt.Errorf("register handler %q: handler is nil", kind)
 	}
 	r.mu.Lock()

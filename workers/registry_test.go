@@ -18,3 +18,19 @@ func TestZeroRegistry(t *testing.T) {
 		t.Error("a kind never registered is found")
 	}
 }
+
+// A nil handler is refused when it is registered, a nil HandlerFunc too:
+// wrapped in the Handler interface it is not nil, and it would panic on
+// every attempt of its kind instead.
+func TestRegisterRefusesNilHandlers(t *testing.T) {
+	var f HandlerFunc // say, a field of the program's never set
+	for name, h := range map[string]Handler{"nil Handler": nil, "nil HandlerFunc": f} {
+		var r Registry
+		if err := r.Register("k", h); err == nil {
+			t.Errorf("%s: registered", name)
+		}
+		if _, ok := r.Lookup("k"); ok {
+			t.Errorf("%s: found by Lookup", name)
+		}
+	}
+}
