@@ -165,7 +165,7 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	switch opts.Role {
 	case RoleAll, RoleIngest, RoleWork:
 	default:
-		return nil, fmt.Errorf("--role: %q is not one of all, ingest, work", opts.Role)
+		return nil, fmt.Errorf("Options.Role: %q is not one of all, ingest, work (RoleAll, RoleIngest, RoleWork)", opts.Role)
 	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()

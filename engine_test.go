@@ -100,8 +100,8 @@ routes:
 	}
 }
 
-// The library's entry points answer a nil config, and a negative stats
-// interval, with an error rather than a panic.
+// The library's entry points answer a nil config, a negative stats
+// interval and an unknown role with an error rather than a panic.
 func TestEntryPointsRefuseWhatTheyCannotUse(t *testing.T) {
 	ctx := context.Background()
 	if _, err := switchyard.New(nil, switchyard.Options{}); !errors.Is(err, config.ErrNil) {
@@ -120,6 +120,10 @@ func TestEntryPointsRefuseWhatTheyCannotUse(t *testing.T) {
 	}
 	if _, err := switchyard.New(cfg, switchyard.Options{StatsInterval: -time.Second}); err == nil || !strings.Contains(err.Error(), "StatsInterval") {
 		t.Errorf("New with a negative StatsInterval: %v, want it refused", err)
+	}
+	// Named as the Go caller set it, not as the CLI's flag.
+	if _, err := switchyard.New(cfg, switchyard.Options{Role: "worker"}); err == nil || !strings.Contains(err.Error(), "Options.Role") {
+		t.Errorf("New with an unknown Role: %v, want it refused naming Options.Role", err)
 	}
 	// One engine per metrics registry: a second is told so.
 	reg := prometheus.NewRegistry()
