@@ -39,7 +39,8 @@ type Applier struct{ e *Engine }
 
 // Applier returns the engine's Applier. It may be taken before Start (a
 // handler registered before Start can hold it); Apply returns
-// ErrNotStarted until Start has opened the database.
+// ErrNotStarted until Start has opened the database, and an error that
+// says the engine is stopped once Stop has begun.
 func (e *Engine) Applier() *Applier { return &Applier{e: e} }
 
 // Apply runs fn in a transaction in the job's database and, in the same
@@ -61,8 +62,8 @@ func (e *Engine) Applier() *Applier { return &Applier{e: e} }
 // idle_in_transaction_session_timeout are 60 s, and it holds one of
 // postgres.max_conns while fn runs.
 func (a *Applier) Apply(ctx context.Context, job *workers.Job, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if !a.e.opened.Load() {
-		return ErrNotStarted
+	if err := a.e.ready(); err != nil {
+		return err
 	}
 	err := a.e.store.JobApply(ctx, job.ID, job.Token, job.Version, fn)
 	switch {

@@ -2,6 +2,8 @@ package switchyard
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -29,12 +31,13 @@ var (
 // does, and returns its job's id. A dead job gets fresh attempts, in its
 // lane's order for ordered routes; a parked record is decoded again with
 // the current route and becomes a job if it now can. ErrNotStarted before
-// Start.
+// Start; an error that says so after Stop.
 func (e *Engine) RedriveDLQ(ctx context.Context, id int64) (jobID int64, err error) {
-	if !e.opened.Load() {
-		return 0, ErrNotStarted
+	if err := e.ready(); err != nil {
+		return 0, err
 	}
-	return e.dlq.Redrive(ctx, id, ActorGo)
+	jobID, err = e.dlq.Redrive(ctx, id, ActorGo)
+	return jobID, entryError(id, err)
 }
 
 // ActorGo is who the audit log says took the engine's actions
@@ -42,10 +45,24 @@ func (e *Engine) RedriveDLQ(ctx context.Context, id int64) (jobID int64, err err
 const ActorGo = "go"
 
 // DiscardDLQ removes a DLQ entry for good, as POST /v1/dlq/{id}/discard
-// does; a lane it was blocking moves on. ErrNotStarted before Start.
+// does; a lane it was blocking moves on. ErrNotStarted before Start; an
+// error that says so after Stop.
 func (e *Engine) DiscardDLQ(ctx context.Context, id int64) error {
-	if !e.opened.Load() {
-		return ErrNotStarted
+	if err := e.ready(); err != nil {
+		return err
 	}
-	return e.dlq.Discard(ctx, id, ActorGo)
+	return entryError(id, e.dlq.Discard(ctx, id, ActorGo))
+}
+
+// entryError names the entry that the store's bare ErrNotFound and
+// ErrConflict ("not found", "conflict") are about, as the admin API's
+// answers do; errors.Is still finds them.
+func entryError(id int64, err error) error {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("DLQ entry %d: %w", id, err)
+	case err == ErrConflict:
+		return fmt.Errorf("DLQ entry %d: %w: it is not in a state that allows this", id, err)
+	}
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,7 +80,14 @@ routes:
 	if _, err := eng.RedriveDLQ(ctx, entries[1].ID); !errors.Is(err, switchyard.ErrNotFound) {
 		t.Fatalf("RedriveDLQ of a discarded entry: %v, want ErrNotFound", err)
 	}
-	if err := eng.DiscardDLQ(ctx, 1<<40); !errors.Is(err, switchyard.ErrNotFound) {
-		t.Fatalf("DiscardDLQ of a missing entry: %v, want ErrNotFound", err)
+	if err := eng.DiscardDLQ(ctx, 1<<40); !errors.Is(err, switchyard.ErrNotFound) || !strings.Contains(err.Error(), fmt.Sprint(1<<40)) {
+		t.Fatalf("DiscardDLQ of a missing entry: %v, want ErrNotFound naming the entry", err)
+	}
+	// After Stop, the actions say the engine stopped, not "closed pool".
+	if err := eng.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.RedriveDLQ(ctx, entries[0].ID); err == nil || !strings.Contains(err.Error(), "engine is stopped") {
+		t.Errorf("RedriveDLQ after Stop: %v, want it to say the engine is stopped", err)
 	}
 }

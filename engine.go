@@ -137,13 +137,28 @@ type Engine struct {
 	cancelStart func()
 	// opened: Start has opened the store and made the DLQ service, which
 	// the engine's actions (Applier, RedriveDLQ, DiscardDLQ) may read
-	// from then on.
-	opened atomic.Bool
+	// from then on; stopped: Stop is closing or has closed the store.
+	opened, stopped atomic.Bool
 }
 
 // ErrNotStarted is what the engine's actions return before Start has
 // opened the database.
 var ErrNotStarted = errors.New("switchyard: the engine is not started: call Start first")
+
+// errStopped is what the engine's actions return once Stop has begun:
+// rather than the closed pool's "closed pool", which names no engine.
+var errStopped = errors.New("switchyard: the engine is stopped: its actions ended with Stop")
+
+// ready is nil when the engine's actions may use the database.
+func (e *Engine) ready() error {
+	switch {
+	case e.stopped.Load():
+		return errStopped
+	case !e.opened.Load():
+		return ErrNotStarted
+	}
+	return nil
+}
 
 // New builds an engine from a loaded config (config.Load or Parse). A
 // config built in code needs cfg.SetDefaults() first: New refuses one
@@ -816,6 +831,7 @@ func (e *Engine) stop(ctx context.Context) error {
 		e.wg.Wait()
 		// Last of the components: every span has ended.
 		e.stopTracing(ctx)
+		e.stopped.Store(true)
 		if e.store != nil {
 			e.store.Close()
 		}
