@@ -46,7 +46,7 @@ routes:
 		fmt.Println(err)
 		return
 	}
-	var applier *switchyard.Applier
+	applier := eng.Applier() // before Start, for the handler to hold
 	done := make(chan struct{}, 2)
 	_ = eng.Register("customer.sync", workers.HandlerFunc(func(ctx context.Context, job *workers.Job) error {
 		defer func() { done <- struct{}{} }()
@@ -69,7 +69,6 @@ routes:
 		return
 	}
 	defer eng.Stop(ctx) //nolint:errcheck
-	applier = eng.Applier()
 
 	produce(cfg, topic, `{"id":"c-1","seq":3}`)
 	<-done

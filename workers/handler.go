@@ -166,7 +166,9 @@ func (s Source) String() string {
 // any other error is transient and retried with backoff.
 //
 // The context is cancelled when the job is cancelled, its lease is lost,
-// or the process shuts down; context.Cause tells which.
+// it runs past its queue's max_runtime, or the process shuts down;
+// context.Cause tells which (ErrCancelled, ErrLeaseLost, ErrMaxRuntime,
+// ErrShutdown).
 type Handler interface {
 	Handle(ctx context.Context, job *Job) error
 }
