@@ -204,6 +204,8 @@ func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
 // Permanent marks err as not worth retrying: the job goes dead at once.
+// A nil err is still a failure, recorded as "permanent failure": the
+// handler asked for the job to end dead.
 func Permanent(err error) error {
 	if err == nil {
 		err = errors.New("permanent failure")
@@ -228,7 +230,9 @@ func (e *retryAfterError) Error() string {
 func (e *retryAfterError) Unwrap() error { return e.err }
 
 // RetryAfter asks for the next attempt no sooner than d. The delay is still
-// capped by the route's backoff.max, and max_attempts still applies.
+// capped by the route's backoff.max, and max_attempts still applies. A
+// negative d counts as 0; a nil err is still a failure, recorded as
+// "retry requested".
 func RetryAfter(d time.Duration, err error) error {
 	if err == nil {
 		err = errors.New("retry requested")
