@@ -394,6 +394,9 @@ const minRunAtMillis = 100_000_000_000
 // enough for its index entries (pgstore.MaxKeyBytes).
 func checkKey(what, v string, p part) *problem {
 	if !validText(v) {
+		if utf8.ValidString(v) { // valid UTF-8, yet no text Postgres can hold
+			return problemf(ReasonDecode, p, "%s holds a NUL byte, which Postgres text cannot store", what)
+		}
 		return problemf(ReasonDecode, p, "%s is not valid UTF-8 text", what)
 	}
 	if len(v) > pgstore.MaxKeyBytes {

@@ -74,7 +74,10 @@ func TestDecode(t *testing.T) {
 		{name: "version not an integer", route: config.Route{Ordered: true, Key: field("k"), Version: versioned},
 			rec: kgo.Record{Value: []byte(`{"k":"a","v":"1.5"}`)}, reason: ReasonDecode, errHas: "not an integer"},
 		{name: "too large", rec: kgo.Record{Value: []byte(strings.Repeat("x", 65))}, reason: ReasonTooLarge, errHas: "65 bytes"},
-		{name: "key with NUL", rec: kgo.Record{Key: []byte("a\x00b"), Value: []byte("x")}, reason: ReasonDecode, errHas: "UTF-8"},
+		{name: "key with NUL", rec: kgo.Record{Key: []byte("a\x00b"), Value: []byte("x")}, reason: ReasonDecode, errHas: "key holds a NUL byte"},
+		{name: "key with a byte that is not UTF-8", rec: kgo.Record{Key: []byte("a\xffb"), Value: []byte("x")}, reason: ReasonDecode, errHas: "key is not valid UTF-8"},
+		{name: "field key with NUL", route: config.Route{Key: field("id")},
+			rec: kgo.Record{Value: []byte(`{"id":"a\u0000b"}`)}, reason: ReasonDecode, errHas: "key holds a NUL byte"},
 		{name: "key not UTF-8", rec: kgo.Record{Key: []byte{0xff}, Value: []byte("x")}, reason: ReasonDecode},
 		// Keys are index entries: past pgstore.MaxKeyBytes Postgres would
 		// refuse the whole batch, so such a record is parked instead.
