@@ -62,6 +62,12 @@ func (e *Engine) Applier() *Applier { return &Applier{e: e} }
 // idle_in_transaction_session_timeout are 60 s, and it holds one of
 // postgres.max_conns while fn runs.
 func (a *Applier) Apply(ctx context.Context, job *workers.Job, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	switch {
+	case job == nil:
+		return errors.New("switchyard: Apply: job is nil: pass the handler's job")
+	case fn == nil:
+		return errors.New("switchyard: Apply: fn is nil: pass the function that makes the handler's writes")
+	}
 	if err := a.e.ready(); err != nil {
 		return err
 	}

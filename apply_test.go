@@ -3,6 +3,7 @@ package switchyard_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -30,5 +31,35 @@ func TestApplyAfterTheLeaseIsLost(t *testing.T) {
 	err := switchyard.NewApplierForTest(s).Apply(ctx, stale, func(context.Context, pgx.Tx) error { called = true; return nil })
 	if !errors.Is(err, workers.ErrLeaseLost) || called {
 		t.Fatalf("Apply with a lost lease: %v (fn called: %v), want workers.ErrLeaseLost and fn not called", err, called)
+	}
+}
+
+// A nil job or fn is the caller's mistake, answered with an error that
+// names it: not a panic inside the job's transaction, which the
+// dispatcher would recover as a retryable failure of every attempt.
+func TestApplyRefusesNilArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q",
+		DedupeKey: "1", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	j := testenv.ClaimOne(t, s, "q")
+	a := switchyard.NewApplierForTest(s)
+	for name, call := range map[string]func() error{
+		"job": func() error { return a.Apply(ctx, nil, func(context.Context, pgx.Tx) error { return nil }) },
+		"fn":  func() error { return a.Apply(ctx, &workers.Job{ID: j.ID, Token: j.Token}, nil) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("Apply with a nil %s panicked: %v", name, r)
+				}
+			}()
+			if err := call(); err == nil || !strings.Contains(err.Error(), name+" is nil") {
+				t.Errorf("Apply with a nil %s: %v, want an error naming it", name, err)
+			}
+		}()
 	}
 }
