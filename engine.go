@@ -357,6 +357,9 @@ func Migrate(ctx context.Context, cfg *config.Config) ([]string, error) {
 	if cfg == nil {
 		return nil, config.ErrNil // it needs only the database: no more is validated
 	}
+	if cfg.Postgres.URL == "" { // else pgx would try its defaults (a local socket)
+		return nil, &config.FieldError{Field: "postgres.url", Msg: "required: set it or " + config.EnvDatabaseURL}
+	}
 	store, err := pgstore.Open(ctx, pgstore.Config{URL: cfg.Postgres.URL, Schema: cfg.Postgres.Schema, MaxConns: 2})
 	if err != nil {
 		return nil, err

@@ -110,6 +110,16 @@ func TestEntryPointsRefuseWhatTheyCannotUse(t *testing.T) {
 	if _, err := switchyard.Migrate(ctx, nil); !errors.Is(err, config.ErrNil) {
 		t.Errorf("Migrate(nil): %v, want config.ErrNil", err)
 	}
+	// A config built in Go without a database URL: named, rather than
+	// a failed dial of pgx's defaults (a local socket). The cancelled
+	// context keeps a build without the check from connecting anywhere.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	noURL := &config.Config{}
+	noURL.Postgres.Schema = "s"
+	if _, err := switchyard.Migrate(cancelled, noURL); err == nil || !strings.Contains(err.Error(), "postgres.url") {
+		t.Errorf("Migrate without postgres.url: %v, want it named", err)
+	}
 	if _, err := client.New(ctx, nil); !errors.Is(err, config.ErrNil) {
 		t.Errorf("client.New(nil): %v, want config.ErrNil", err)
 	}
