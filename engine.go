@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,9 @@ const (
 	RoleIngest = "ingest"
 	RoleWork   = "work"
 )
+
+// Roles are the values Options.Role takes (and `switchyard run --role`).
+var Roles = []string{RoleAll, RoleIngest, RoleWork}
 
 // Options are the engine's settings that are not in the YAML file.
 type Options struct {
@@ -177,10 +181,8 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	if opts.Role == "" {
 		opts.Role = RoleAll
 	}
-	switch opts.Role {
-	case RoleAll, RoleIngest, RoleWork:
-	default:
-		return nil, fmt.Errorf("Options.Role: %q is not one of all, ingest, work (RoleAll, RoleIngest, RoleWork)", opts.Role)
+	if !slices.Contains(Roles, opts.Role) {
+		return nil, fmt.Errorf("Options.Role: %q is not one of %s (RoleAll, RoleIngest, RoleWork)", opts.Role, strings.Join(Roles, ", "))
 	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()

@@ -100,10 +100,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	switch *role {
-	case switchyard.RoleAll, switchyard.RoleIngest, switchyard.RoleWork:
-	default: // said here: the engine's error names its Options.Role
-		return usagef("--role: %q is not one of all, ingest, work", *role)
+	// Checked here: the engine's error names its Options.Role.
+	if err := checkOneOf("role", "a role", *role, switchyard.Roles); err != nil {
+		return err
 	}
 	log, err := newLogger(stderr)
 	if err != nil {
