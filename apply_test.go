@@ -14,18 +14,24 @@ import (
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
+// runningJob is a new schema with one job, claimed.
+func runningJob(t *testing.T) (*pgstore.Store, *pgstore.Claimed) {
+	t.Helper()
+	s := testenv.MigratedStore(t)
+	if _, err := s.IngestCommit(context.Background(), pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r", Kind: "k",
+		Queue: "q", DedupeKey: "1", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	return s, testenv.ClaimOne(t, s, "q")
+}
+
 // Apply by an attempt that lost its lease writes nothing, and says so
 // with the public API's one lease error: errors.Is(err,
 // workers.ErrLeaseLost) holds, as it does for a handler's context cause.
 func TestApplyAfterTheLeaseIsLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := testenv.MigratedStore(t)
-	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q",
-		DedupeKey: "1", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t"}}}); err != nil {
-		t.Fatal(err)
-	}
-	j := testenv.ClaimOne(t, s, "q")
+	s, j := runningJob(t)
 	stale := &workers.Job{ID: j.ID, Token: j.Token + 1000}
 	called := false
 	err := switchyard.NewApplierForTest(s).Apply(ctx, stale, func(context.Context, pgx.Tx) error { called = true; return nil })
@@ -40,12 +46,7 @@ func TestApplyAfterTheLeaseIsLost(t *testing.T) {
 func TestApplyRefusesNilArguments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := testenv.MigratedStore(t)
-	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r", Kind: "k", Queue: "q",
-		DedupeKey: "1", Payload: []byte("{}"), MaxAttempts: 3, Topic: "t"}}}); err != nil {
-		t.Fatal(err)
-	}
-	j := testenv.ClaimOne(t, s, "q")
+	s, j := runningJob(t)
 	a := switchyard.NewApplierForTest(s)
 	for name, call := range map[string]func() error{
 		"job": func() error { return a.Apply(ctx, nil, func(context.Context, pgx.Tx) error { return nil }) },

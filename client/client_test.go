@@ -24,24 +24,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func setup(t *testing.T) (*client.Client, *pgx.Conn, string) {
 	t.Helper()
 	ctx := context.Background()
-	schema := testenv.Schema(t)
-	cfg, err := config.Parse(fmt.Appendf(nil, `
-kafka: {brokers: ["127.0.0.1:1"]}
-postgres: {url: %q, schema: %s}
+	c, schema := newClient(t, `
 queues:
   q: {concurrency: 1}
 routes:
   - {topic: reports, kind: report.build, queue: q, target: {go: true}}
   - {topic: orders, kind: order.sync, queue: q, ordered: true, key: {field: customer}, target: {go: true}}
-`, testenv.DatabaseURL(t), schema), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+`)
 	conn, err := pgx.Connect(ctx, testenv.DatabaseURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +40,24 @@ routes:
 		t.Fatal(err)
 	}
 	return c, conn, schema
+}
+
+// newClient is a client of a new schema with the queues and routes of
+// body, closed when the test ends.
+func newClient(t *testing.T, body string) (*client.Client, string) {
+	t.Helper()
+	schema := testenv.Schema(t)
+	cfg, err := config.Parse(fmt.Appendf(nil, "kafka: {brokers: [\"127.0.0.1:1\"]}\npostgres: {url: %q, schema: %s}\n%s",
+		testenv.DatabaseURL(t), schema, body), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, schema
 }
 
 func count(t *testing.T, conn *pgx.Conn, schema, from string) int {
@@ -186,23 +193,12 @@ func TestEnqueueJoinsTheLaneAndNamesBadFields(t *testing.T) {
 func TestErrorsNameTheQueueAndTheJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testenv.Schema(t)
-	cfg, err := config.Parse(fmt.Appendf(nil, `
-kafka: {brokers: ["127.0.0.1:1"]}
-postgres: {url: %q, schema: %s}
+	c, _ := newClient(t, `
 queues:
   small: {concurrency: 1, max_depth: 1}
 routes:
   - {topic: reports, kind: report.build, queue: small, target: {go: true}}
-`, testenv.DatabaseURL(t), schema), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+`)
 	job := client.Job{Queue: "small", Kind: "report.build", Payload: []byte(`{}`), IdempotencyKey: "a"}
 	first, err := c.Enqueue(ctx, job)
 	if err != nil {
