@@ -191,6 +191,13 @@ func (c *Consumer) Start(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// A transaction's marker takes an offset but holds no record, and
+		// follows an aborted transaction's records, which read committed
+		// never returns. Kept, it moves the stored position past them
+		// (build); dropped, a partition whose last write ended a
+		// transaction would read one record behind for ever, and its lag
+		// in seconds grow without end.
+		kgo.KeepControlRecords(),
 		kgo.FetchMaxWait(fetchMaxWait),
 		kgo.WithLogger(kgoLogger{c.log}),
 	)
@@ -507,6 +514,9 @@ func startBatch(ctx context.Context, tracer trace.Tracer, fetches kgo.Fetches, b
 	records, dropped := 0, 0
 	linkAttrs := []attribute.KeyValue{tracing.AttrLinkKind.String("record")}
 	fetches.EachRecord(func(r *kgo.Record) {
+		if r.Attrs.IsControl() {
+			return
+		}
 		records++
 		for _, h := range r.Headers {
 			if !strings.EqualFold(h.Key, tracing.HeaderName) {
@@ -572,7 +582,7 @@ func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commit
 			cnt = &Decoded{}
 			counts[fp.Topic] = cnt
 		}
-		n := decodeInto(&batch, routes, fp.Records, now)
+		n := decodeInto(&batch, routes, dataRecords(fp.Records), now)
 		cnt.Jobs += n.Jobs
 		cnt.Poison += n.Poison
 		cnt.Filtered += n.Filtered
@@ -583,6 +593,15 @@ func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commit
 		stamps[tp{fp.Topic, fp.Partition}] = last.Timestamp
 	})
 	return batch, commits, counts, stamps, unknown
+}
+
+// dataRecords leaves out a fetch's transaction markers (control records),
+// which make no job and are not counted, but whose offsets are stored.
+func dataRecords(recs []*kgo.Record) []*kgo.Record {
+	if !slices.ContainsFunc(recs, func(r *kgo.Record) bool { return r.Attrs.IsControl() }) {
+		return recs
+	}
+	return slices.DeleteFunc(slices.Clone(recs), func(r *kgo.Record) bool { return r.Attrs.IsControl() })
 }
 
 func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, commits map[tp]kgo.EpochOffset,

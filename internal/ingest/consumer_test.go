@@ -371,3 +371,60 @@ func TestStoredBatchWakesItsQueues(t *testing.T) {
 		t.Fatalf("%d wake-ups for batches of duplicates", len(woken))
 	}
 }
+
+// A transactional producer ends each transaction with a marker, a control
+// record that takes an offset but is never returned as data; an aborted
+// transaction leaves records a read-committed consumer never sees. The
+// stored position must move past both, or the partition reads one record
+// (or the aborted ones) behind for ever, and its lag in seconds grows
+// without end on a healthy system: SwitchyardIngestBehind pages.
+func TestLagPastTransactionMarkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testenv.MigratedStore(t)
+	topic := testenv.Topic(t, 1)
+	m := metrics.New(prometheus.NewRegistry())
+	produceTx := func(commit kgo.TransactionEndTry, recs ...*kgo.Record) {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.Brokers(t)...), kgo.TransactionalID(testenv.Name("tx")),
+			kgo.DefaultProduceTopic(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produceTx(kgo.TryCommit, records(0, 0, 5)...) // offsets 0-4, marker at 5
+	produceTx(kgo.TryAbort, records(0, 5, 8)...)  // offsets 6-8 aborted, marker at 9
+	c := startConsumerMetrics(t, store, testenv.Name("g"), []*Route{route(t, topic, "event")}, nil, m)
+	var last []PartitionLag
+	testenv.Eventually(t, 60*time.Second, "the committed records stored and no lag", func() bool {
+		ls, err := c.Lag(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ls
+		return len(ls) == 1 && ls[0].Records == 0 &&
+			testenv.Count(t, store, `SELECT count(*) FROM all_jobs`) == 5
+	})
+	if last[0].Seconds != 0 {
+		t.Errorf("caught up, lag seconds %v, want 0", last[0].Seconds)
+	}
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != 5 {
+		t.Errorf("%d jobs, want the 5 committed records' (markers and aborted records make none)", n)
+	}
+	if n := testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`); n != 10 {
+		t.Errorf("stored position %d, want 10: past the abort marker", n)
+	}
+	if got := testutil.ToFloat64(m.IngestRecords.WithLabelValues(topic, "filtered")); got != 0 {
+		t.Errorf("%v records counted filtered, want 0: a marker is not a record", got)
+	}
+}
