@@ -88,6 +88,7 @@ type tp struct {
 type Consumer struct {
 	cfg     Config
 	opts    []kgo.Opt // from the kafka block: ClientOpts and groupOpts
+	lagOpts []kgo.Opt // ClientOpts and the embedder's: Lag's reads of first unstored records
 	store   *pgstore.Store
 	log     *zap.Logger
 	metrics *metrics.Metrics
@@ -119,7 +120,8 @@ type Consumer struct {
 	// member last saw it, -1 when no row exists yet: the fence of I1.
 	expected map[tp]int64
 	// stored is the timestamp of the last record stored per owned
-	// partition, for the time lag.
+	// partition, for the time lag; until this member stores one, that of
+	// the first record not stored, once Lag has read it.
 	stored map[tp]time.Time
 	fatal  error
 
@@ -146,11 +148,12 @@ func New(cfg Config, store *pgstore.Store, log *zap.Logger, m *metrics.Metrics) 
 	if err != nil {
 		return nil, err
 	}
+	lagOpts := append(slices.Clone(opts), cfg.Opts...)
 	opts = append(opts, groupOpts(k)...)
 	if cfg.StuckAfter == 0 {
 		cfg.StuckAfter = 30 * time.Second
 	}
-	c := &Consumer{cfg: cfg, opts: opts, store: store, log: log.Named("ingest"), metrics: m,
+	c := &Consumer{cfg: cfg, opts: opts, lagOpts: lagOpts, store: store, log: log.Named("ingest"), metrics: m,
 		topics: map[string][]*Route{}, routes: map[string]*Route{}, expected: map[tp]int64{}, stored: map[tp]time.Time{}, held: map[string]string{},
 		commitEvery: kafkaCommitEvery}
 	for _, r := range cfg.Routes {
@@ -677,28 +680,31 @@ func (c *Consumer) committed(ctx context.Context, batch pgstore.IngestBatch, com
 type PartitionLag struct {
 	Topic     string
 	Partition int32
-	// Records between the stored position and the partition's end.
+	// Records between the stored position and the partition's end; with
+	// no stored position, from where the partition starts (kafka.reset:
+	// the log's start, or its end for latest).
 	Records int64
 	// Seconds is the age of the last record stored when the partition is
 	// behind, 0 when it is not: an upper bound on the age of the oldest
 	// record not stored yet, which keeps growing while ingest is stuck
-	// (the database down, say). Unknown until this member has stored a
-	// record of the partition, and then 0.
+	// (the database down, say). Until this member has stored a record of
+	// the partition (a new partition, or one taken over after a restart
+	// or a rebalance), the age of the first record not stored.
 	Seconds float64
 }
 
-// Lag measures every partition this member owns and has a stored
-// position for, against the partition's end offset from the broker.
+// Lag measures every partition this member owns, against the partition's
+// end offset from the broker.
 func (c *Consumer) Lag(ctx context.Context) ([]PartitionLag, error) {
 	c.mu.Lock()
 	owned := make(map[tp]int64, len(c.expected))
 	stored := make(map[tp]time.Time, len(c.stored))
 	topics := map[string]bool{}
+	unstored := false
 	for p, next := range c.expected {
-		if next >= 0 {
-			owned[p] = next
-			topics[p.topic] = true
-		}
+		owned[p] = next
+		topics[p.topic] = true
+		unstored = unstored || next < 0
 	}
 	for p, ts := range c.stored {
 		stored[p] = ts
@@ -708,23 +714,71 @@ func (c *Consumer) Lag(ctx context.Context) ([]PartitionLag, error) {
 	if cl == nil || len(owned) == 0 {
 		return nil, nil
 	}
+	adm := kadm.NewClient(cl)
 	// The last stable offsets: the consumer reads committed records only.
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, slices.Collect(maps.Keys(topics))...)
+	ends, err := adm.ListCommittedOffsets(ctx, slices.Collect(maps.Keys(topics))...)
 	if err != nil {
 		return nil, fmt.Errorf("listing end offsets: %w", err)
 	}
+	var starts kadm.ListedOffsets
+	if unstored && c.cfg.Kafka.Reset != "latest" {
+		if starts, err = adm.ListStartOffsets(ctx, slices.Collect(maps.Keys(topics))...); err != nil {
+			return nil, fmt.Errorf("listing start offsets: %w", err)
+		}
+	}
 	now := time.Now()
 	out := make([]PartitionLag, 0, len(owned))
+	from := map[tp]int64{}
+	unknown := map[string]map[int32]kgo.Offset{}
 	for p, next := range owned {
 		end, ok := ends.Lookup(p.topic, p.partition)
 		if !ok || end.Err != nil {
 			continue
 		}
-		l := PartitionLag{Topic: p.topic, Partition: p.partition, Records: max(0, end.Offset-next)}
-		if ts, ok := stored[p]; ok && l.Records > 0 {
-			l.Seconds = max(0, now.Sub(ts).Seconds())
+		at := next
+		if at < 0 {
+			at = end.Offset // kafka.reset: latest
+			if s, ok := starts.Lookup(p.topic, p.partition); ok && s.Err == nil {
+				at = s.Offset
+			}
+		}
+		l := PartitionLag{Topic: p.topic, Partition: p.partition, Records: max(0, end.Offset-at)}
+		if l.Records > 0 {
+			if ts, ok := stored[p]; ok {
+				l.Seconds = max(0, now.Sub(ts).Seconds())
+			} else {
+				if unknown[p.topic] == nil {
+					unknown[p.topic] = map[int32]kgo.Offset{}
+				}
+				unknown[p.topic][p.partition] = kgo.NewOffset().At(at)
+				from[p] = next
+			}
 		}
 		out = append(out, l)
+	}
+	if len(unknown) == 0 {
+		return out, nil
+	}
+	// The first record not stored is read once: its timestamp stands for
+	// the partition's until this member stores a record of it, as the last
+	// stored record's would (both are at most the oldest unstored record's
+	// age, which is what a stuck ingest makes grow).
+	first := (&LagReader{opts: c.lagOpts}).firstUnstored(ctx, unknown)
+	c.mu.Lock()
+	for p, next := range from {
+		ts, ok := first[p.topic][p.partition]
+		if !ok {
+			continue
+		}
+		if _, known := c.stored[p]; !known && c.expected[p] == next {
+			c.stored[p] = ts
+		}
+	}
+	c.mu.Unlock()
+	for i := range out {
+		if ts, ok := first[out[i].Topic][out[i].Partition]; ok {
+			out[i].Seconds = max(0, now.Sub(ts).Seconds())
+		}
 	}
 	return out, nil
 }

@@ -428,3 +428,75 @@ func TestLagPastTransactionMarkers(t *testing.T) {
 		t.Errorf("%v records counted filtered, want 0: a marker is not a record", got)
 	}
 }
+
+// A member that has stored nothing of a partition yet — a new topic, or
+// one taken over after a restart or a rebalance — still reports the
+// partition's lag while ingest is stuck (the offsets table locked, as a
+// hung database would hold it): its records from the first unstored one
+// (the log's start when none is stored), and its seconds from that
+// record's timestamp. It reported no series for a partition with no
+// stored row, and 0 seconds for one whose last stored record another
+// member or an earlier process stored, so SwitchyardIngestBehind could
+// not fire after a restart however long ingest stayed stuck.
+func TestLagOfPartitionsThisMemberHasNotStored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := testenv.MigratedStore(t)
+	fresh, taken := testenv.Topic(t, 1), testenv.Topic(t, 1)
+	group := testenv.Name("g")
+	testenv.Produce(t, taken, records(0, 0, 10)...)
+	c1 := startConsumer(t, store, group, []*Route{route(t, taken, "event")}, nil)
+	testenv.Eventually(t, 60*time.Second, "10 records of the taken topic stored", func() bool {
+		return testenv.Count(t, store, `SELECT coalesce(sum(next_offset), 0) FROM kafka_offsets`) == 10
+	})
+	if err := c1.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err := store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, `LOCK TABLE kafka_offsets IN SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Minute)
+	stale := func(rs []*kgo.Record) []*kgo.Record {
+		for _, r := range rs {
+			r.Timestamp = old
+		}
+		return rs
+	}
+	testenv.Produce(t, fresh, stale(records(0, 0, 8))...)
+	testenv.Produce(t, taken, stale(records(0, 10, 25))...)
+	c2 := startConsumer(t, store, group, []*Route{route(t, fresh, "event"), route(t, taken, "event")}, nil)
+	var ls []PartitionLag
+	// Both partitions are assigned in one join: once one is measured, so
+	// is the other.
+	testenv.Eventually(t, 60*time.Second, "the partitions owned", func() bool {
+		if ls, err = c2.Lag(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return len(ls) > 0
+	})
+	want := map[string]int64{fresh: 8, taken: 15}
+	got := map[string]bool{}
+	for _, l := range ls {
+		got[l.Topic] = true
+		if l.Records != want[l.Topic] || l.Seconds < 60 {
+			t.Errorf("stuck, lag of %s/%d: %d records, %.1f s; want %d records and at least 60 s (the first unstored record's age)",
+				l.Topic, l.Partition, l.Records, l.Seconds, want[l.Topic])
+		}
+	}
+	if !got[fresh] || !got[taken] {
+		t.Errorf("lag measured for %v; want both the new topic %s and the taken one %s", got, fresh, taken)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "caught up", func() bool {
+		ls, err := c2.Lag(ctx)
+		return err == nil && len(ls) == 2 && ls[0].Records+ls[1].Records == 0 && ls[0].Seconds+ls[1].Seconds == 0
+	})
+}
