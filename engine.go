@@ -514,6 +514,7 @@ func (e *Engine) startFlow(ctx context.Context) error {
 			// expression never reads an absent one as "no problem".
 			for _, cause := range flow.Causes {
 				e.metrics.IngestPaused.WithLabelValues(r.Name, cause).Set(0)
+				e.metrics.IngestTopicPaused.WithLabelValues(r.Topic, cause).Set(0)
 			}
 			e.metrics.IngestErrors.WithLabelValues(r.Topic).Add(0)
 		}

@@ -125,6 +125,11 @@ func TestPauseHoldsEveryProcess(t *testing.T) {
 		fmt.Sprintf(`switchyard_ingest_paused{cause="operator",route=%q} 1`, topic)) {
 		t.Fatalf("/metrics does not show the route held by the operator:\n%s", grepLines(body, "switchyard_ingest_paused"))
 	}
+	if _, body := api(t, addr, "GET", "/metrics"); !strings.Contains(body,
+		fmt.Sprintf(`switchyard_ingest_topic_paused{cause="operator",topic=%q} 1`, topic)) {
+		t.Fatalf("/metrics does not show the topic held by the operator (SwitchyardIngestBehind leaves it out by it):\n%s",
+			grepLines(body, "switchyard_ingest_topic_paused"))
+	}
 
 	if code, body := api(t, addr, "POST", "/v1/routes/"+topic+"/resume"); code != http.StatusOK {
 		t.Fatalf("resume route: %d %s", code, body)

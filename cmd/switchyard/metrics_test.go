@@ -59,6 +59,7 @@ routes:
 		`switchyard_queue_oldest_waiting_age_seconds{queue="idle"} 0`,
 		fmt.Sprintf(`switchyard_ingest_records_total{outcome="filtered",topic=%q} 1`, topic),
 		`switchyard_ingest_paused{cause="operator",route="orders"} 0`,
+		fmt.Sprintf(`switchyard_ingest_topic_paused{cause="operator",topic=%q} 0`, topic),
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics has no %s:\n%s", want, grepLines(body, strings.SplitN(want, "{", 2)[0]))

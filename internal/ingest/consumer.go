@@ -296,7 +296,8 @@ func (c *Consumer) adjustOffsets(ctx context.Context, offs map[string]map[int32]
 // loses and reorders nothing). The routes of a topic share its offsets,
 // so one held route holds its siblings too: fetching on for them would
 // move the position past records the held route has not taken. Each
-// route of a held topic reports the cause in switchyard_ingest_paused.
+// route of a held topic reports the cause in switchyard_ingest_paused,
+// and the topic in switchyard_ingest_topic_paused.
 // Safe to call from any goroutine, at any time after Start.
 func (c *Consumer) ApplyHolds() {
 	if c.cfg.Holds == nil || c.cl == nil {
@@ -333,6 +334,12 @@ func (c *Consumer) ApplyHolds() {
 				if cause != "" {
 					c.metrics.IngestPaused.WithLabelValues(r.Name, cause).Set(1)
 				}
+			}
+			if was != "" {
+				c.metrics.IngestTopicPaused.WithLabelValues(topic, was).Set(0)
+			}
+			if cause != "" {
+				c.metrics.IngestTopicPaused.WithLabelValues(topic, cause).Set(1)
 			}
 		}
 	}

@@ -33,7 +33,11 @@ type Metrics struct {
 	KafkaLagRecords *prometheus.GaugeVec
 	KafkaLagSeconds *prometheus.GaugeVec
 	IngestPaused    *prometheus.GaugeVec
-	FlowThrottled   *prometheus.CounterVec
+	// IngestTopicPaused is IngestPaused by topic, the label of the lag
+	// gauges: an alert on a topic's lag can leave out a topic an operator
+	// holds, as the latency alert leaves out a paused queue.
+	IngestTopicPaused *prometheus.GaugeVec
+	FlowThrottled     *prometheus.CounterVec
 	// Flow is not a Prometheus collector: the fleet-wide arrival and
 	// completion counts GET /v1/queues reports (see QueueFlow).
 	Flow *QueueFlow
@@ -138,6 +142,10 @@ func Register(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "switchyard_ingest_paused",
 			Help: "1 while this process holds a route's fetching, by cause: operator (paused) or backpressure (its queue at max_depth).",
 		}, []string{"route", "cause"}),
+		IngestTopicPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchyard_ingest_topic_paused",
+			Help: "1 while this process holds a topic's fetching, by cause: operator (one of its routes paused) or backpressure (a route's queue at max_depth): its lag grows by design.",
+		}, []string{"topic", "cause"}),
 		FlowThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_flow_throttled_total",
 			Help: "Claims of a route that a fleet-wide limit held back while it had runnable jobs, by limit: max_running, group or rate.",
@@ -145,7 +153,7 @@ func Register(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.QueueOldestAge, m.QueueWaitingAge, m.QueuePaused, m.QueueJobs, m.JobDuration, m.QueueWait, m.JobLatency,
 		m.JobAttempts, m.DLQEntries, m.LanesBlocked, m.IngestRecords, m.IngestErrors, m.IngestBatch, m.KafkaLagRecords,
-		m.KafkaLagSeconds, m.IngestPaused, m.FlowThrottled} {
+		m.KafkaLagSeconds, m.IngestPaused, m.IngestTopicPaused, m.FlowThrottled} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering Switchyard's metrics: %w (one engine per registry)", err)
 		}
