@@ -348,7 +348,7 @@ routes:
 		id   int64
 		want string
 	}{
-		{ids[0], `^lane:\s+the head of its lane, 2 waiting behind the head$`},
+		{ids[0], `^lane:\s+the head of its lane, 2 waiting behind it$`},
 		{ids[2], fmt.Sprintf(`^lane:\s+2 jobs ahead of it \(head: job %d\), 2 waiting behind the head$`, ids[0])},
 		{ids[3], `^group:\s+acme \(1 running, max_running 1\)$`},
 		{ids[4], `^group:\s+acme \(1 running, max_running 1\): held by the group's cap until one of them ends$`},
@@ -357,6 +357,37 @@ routes:
 		if code != exitOK || !regexpLine(stdout, c.want) {
 			t.Errorf("jobs get %d: exit %d, want a line %s\nstdout: %s\nstderr: %s", c.id, code, c.want, stdout, stderr)
 		}
+	}
+}
+
+// A strict lane that holds on a missing version has no head: the job
+// that waits for the version before it is not the head, which jobs get
+// said ("the head of its lane, 1 waiting behind the head") while no job
+// of the key ran.
+func TestJobsGetSaysAGapHeldLaneHasNoHead(t *testing.T) {
+	t.Parallel()
+	store, cfg, ctx := cliSchema(t)
+	lane := &pgstore.LanePolicy{Policy: "strict", OnDead: "continue", GapTimeout: time.Hour, GapPolicy: "park"}
+	var b pgstore.IngestBatch
+	for i, v := range []int64{1, 3} {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "t", Kind: "k", Queue: "q", Key: "c42", Version: &v,
+			DedupeKey: fmt.Sprint("t/0/", i), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
+	}
+	if _, err := store.IngestCommit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	j := testenv.ClaimOne(t, store, "q")
+	if c, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: jobstate.Succeeded}}); err != nil || !c.Applied[j.Token] {
+		t.Fatalf("complete: %v %v", c.Applied, err)
+	}
+	var waiting int64
+	if err := store.Pool().QueryRow(ctx, `SELECT id FROM jobs WHERE state = 'waiting'`).Scan(&waiting); err != nil {
+		t.Fatalf("version 3 should wait for version 2: %v", err)
+	}
+	code, stdout, stderr := runCLI("jobs", "get", "--config", cfg, fmt.Sprint(waiting))
+	want := `^lane:\s+next in its lane, 1 waiting; the lane has no head: a strict lane holds here for a missing version until its gap_timeout, then applies its gap_policy$`
+	if code != exitOK || !regexpLine(stdout, want) {
+		t.Errorf("jobs get %d: exit %d, want a line %s\nstdout: %s\nstderr: %s", waiting, code, want, stdout, stderr)
 	}
 }
 

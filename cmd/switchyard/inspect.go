@@ -372,20 +372,36 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 }
 
 // lanePlace says where job id stands in its lane, as the console's Lane
-// section does.
+// section does. A waiting job with nothing ahead of it is not the head:
+// its lane has none, which is a strict lane holding on a missing version
+// (until gap_timeout) or, briefly, a lane whose next job was cancelled
+// as its head ended (the rescuer promotes it). Saying "the head" there
+// sent people looking for a job that was not running.
 func lanePlace(id int64, l pgstore.LanePosition) string {
-	place := "the head of its lane"
+	head := l.HeadJobID != nil && *l.HeadJobID == id
+	var place string
 	switch {
+	case head:
+		place = "the head of its lane"
 	case l.Position == 1:
 		place = "1 job ahead of it"
 	case l.Position > 1:
 		place = fmt.Sprintf("%d jobs ahead of it", l.Position)
+	default:
+		place = "next in its lane"
 	}
-	if l.HeadJobID != nil && *l.HeadJobID != id {
-		place += fmt.Sprintf(" (head: job %d)", *l.HeadJobID)
+	switch {
+	case l.HeadJobID == nil:
+		place += fmt.Sprintf(", %d waiting; the lane has no head: a strict lane holds here for a missing version"+
+			" until its gap_timeout, then applies its gap_policy", l.Waiting)
+	case head:
+		place += fmt.Sprintf(", %d waiting behind it", l.Waiting)
+	default:
+		place += fmt.Sprintf(" (head: job %d), %d waiting behind the head", *l.HeadJobID, l.Waiting)
 	}
-	place += fmt.Sprintf(", %d waiting behind the head", l.Waiting)
-	if l.Blocked {
+	if l.Blocked && head {
+		place += "; dead, it blocks its lane until it is re-driven or discarded"
+	} else if l.Blocked {
 		place += "; blocked by its dead head until it is re-driven or discarded"
 	}
 	return place
