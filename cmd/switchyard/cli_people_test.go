@@ -274,6 +274,37 @@ func TestCLIDLQActionsOnARedrivenEntry(t *testing.T) {
 	}
 }
 
+// A re-drive puts a lane's dead job back in its lane's order, where a
+// version the lane has passed ends skipped in the same transaction: a
+// strict lane under on_dead: continue consumed the dead job's version.
+// dlq redrive said only "re-drove DLQ entry N as job M", which read as
+// if the job would run.
+func TestCLIDLQRedriveSaysTheLaneSkippedTheJob(t *testing.T) {
+	t.Parallel()
+	store, cfg, ctx := cliSchema(t)
+	v := int64(1)
+	if _, err := store.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "t", Kind: "k", Queue: "q",
+		Key: "c42", Version: &v, DedupeKey: "t/0/0", Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t",
+		Lane: &pgstore.LanePolicy{Policy: "strict", OnDead: "continue", GapTimeout: time.Hour, GapPolicy: "park"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	j := testenv.ClaimOne(t, store, "q")
+	if c, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: jobstate.Dead,
+		Reason: "permanent", Error: "HTTP 422"}}); err != nil || !c.Applied[j.Token] {
+		t.Fatalf("complete dead: %v %v", c.Applied, err)
+	}
+	var entry int64
+	if err := store.Pool().QueryRow(ctx, `SELECT id FROM dlq_entries WHERE job_id = $1`, j.ID).Scan(&entry); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI("dlq", "redrive", "--config", cfg, fmt.Sprint(entry))
+	want := fmt.Sprintf("re-drove DLQ entry %d as job %d, which its lane skipped at once, never delivered: "+
+		"version 1 is not newer than the last applied version 1\n", entry, j.ID)
+	if code != exitOK || stdout != want {
+		t.Errorf("dlq redrive of a strict lane's dead job: exit %d, want %q\nstdout: %q\nstderr: %s", code, want, stdout, stderr)
+	}
+}
+
 // cliSchema is a migrated schema of the test's own, its store, a config
 // of one route, t, into queue q, and a context for the test's own
 // statements.

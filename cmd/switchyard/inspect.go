@@ -744,6 +744,15 @@ examples:
 		if *asJSON {
 			return printJSON(stdout, map[string]any{"id": id, "job_id": jobID})
 		}
+		// The re-drive's own transaction puts a job of a lane back in the
+		// lane's order, where a version the lane has passed (applied, or
+		// a strict lane's dead or gap-parked version) ends skipped at
+		// once. "re-drove" alone read as if the job would run.
+		if j, err := store.JobGet(ctx, jobID); err == nil && j.State == jobstate.Skipped && j.LastError != nil {
+			fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d, which its lane skipped at once, never delivered: %s\n",
+				id, jobID, visible(*j.LastError, false))
+			return nil
+		}
 		fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d\n", id, jobID)
 		return nil
 	}
