@@ -110,6 +110,8 @@ DROP FUNCTION IF EXISTS lanes_advance(bigint[], bigint[], text[], bigint[], bigi
 --                                      would wait out a gap for it
 --   dead                block          blocked: nothing is promoted
 --   discarded (dead)                   freed, its version not applied
+--                                      (passed under policy strict, as
+--                                      an ended head's, for that reason)
 --   not final, lane blocked            unblocked: re-driven in place, the
 --                                      head runs again
 --   not final otherwise                unchanged (a stale outcome: the job
@@ -237,9 +239,12 @@ BEGIN
     ), c AS (
         -- What each change leaves in the lane: its last applied version,
         -- and whether the lane is written later, once, with its next head
-        -- (a freed non-strict lane: one row version a job, not two).
+        -- (a freed non-strict lane: one row version a job, not two). A
+        -- strict lane counts a dead head's version as passed, whether it
+        -- ends under on_dead: continue or is discarded under block: else
+        -- the next version waited out gap_timeout for the discarded one.
         SELECT route, key, id, lane, policy, change,
-            CASE WHEN change = 'end' AND applies AND version IS NOT NULL
+            CASE WHEN change IN ('end', 'leave') AND applies AND version IS NOT NULL
                 THEN greatest(last_version, version) ELSE last_version END AS last_version,
             change IN ('end', 'leave') AND policy <> 'strict' AS deferred
         FROM h WHERE change IS NOT NULL

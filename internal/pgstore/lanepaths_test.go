@@ -278,3 +278,40 @@ func laneSnapshot(t *testing.T, s *pgstore.Store) map[string]string {
 	}
 	return out
 }
+
+// Discarding the dead head that blocks a strict lane lets the lane move
+// on: its next version runs, rather than waiting out gap_timeout for the
+// discarded version and then being parked (or run) by gap_policy. A
+// strict lane counts a dead head's version as passed, as it does for one
+// that ends under on_dead: continue.
+func TestStrictLaneDiscardLetsTheNextVersionRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	lane := &pgstore.LanePolicy{Policy: "strict", OnDead: "block", GapTimeout: time.Hour, GapPolicy: "park"}
+	var b pgstore.IngestBatch
+	for i := range int64(3) {
+		v := i + 1
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "c42", Version: &v,
+			DedupeKey: fmt.Sprint("r/0/", i), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "r", Offset: i, Lane: lane})
+	}
+	if _, err := s.IngestCommit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
+	v2 := testenv.ClaimOne(t, s, "q")
+	complete(t, s, v2, jobstate.Dead, "permanent")
+	if err := s.DLQDiscard(ctx, dlqEntryOf(t, s, v2.ID), "test"); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	var gap bool
+	if err := s.Pool().QueryRow(ctx, `SELECT j.state, l.gap_since IS NOT NULL FROM jobs j JOIN lanes l USING (route, key)
+		WHERE j.version = 3`).Scan(&state, &gap); err != nil {
+		t.Fatal(err)
+	}
+	if state != "queued" || gap {
+		t.Errorf("version 3 after its strict lane's dead head (version 2) was discarded: %s, gap held %v; want queued, no gap",
+			state, gap)
+	}
+}
