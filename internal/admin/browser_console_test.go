@@ -647,6 +647,24 @@ func TestBrowserConsoleFiltersAndPayloads(t *testing.T) {
 	p.goTo(fmt.Sprintf("jobs/%d", c.laneJob))
 	p.waitText("#data", "2 jobs ahead of it")
 
+	// A strict lane holding for a missing version has no head: its next
+	// job is not called the head.
+	strict := &pgstore.LanePolicy{Policy: "strict", OnDead: "block", GapTimeout: time.Hour, GapPolicy: "park"}
+	var held []pgstore.NewJob
+	for i, v := range []int64{1, 3} {
+		j := consoleJob("accounts", "account.post", "accounts", "acct-9", int64(i), []byte(`{}`))
+		j.Version, j.Lane = &v, strict
+		held = append(held, j)
+	}
+	seed(t, c.store, held, nil)
+	first := testenv.ClaimOne(t, c.store, "accounts")
+	if done, err := c.store.JobComplete(context.Background(), []pgstore.Outcome{{ID: first.ID, Token: first.Token,
+		State: "succeeded", Lane: first.LaneRef()}}); err != nil || !done.Applied[first.Token] {
+		t.Fatalf("complete version 1: %v %v", done.Applied, err)
+	}
+	p.goTo(fmt.Sprintf("jobs/%d", first.ID+1))
+	p.waitText("#data", "next in its lane, which has no head")
+
 	p.goTo("dlq?reason=missing_field")
 	p.waitText("#data tbody", "missing_field")
 	if n := p.count("#data tbody tr"); n != 1 {

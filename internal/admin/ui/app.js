@@ -608,7 +608,12 @@ const jobsPage = {
     if (j.lane) {
       const l = j.lane;
       out.push(section("Lane", fields([
-        ["position", l.position === 0 ? "the head of its lane" : l.position + " job" + (l.position === 1 ? "" : "s") + " ahead of it"],
+        // A waiting job with nothing ahead is not the head when the lane
+        // has none: a strict lane holding for a missing version.
+        ["position", l.position > 0 ? l.position + " job" + (l.position === 1 ? "" : "s") + " ahead of it"
+          : l.head_job_id === j.id ? "the head of its lane"
+          : l.head_job_id === null ? "next in its lane, which has no head: a strict lane holds here for a missing version until its gap_timeout, then applies its gap_policy"
+          : "in its lane"],
         ["waiting", l.waiting + " behind the head"], ["head", jobLink(l.head_job_id)],
         ["blocked", l.blocked ? badge("blocked") : "no"]])));
     }
