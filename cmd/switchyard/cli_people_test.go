@@ -239,6 +239,23 @@ func TestCLIRetryNow(t *testing.T) {
 	}
 }
 
+// killOne claims a job of queue q, ends it dead with a permanent error,
+// and returns it and the DLQ entry that parked it.
+func killOne(t *testing.T, store *pgstore.Store) (*pgstore.Claimed, int64) {
+	t.Helper()
+	ctx := context.Background()
+	j := testenv.ClaimOne(t, store, "q")
+	if c, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: jobstate.Dead,
+		Reason: "permanent", Error: "HTTP 422"}}); err != nil || !c.Applied[j.Token] {
+		t.Fatalf("complete dead: %v %v", c.Applied, err)
+	}
+	var entry int64
+	if err := store.Pool().QueryRow(ctx, `SELECT id FROM dlq_entries WHERE job_id = $1`, j.ID).Scan(&entry); err != nil {
+		t.Fatal(err)
+	}
+	return j, entry
+}
+
 // dlq redrive and dlq discard of an entry re-driven already fail with the
 // admin API's reason, naming the job the entry made, not a generic
 // conflict; the entry stays.
@@ -249,15 +266,7 @@ func TestCLIDLQActionsOnARedrivenEntry(t *testing.T) {
 		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{}); err != nil {
 		t.Fatal(err)
 	}
-	j := testenv.ClaimOne(t, store, "q")
-	if c, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: jobstate.Dead,
-		Reason: "permanent", Error: "HTTP 422"}}); err != nil || !c.Applied[j.Token] {
-		t.Fatalf("complete dead: %v %v", c.Applied, err)
-	}
-	var entry int64
-	if err := store.Pool().QueryRow(ctx, `SELECT id FROM dlq_entries WHERE job_id = $1`, j.ID).Scan(&entry); err != nil {
-		t.Fatal(err)
-	}
+	j, entry := killOne(t, store)
 	if _, err := store.DLQRedrive(ctx, entry, "oncall"); err != nil {
 		t.Fatal(err)
 	}
@@ -288,15 +297,7 @@ func TestCLIDLQRedriveSaysTheLaneSkippedTheJob(t *testing.T) {
 		Lane: &pgstore.LanePolicy{Policy: "strict", OnDead: "continue", GapTimeout: time.Hour, GapPolicy: "park"}}}}); err != nil {
 		t.Fatal(err)
 	}
-	j := testenv.ClaimOne(t, store, "q")
-	if c, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: jobstate.Dead,
-		Reason: "permanent", Error: "HTTP 422"}}); err != nil || !c.Applied[j.Token] {
-		t.Fatalf("complete dead: %v %v", c.Applied, err)
-	}
-	var entry int64
-	if err := store.Pool().QueryRow(ctx, `SELECT id FROM dlq_entries WHERE job_id = $1`, j.ID).Scan(&entry); err != nil {
-		t.Fatal(err)
-	}
+	j, entry := killOne(t, store)
 	code, stdout, stderr := runCLI("dlq", "redrive", "--config", cfg, fmt.Sprint(entry))
 	want := fmt.Sprintf("re-drove DLQ entry %d as job %d, which its lane skipped at once, never delivered: "+
 		"version 1 is not newer than the last applied version 1\n", entry, j.ID)
