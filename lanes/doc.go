@@ -13,8 +13,13 @@
 // Jobs of an ordered route are inserted with lane = true and state
 // 'waiting'. A row in lanes (route, key) holds the lane's policy (none,
 // newer, strict), on_dead, gap settings, last_version (the last applied
-// version) and head_job_id: the lane's one job that is queued, running,
-// retrying — or dead and blocking. A lane without a head is idle.
+// version: a job not newer is stale), passed_version (strict lanes: the
+// last version passed without being applied — a dead, discarded or
+// parked job's — so that the version a strict lane waits for next follows
+// the greater of the two, while the job it passed can still run,
+// re-driven or late) and head_job_id: the lane's one job that is queued,
+// running, retrying — or dead and blocking. A lane without a head is
+// idle.
 //
 // # Promotion, and why the claim query never looks at lanes
 //
@@ -34,9 +39,10 @@
 //   - in the transaction that ends a head, by lanes_advance: the one
 //     definition of what a head's end does to its lane (a table of every
 //     case heads it). It clears the head (recording the version as
-//     applied when it succeeded; strict lanes also consume the version of
-//     a dead head), or marks the lane blocked when the head died under
-//     on_dead: block, and promotes the next job of a freed lane. The
+//     applied when it succeeded; strict lanes record any other ended
+//     head's version as passed), or marks the lane blocked when the head
+//     died under on_dead: block, and promotes the next job of a freed
+//     lane. The
 //     completer, which ends heads by the batch, calls it once per batch
 //     in the same round trip as the outcomes (it reads the heads' states
 //     only once it holds their lanes, so a job whose outcome was stale

@@ -218,6 +218,7 @@ func TestNewerSkipsStaleAndDuplicateVersions(t *testing.T) {
 
 // strict: a gap holds the lane for gap_timeout, then parks (DLQ reason
 // gap) and the lane continues; a version arriving in time fills the gap.
+// The parked job, never applied, runs when re-driven.
 func TestStrictGapParksAfterTimeout(t *testing.T) {
 	t.Parallel()
 	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
@@ -240,6 +241,17 @@ func TestStrictGapParksAfterTimeout(t *testing.T) {
 	}
 	if got := r.startsOf("b"); fmt.Sprint(got) != "[1 2 3]" {
 		t.Fatalf("b delivered %v, want [1 2 3]", got)
+	}
+	var entry int64
+	if err := store.Pool().QueryRow(context.Background(), `SELECT id FROM dlq_entries WHERE reason = 'gap'`).Scan(&entry); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.DLQRedrive(context.Background(), entry, "test"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "a's re-driven version 3 delivered", func() bool { return len(r.startsOf("a")) == 2 })
+	if got := r.startsOf("a"); fmt.Sprint(got) != "[1 3]" {
+		t.Fatalf("a delivered %v after the re-drive, want [1 3]", got)
 	}
 }
 

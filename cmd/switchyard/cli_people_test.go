@@ -284,25 +284,34 @@ func TestCLIDLQActionsOnARedrivenEntry(t *testing.T) {
 }
 
 // A re-drive puts a lane's dead job back in its lane's order, where a
-// version the lane has passed ends skipped in the same transaction: a
-// strict lane under on_dead: continue consumed the dead job's version.
-// dlq redrive said only "re-drove DLQ entry N as job M", which read as
-// if the job would run.
+// version older than one applied since ends skipped in the same
+// transaction: under on_dead: continue the lane ran the dead job's next
+// version. dlq redrive said only "re-drove DLQ entry N as job M", which
+// read as if the job would run.
 func TestCLIDLQRedriveSaysTheLaneSkippedTheJob(t *testing.T) {
 	t.Parallel()
 	store, cfg, ctx := cliSchema(t)
-	v := int64(1)
-	if _, err := store.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "t", Kind: "k", Queue: "q",
-		Key: "c42", Version: &v, DedupeKey: "t/0/0", Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t",
-		Lane: &pgstore.LanePolicy{Policy: "strict", OnDead: "continue", GapTimeout: time.Hour, GapPolicy: "park"}}}}); err != nil {
+	var b pgstore.IngestBatch
+	for i := range int64(2) {
+		v := i + 1
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "t", Kind: "k", Queue: "q", Key: "c42", Version: &v,
+			DedupeKey: fmt.Sprint("t/0/", i), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t", Offset: i,
+			Lane: &pgstore.LanePolicy{Policy: "strict", OnDead: "continue", GapTimeout: time.Hour, GapPolicy: "park"}})
+	}
+	if _, err := store.IngestCommit(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	j, entry := killOne(t, store)
+	next := testenv.ClaimOne(t, store, "q")
+	if c, err := store.JobComplete(ctx, []pgstore.Outcome{{ID: next.ID, Token: next.Token, State: jobstate.Succeeded,
+		Lane: next.LaneRef()}}); err != nil || !c.Applied[next.Token] {
+		t.Fatalf("complete version 2: %v %v", c.Applied, err)
+	}
 	code, stdout, stderr := runCLI("dlq", "redrive", "--config", cfg, fmt.Sprint(entry))
 	want := fmt.Sprintf("re-drove DLQ entry %d as job %d, which its lane skipped at once, never delivered: "+
-		"version 1 is not newer than the last applied version 1\n", entry, j.ID)
+		"version 1 is not newer than the last applied version 2\n", entry, j.ID)
 	if code != exitOK || stdout != want {
-		t.Errorf("dlq redrive of a strict lane's dead job: exit %d, want %q\nstdout: %q\nstderr: %s", code, want, stdout, stderr)
+		t.Errorf("dlq redrive of a strict lane's dead job, its next version applied since: exit %d, want %q\nstdout: %q\nstderr: %s", code, want, stdout, stderr)
 	}
 }
 

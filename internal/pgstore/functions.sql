@@ -57,7 +57,13 @@ BEGIN
             INSERT INTO outcome_tally (kind, outcome, n) VALUES (j.kind, 'skipped', 1);
             CONTINUE;
         END IF;
-        IF l.policy = 'strict' AND l.last_version IS NOT NULL AND j.version > l.last_version + 1 THEN
+        -- The version a strict lane waits for is the one after the last it
+        -- applied or passed (gave up on: dead, discarded, parked), so that
+        -- one it could not apply holds nothing up. Staleness, above, is
+        -- judged by the applied version alone: the job of a version passed
+        -- unapplied still runs, re-driven or late. (NULL, no version yet,
+        -- compares as no gap.)
+        IF l.policy = 'strict' AND j.version > greatest(l.last_version, l.passed_version) + 1 THEN
             IF l.gap_since IS NULL THEN
                 UPDATE lanes SET gap_since = now() WHERE route = p_route AND key = p_key;
                 RETURN;
@@ -67,7 +73,8 @@ BEGIN
             END IF;
             IF l.gap_policy = 'park' THEN
                 UPDATE jobs SET state = 'dead', finished_at = now(),
-                    last_error = format('version %s waited %s for version %s', j.version, l.gap_timeout, l.last_version + 1)
+                    last_error = format('version %s waited %s for version %s', j.version, l.gap_timeout,
+                        greatest(l.last_version, l.passed_version) + 1)
                 WHERE id = j.id;
                 INSERT INTO dlq_entries (reason, route, queue, job_id, src_topic, src_partition, src_offset,
                     attempts, last_error, errors, payload, header_keys, header_values)
@@ -75,9 +82,9 @@ BEGIN
                     last_error, errors, payload, header_keys, header_values
                 FROM jobs WHERE id = j.id
                 ON CONFLICT DO NOTHING;
-                l.last_version := j.version;
+                l.passed_version := j.version;
                 l.gap_since := NULL;
-                UPDATE lanes SET last_version = j.version, gap_since = NULL WHERE route = p_route AND key = p_key;
+                UPDATE lanes SET passed_version = j.version, gap_since = NULL WHERE route = p_route AND key = p_key;
                 CONTINUE;
             END IF;
             -- gap_policy proceed: run it despite the gap.
@@ -104,10 +111,11 @@ DROP FUNCTION IF EXISTS lanes_advance(bigint[], bigint[], text[], bigint[], bigi
 --
 --   its state           under on_dead  the lane
 --   succeeded, skipped,                freed; a succeeded head's version
---   cancelled, expired                 counts as applied, and under
---                                      policy strict any ended head's
---   dead                continue       does, or every later version
---                                      would wait out a gap for it
+--   cancelled, expired                 counts as applied (last_version),
+--   dead                continue       and under policy strict any other
+--                                      ended head's as passed
+--                                      (passed_version), or every later
+--                                      version would wait out a gap for it
 --   dead                block          blocked: nothing is promoted
 --   discarded (dead)                   freed, its version not applied
 --                                      (passed under policy strict, as
@@ -220,7 +228,7 @@ BEGIN
     -- commit.
     WITH h AS MATERIALIZED (
         -- By primary key only, whatever the statistics say.
-        SELECT e.route, e.key, e.id, e.lane, j.version, l.policy, l.last_version,
+        SELECT e.route, e.key, e.id, e.lane, j.version, l.policy, l.last_version, l.passed_version,
             CASE
                 WHEN e.id = ANY(p_discarded) AND j.state = 'dead' THEN 'leave'
                 WHEN j.state IN ('succeeded', 'skipped', 'cancelled', 'expired', 'coalesced') THEN 'end'
@@ -228,7 +236,7 @@ BEGIN
                 WHEN j.state = 'dead' THEN 'end'
                 WHEN l.blocked THEN 'resume'
             END AS change,
-            j.state = 'succeeded' OR l.policy = 'strict' AS applies
+            j.state = 'succeeded' AS applies
         FROM unnest(e_route, e_key, e_id, e_gone, e_left, e_lane) AS e(route, key, id, gone_version, left_jobs, lane)
         CROSS JOIN LATERAL (
             SELECT state, version FROM jobs WHERE id = e.id AND NOT e.left_jobs
@@ -238,21 +246,24 @@ BEGIN
         JOIN lanes l ON l.ctid = e.lane
     ), c AS (
         -- What each change leaves in the lane: its last applied version,
-        -- and whether the lane is written later, once, with its next head
-        -- (a freed non-strict lane: one row version a job, not two). A
-        -- strict lane counts a dead head's version as passed, whether it
-        -- ends under on_dead: continue or is discarded under block: else
-        -- the next version waited out gap_timeout for the discarded one.
+        -- its last passed one, and whether the lane is written later,
+        -- once, with its next head (a freed non-strict lane: one row
+        -- version a job, not two). A strict lane passes a dead head's
+        -- version, whether it ends under on_dead: continue or is discarded
+        -- under block (else the next version waited out gap_timeout for
+        -- it), but applies only a success's: the dead job, re-driven, runs.
         SELECT route, key, id, lane, policy, change,
-            CASE WHEN change IN ('end', 'leave') AND applies AND version IS NOT NULL
+            CASE WHEN applies AND version IS NOT NULL
                 THEN greatest(last_version, version) ELSE last_version END AS last_version,
+            CASE WHEN change IN ('end', 'leave') AND policy = 'strict' AND NOT applies AND version IS NOT NULL
+                THEN greatest(passed_version, version) ELSE passed_version END AS passed_version,
             change IN ('end', 'leave') AND policy <> 'strict' AS deferred
         FROM h WHERE change IS NOT NULL
     ), changed AS (
         UPDATE lanes l SET
             blocked = (c.change = 'block'),
             head_job_id = CASE WHEN c.change IN ('block', 'resume') THEN l.head_job_id END,
-            last_version = c.last_version
+            last_version = c.last_version, passed_version = c.passed_version
         FROM c
         WHERE l.ctid = c.lane AND NOT c.deferred
     )

@@ -264,7 +264,8 @@ func advance(t *testing.T, s *pgstore.Store, ids []int64, discarded bool) {
 func laneSnapshot(t *testing.T, s *pgstore.Store) map[string]string {
 	t.Helper()
 	rows, err := s.Pool().Query(context.Background(), `
-		SELECT l.route, format('head=%s last=%s blocked=%s gap=%s jobs=%s', l.head_job_id, l.last_version, l.blocked,
+		SELECT l.route, format('head=%s last=%s passed=%s blocked=%s gap=%s jobs=%s', l.head_job_id, l.last_version,
+			l.passed_version, l.blocked,
 			l.gap_since IS NOT NULL,
 			(SELECT string_agg(j.state || ':' || j.attempts, ',' ORDER BY j.src_offset) FROM all_jobs j WHERE j.route = l.route))
 		FROM lanes l`)
@@ -314,4 +315,132 @@ func TestStrictLaneDiscardLetsTheNextVersionRun(t *testing.T) {
 		t.Errorf("version 3 after its strict lane's dead head (version 2) was discarded: %s, gap held %v; want queued, no gap",
 			state, gap)
 	}
+}
+
+// A strict lane passes the version of a job it could not apply (dead
+// under on_dead: continue, parked for a gap) without applying it: a
+// re-drive of that job, or a late record of a version the lane had
+// given up waiting for, runs, unless a later version has been applied
+// since. The lane counted such a version as applied, so every re-drive of
+// a gap entry or of a dead job under continue ended skipped, although it
+// had never run and nothing after it had.
+func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ingest := func(t *testing.T, s *pgstore.Store, onDead string, versions ...int64) {
+		t.Helper()
+		lane := &pgstore.LanePolicy{Policy: "strict", OnDead: onDead, GapTimeout: time.Hour, GapPolicy: "park"}
+		var b pgstore.IngestBatch
+		for _, v := range versions {
+			b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "c42", Version: &v,
+				DedupeKey: fmt.Sprint("r/0/", v), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "r", Offset: v, Lane: lane})
+		}
+		if _, err := s.IngestCommit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stateOf := func(t *testing.T, s *pgstore.Store, version int64) (state, lastErr string) {
+		t.Helper()
+		if err := s.Pool().QueryRow(ctx, `SELECT state, coalesce(last_error, '') FROM all_jobs WHERE version = $1`,
+			version).Scan(&state, &lastErr); err != nil {
+			t.Fatal(err)
+		}
+		return state, lastErr
+	}
+	redrive := func(t *testing.T, s *pgstore.Store, version int64) {
+		t.Helper()
+		var id int64
+		if err := s.Pool().QueryRow(ctx, `SELECT id FROM jobs WHERE version = $1`, version).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DLQRedrive(ctx, dlqEntryOf(t, s, id), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// parkV3 runs version 1, then lets version 3 wait out its gap for 2
+	// and be parked.
+	parkV3 := func(t *testing.T, s *pgstore.Store) {
+		t.Helper()
+		ingest(t, s, "continue", 1, 3)
+		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
+		if _, err := s.Pool().Exec(ctx, `UPDATE lanes SET gap_since = now() - interval '2 hours'`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.LaneSweepGaps(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		if state, _ := stateOf(t, s, 3); state != "dead" {
+			t.Fatalf("version 3 after its gap's timeout: %s, want dead (parked)", state)
+		}
+	}
+
+	t.Run("dead under continue, re-driven", func(t *testing.T) {
+		t.Parallel()
+		s := testenv.MigratedStore(t)
+		ingest(t, s, "continue", 1, 2)
+		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
+		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Dead, "permanent")
+		redrive(t, s, 2)
+		if state, msg := stateOf(t, s, 2); state != "queued" {
+			t.Fatalf("re-driven version 2, never applied, nothing after it: %s (%s), want queued", state, msg)
+		}
+		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
+		ingest(t, s, "continue", 3)
+		if state, _ := stateOf(t, s, 3); state != "queued" {
+			t.Errorf("version 3 after the re-driven version 2 succeeded: %s, want queued", state)
+		}
+	})
+	t.Run("parked for a gap, re-driven", func(t *testing.T) {
+		t.Parallel()
+		s := testenv.MigratedStore(t)
+		parkV3(t, s)
+		redrive(t, s, 3)
+		if state, msg := stateOf(t, s, 3); state != "queued" {
+			t.Errorf("re-driven gap entry (version 3): %s (%s), want queued", state, msg)
+		}
+	})
+	t.Run("parked for a gap, the missing version late", func(t *testing.T) {
+		t.Parallel()
+		s := testenv.MigratedStore(t)
+		parkV3(t, s)
+		ingest(t, s, "continue", 2)
+		if state, msg := stateOf(t, s, 2); state != "queued" {
+			t.Fatalf("version 2, arriving after the lane gave up on it: %s (%s), want queued", state, msg)
+		}
+		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
+		redrive(t, s, 3)
+		if state, msg := stateOf(t, s, 3); state != "queued" {
+			t.Errorf("re-driven version 3 after version 2 ran: %s (%s), want queued", state, msg)
+		}
+	})
+	t.Run("passed, never applied, kept by the prune", func(t *testing.T) {
+		t.Parallel()
+		s := testenv.MigratedStore(t)
+		ingest(t, s, "continue", 1)
+		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Dead, "permanent")
+		if _, err := pruneAll(ctx, s, 0); err != nil {
+			t.Fatal(err)
+		}
+		ingest(t, s, "continue", 3)
+		var gap bool
+		if err := s.Pool().QueryRow(ctx, `SELECT gap_since IS NOT NULL FROM lanes WHERE key = 'c42'`).Scan(&gap); err != nil {
+			t.Fatal(err)
+		}
+		if state, _ := stateOf(t, s, 3); state != "waiting" || !gap {
+			t.Errorf("version 3 after the lane passed version 1 and was pruned: %s, gap held %v; want waiting for version 2",
+				state, gap)
+		}
+	})
+	t.Run("a later version applied since", func(t *testing.T) {
+		t.Parallel()
+		s := testenv.MigratedStore(t)
+		ingest(t, s, "continue", 1, 2)
+		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Dead, "permanent")
+		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
+		redrive(t, s, 1)
+		want := "version 1 is not newer than the last applied version 2"
+		if state, msg := stateOf(t, s, 1); state != "skipped" || msg != want {
+			t.Errorf("re-driven version 1 after version 2 succeeded: %s (%s), want skipped (%s)", state, msg, want)
+		}
+	})
 }

@@ -60,23 +60,26 @@ type LaneKey struct{ Route, Key string }
 // LanePrune deletes, among the page of up to page lanes after after in
 // (route, key) order, the lanes that hold nothing: no head, not blocked,
 // no strict gap, no waiting job, and no version (policy none, or no
-// version applied yet). Without it a lane row stays for every key an
-// ordered route has ever seen. A job that joins a pruned lane makes it
-// again: ingest and enqueue by lanes_upsert, a re-run or re-drive by
-// lane_promote. It returns the page's last lane, to pass as after next
-// time, or nil when the page reached the end of the table, and how many
-// lanes it pruned, and promoted: an idle lane (no head) whose jobs wait is
-// given its next head instead.
+// version applied or passed yet). Without it a lane row stays for every
+// key an ordered route has ever seen. A job that joins a pruned lane
+// makes it again: ingest and enqueue by lanes_upsert, a re-run or a
+// re-drive by lane_promote. It returns the page's last lane, to pass as
+// after next time, or nil when the page reached the end of the table, and
+// how many lanes it pruned, and promoted: an idle lane (no head) whose
+// jobs wait is given its next head instead.
 //
 // An idle versioned lane keeps its last applied version, which a late
-// record is measured against, for versions (retention.versions; 0: for
-// good). The first prune that finds it idle stamps it with the time and
-// the version (lanes.idle_since, idle_version); a prune that finds it
-// idle with that same version more than versions later deletes it, and a
-// version applied in between makes the next prune stamp it again. So a
-// lane forgets its version at least versions after it last changed, and
-// a record older than that then runs as its key's first. A stamped lane
-// that is not due is not even locked (a row lock writes the row).
+// record is measured against (and a strict lane the version it passed
+// unapplied, which the next it waits for follows), for versions
+// (retention.versions; 0: for good). Its version, for this, is the
+// greater of the two. The first prune that finds it idle stamps it with
+// the time and the version (lanes.idle_since, idle_version); a prune that
+// finds it idle with that same version more than versions later deletes
+// it, and a version applied in between makes the next prune stamp it
+// again. So a lane forgets its version at least versions after it last
+// changed, and a record older than that then runs as its key's first. A
+// stamped lane that is not due is not even locked (a row lock writes the
+// row).
 //
 // Safe beside every path that adds a job to a lane: the idle lanes are
 // locked first (SKIP LOCKED: a lane some transaction holds is not idle
@@ -108,8 +111,8 @@ func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int, versions
 			SELECT route, key FROM lanes
 			WHERE (route, key) > ($1, $2) AND (route, key) <= ($3, $4)
 			  AND head_job_id IS NULL AND NOT blocked AND gap_since IS NULL
-			  AND (policy = 'none' OR last_version IS NULL
-			       OR ($5::bigint > 0 AND (idle_version IS DISTINCT FROM last_version
+			  AND (policy = 'none' OR greatest(last_version, passed_version) IS NULL
+			       OR ($5::bigint > 0 AND (idle_version IS DISTINCT FROM greatest(last_version, passed_version)
 			                               OR idle_since <= now() - $5::bigint * interval '1 millisecond')))
 			FOR UPDATE SKIP LOCKED`, after.Route, after.Key, last.Route, last.Key, versions.Milliseconds())
 		if err != nil {
@@ -138,15 +141,15 @@ func (s *Store) LanePrune(ctx context.Context, after LaneKey, page int, versions
 			), pruned AS (
 				DELETE FROM lanes l USING idle u
 				WHERE l.route = u.route AND l.key = u.key AND NOT u.waits
-				  AND (l.policy = 'none' OR l.last_version IS NULL
-				       OR (l.idle_version = l.last_version AND l.idle_since <= now() - $3::bigint * interval '1 millisecond'))
+				  AND (l.policy = 'none' OR greatest(l.last_version, l.passed_version) IS NULL
+				       OR (l.idle_version = greatest(l.last_version, l.passed_version) AND l.idle_since <= now() - $3::bigint * interval '1 millisecond'))
 				RETURNING 1
 			), stamped AS (
-				UPDATE lanes l SET idle_since = now(), idle_version = l.last_version
+				UPDATE lanes l SET idle_since = now(), idle_version = greatest(l.last_version, l.passed_version)
 				FROM idle u
 				WHERE l.route = u.route AND l.key = u.key AND NOT u.waits
-				  AND l.policy <> 'none' AND l.last_version IS NOT NULL
-				  AND l.idle_version IS DISTINCT FROM l.last_version
+				  AND l.policy <> 'none' AND greatest(l.last_version, l.passed_version) IS NOT NULL
+				  AND l.idle_version IS DISTINCT FROM greatest(l.last_version, l.passed_version)
 			), stuck AS (
 				SELECT lane_promote(u.route, u.key) FROM idle u WHERE u.waits ORDER BY u.route, u.key
 			)

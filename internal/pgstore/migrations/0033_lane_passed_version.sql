@@ -1,0 +1,18 @@
+-- 0033: what a strict lane passed without applying it, apart from what
+-- it applied.
+--
+-- Why: a strict lane moves past a version it cannot apply (a dead head
+-- under on_dead: continue, one discarded under block, a job parked for a
+-- gap), so that the next version does not wait out gap_timeout for it.
+-- It recorded that in last_version, the version a job is judged stale
+-- against (I3), so a re-drive of such a job, or a late record of the
+-- missing version, ended skipped although that version had never been
+-- applied. passed_version holds the highest version passed unapplied;
+-- last_version is again only what succeeded; the next version a strict
+-- lane waits for follows the greater of the two (functions.sql's
+-- lane_promote). NULL for the other policies, which pass nothing.
+--
+-- An existing strict lane's last_version keeps counting as applied, as
+-- it was read before. Nullable without a default: adding it rewrites
+-- nothing.
+ALTER TABLE lanes ADD COLUMN passed_version bigint;
