@@ -404,7 +404,8 @@ routes:
 // A strict lane that holds on a missing version has no head: the job
 // that waits for the version before it is not the head, which jobs get
 // said ("the head of its lane, 1 waiting behind the head") while no job
-// of the key ran.
+// of the key ran. It names the version the lane waits for, until when,
+// and what it does then.
 func TestJobsGetSaysAGapHeldLaneHasNoHead(t *testing.T) {
 	t.Parallel()
 	store, cfg, ctx := cliSchema(t)
@@ -426,7 +427,8 @@ func TestJobsGetSaysAGapHeldLaneHasNoHead(t *testing.T) {
 		t.Fatalf("version 3 should wait for version 2: %v", err)
 	}
 	code, stdout, stderr := runCLI("jobs", "get", "--config", cfg, fmt.Sprint(waiting))
-	want := `^lane:\s+next in its lane, 1 waiting; the lane has no head: a strict lane holds here for a missing version until its gap_timeout, then applies its gap_policy$`
+	want := `^lane:\s+next in its lane, 1 waiting; the lane has no head: it holds for version 2, missing, until \S+ \(in 1h\), ` +
+		`then parks its next job \(gap_policy park\); last applied version 1$`
 	if code != exitOK || !regexpLine(stdout, want) {
 		t.Errorf("jobs get %d: exit %d, want a line %s\nstdout: %s\nstderr: %s", waiting, code, want, stdout, stderr)
 	}

@@ -341,7 +341,7 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 		v.add("source", fmt.Sprintf("%s/%d/%d", j.Source.Topic, j.Source.Partition, j.Source.Offset))
 	}
 	if l := j.Lane; l != nil {
-		v.add("lane", lanePlace(j.ID, *l))
+		v.add("lane", lanePlace(now, j.ID, *l))
 	}
 	if g := j.Group; g != nil {
 		line := fmt.Sprintf("%s (%d running, max_running %d)", clip(g.Value, 60), g.Running, g.MaxRunning)
@@ -374,10 +374,11 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 // lanePlace says where job id stands in its lane, as the console's Lane
 // section does. A waiting job with nothing ahead of it is not the head:
 // its lane has none, which is a strict lane holding on a missing version
-// (until gap_timeout) or, briefly, a lane whose next job was cancelled
-// as its head ended (the rescuer promotes it). Saying "the head" there
-// sent people looking for a job that was not running.
-func lanePlace(id int64, l pgstore.LanePosition) string {
+// (until gap_timeout: it says which and until when) or, briefly, a lane
+// whose next job was cancelled as its head ended (the rescuer promotes
+// it). Saying "the head" there sent people looking for a job that was
+// not running.
+func lanePlace(now time.Time, id int64, l pgstore.LanePosition) string {
 	head := l.HeadJobID != nil && *l.HeadJobID == id
 	var place string
 	switch {
@@ -391,9 +392,15 @@ func lanePlace(id int64, l pgstore.LanePosition) string {
 		place = "next in its lane"
 	}
 	switch {
+	case l.HeadJobID == nil && l.Gap != nil:
+		then := "parks its next job (gap_policy park)"
+		if l.Gap.Policy == "proceed" {
+			then = "runs its next job anyway (gap_policy proceed)"
+		}
+		place += fmt.Sprintf(", %d waiting; the lane has no head: it holds for version %d, missing, until %s, then %s",
+			l.Waiting, l.Gap.Awaited, stamp(now, l.Gap.Until), then)
 	case l.HeadJobID == nil:
-		place += fmt.Sprintf(", %d waiting; the lane has no head: a strict lane holds here for a missing version"+
-			" until its gap_timeout, then applies its gap_policy", l.Waiting)
+		place += fmt.Sprintf(", %d waiting; the lane has no head: the rescuer's next pass over the lanes promotes its next job", l.Waiting)
 	case head:
 		place += fmt.Sprintf(", %d waiting behind it", l.Waiting)
 	default:
@@ -403,6 +410,9 @@ func lanePlace(id int64, l pgstore.LanePosition) string {
 		place += "; dead, it blocks its lane until it is re-driven or discarded"
 	} else if l.Blocked {
 		place += "; blocked by its dead head until it is re-driven or discarded"
+	}
+	if l.LastApplied != nil {
+		place += fmt.Sprintf("; last applied version %d", *l.LastApplied)
 	}
 	return place
 }

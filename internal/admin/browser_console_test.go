@@ -663,7 +663,9 @@ func TestBrowserConsoleFiltersAndPayloads(t *testing.T) {
 		t.Fatalf("complete version 1: %v %v", done.Applied, err)
 	}
 	p.goTo(fmt.Sprintf("jobs/%d", first.ID+1))
-	p.waitText("#data", "next in its lane, which has no head")
+	p.waitText("#data", "next in its lane, which has no head: it holds for version 2, missing, until in ")
+	p.waitText("#data", ", then parks its next job (gap_policy park)")
+	p.waitText("#data", "last applied version1")
 
 	p.goTo("dlq?reason=missing_field")
 	p.waitText("#data tbody", "missing_field")

@@ -53,7 +53,7 @@ func TestConsoleEndpoints(t *testing.T) {
 	third := decode[detail](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", ids[2])).must(t, http.StatusOK))
 	if string(third.Payload) != `{"n":1}` || len(third.Headers) != 1 || string(third.Headers[0].Value) != "application/json" ||
 		third.Lane == nil || third.Lane.Position != 2 || third.Lane.Waiting != 2 || third.Lane.HeadJobID == nil ||
-		*third.Lane.HeadJobID != ids[0] {
+		*third.Lane.HeadJobID != ids[0] || third.Lane.LastApplied != nil || third.Lane.Gap != nil {
 		t.Fatalf("the third job of the lane: %+v (lane %+v)", third, third.Lane)
 	}
 	if head := decode[detail](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", ids[0])).must(t, http.StatusOK)); head.Lane == nil ||

@@ -115,11 +115,28 @@ type JobRedrive struct {
 // LanePosition is a lane job's place: Position jobs are ahead of it (0:
 // it is the head), Waiting jobs wait behind the head, HeadJobID is the
 // head (nil while none), Blocked says a dead head holds the lane.
+// LastApplied is a versioned lane's last applied version, which a job is
+// judged stale against (nil: none yet, or a lane without versions); Gap
+// is set while a strict lane holds for a missing version, which is why
+// such a lane has no head.
 type LanePosition struct {
-	Position  int64  `json:"position"`
-	Waiting   int64  `json:"waiting"`
-	HeadJobID *int64 `json:"head_job_id"`
-	Blocked   bool   `json:"blocked"`
+	Position    int64    `json:"position"`
+	Waiting     int64    `json:"waiting"`
+	HeadJobID   *int64   `json:"head_job_id"`
+	Blocked     bool     `json:"blocked"`
+	LastApplied *int64   `json:"last_applied_version"`
+	Gap         *LaneGap `json:"gap"`
+}
+
+// LaneGap is a strict lane's hold on a missing version: the Awaited
+// version (the one after the last it applied or passed), held Since, and
+// Until its gap_timeout ends, when the rescuer's sweep applies Policy
+// (gap_policy: park parks the lane's next job, proceed runs it).
+type LaneGap struct {
+	Awaited int64     `json:"awaited_version"`
+	Since   time.Time `json:"since"`
+	Until   time.Time `json:"until"`
+	Policy  string    `json:"policy"`
 }
 
 // GroupPosition is a grouped job's group: its Value, the route's
@@ -145,13 +162,21 @@ type ResultView struct {
 	Base64      []byte `json:"body_base64"`
 }
 
-// jobLaneSQL reads a job's place in its lane. A lane's waiting jobs are
-// promoted in (version NULLS FIRST, offset, id) order, an API job (no
-// offset) after the records of its version: the coalesces spell that
-// order for the row comparison.
-const jobLaneSQL = `jobs.lane,
-	(SELECT head_job_id FROM lanes l WHERE jobs.lane AND l.route = jobs.route AND l.key = jobs.key),
-	coalesce((SELECT blocked FROM lanes l WHERE jobs.lane AND l.route = jobs.route AND l.key = jobs.key), false),
+// jobLaneRowSQL is the lanes row of a job's lane (jobs), as l: only the
+// columns jobLaneSQL reads, so that none shadows a job's own (route, key)
+// in the select list beside it.
+const jobLaneRowSQL = `SELECT head_job_id, blocked, policy, last_version, passed_version, gap_since, gap_timeout, gap_policy
+	FROM lanes WHERE jobs.lane AND lanes.route = jobs.route AND lanes.key = jobs.key`
+
+// jobLaneSQL reads a job's place in its lane (l: jobLaneRowSQL). A
+// lane's waiting jobs are promoted in (version NULLS FIRST, offset, id)
+// order, an API job (no offset) after the records of its version: the
+// coalesces spell that order for the row comparison. The version a
+// strict lane's gap awaits is lane_promote's: the one after the greater
+// of the last applied and the last passed.
+const jobLaneSQL = `jobs.lane, l.head_job_id, coalesce(l.blocked, false),
+	CASE WHEN l.policy <> 'none' THEN l.last_version END,
+	greatest(l.last_version, l.passed_version) + 1, l.gap_since, l.gap_since + l.gap_timeout, l.gap_policy,
 	(SELECT count(*) FROM jobs w WHERE jobs.lane AND w.route = jobs.route AND w.key = jobs.key AND w.state = 'waiting'),
 	(SELECT count(*) FROM jobs w WHERE jobs.lane AND jobs.state = 'waiting' AND w.route = jobs.route AND w.key = jobs.key
 		AND w.state = 'waiting'
@@ -191,6 +216,9 @@ func (s *Store) JobGetDetail(ctx context.Context, id int64, g Groups) (JobDetail
 	var lane bool
 	var l LanePosition
 	var ahead int64
+	var awaited *int64
+	var gapSince, gapUntil *time.Time
+	var gapPolicy *string
 	var group *string
 	var running int64
 	var runnable bool
@@ -200,9 +228,9 @@ func (s *Store) JobGetDetail(ctx context.Context, id int64, g Groups) (JobDetail
 	}
 	job, err := scanJobRow(s.pool.QueryRow(ctx, `SELECT `+jobColumns+`, result_type, result,
 		payload, header_keys, header_values, errors, `+jobLaneSQL+`, `+jobRedrivesSQL+`, `+jobGroupSQL+`
-		FROM jobs_by_id(ARRAY[$1::bigint]) jobs`, id, grouped),
-		&ct, &data, &d.Payload, &hk, &hv, &d.Errors, &lane, &l.HeadJobID, &l.Blocked, &l.Waiting, &ahead, &d.Redrives,
-		&group, &running, &runnable)
+		FROM jobs_by_id(ARRAY[$1::bigint]) jobs LEFT JOIN LATERAL (`+jobLaneRowSQL+`) l ON true`, id, grouped),
+		&ct, &data, &d.Payload, &hk, &hv, &d.Errors, &lane, &l.HeadJobID, &l.Blocked, &l.LastApplied,
+		&awaited, &gapSince, &gapUntil, &gapPolicy, &l.Waiting, &ahead, &d.Redrives, &group, &running, &runnable)
 	if err != nil {
 		return JobDetail{}, notFound(err)
 	}
@@ -226,6 +254,9 @@ func (s *Store) JobGetDetail(ctx context.Context, id int64, g Groups) (JobDetail
 			if l.HeadJobID != nil {
 				l.Position++
 			}
+		}
+		if gapSince != nil && awaited != nil {
+			l.Gap = &LaneGap{Awaited: *awaited, Since: *gapSince, Until: *gapUntil, Policy: *gapPolicy}
 		}
 		d.Lane = &l
 	}

@@ -607,15 +607,23 @@ const jobsPage = {
     ];
     if (j.lane) {
       const l = j.lane;
+      // A waiting job with nothing ahead is not the head when the lane
+      // has none: a strict lane holding for a missing version (gap says
+      // which), or briefly one whose next job was cancelled as its head
+      // ended.
+      const headless = l.gap
+        ? el("span", {}, "next in its lane, which has no head: it holds for version " + l.gap.awaited_version +
+          ", missing, until ", when(l.gap.until), ", then " +
+          (l.gap.policy === "proceed" ? "runs its next job anyway" : "parks its next job") + " (gap_policy " + l.gap.policy + ")")
+        : "next in its lane, which has no head: the rescuer's next pass over the lanes promotes its next job";
       out.push(section("Lane", fields([
-        // A waiting job with nothing ahead is not the head when the lane
-        // has none: a strict lane holding for a missing version.
         ["position", l.position > 0 ? l.position + " job" + (l.position === 1 ? "" : "s") + " ahead of it"
           : l.head_job_id === j.id ? "the head of its lane"
-          : l.head_job_id === null ? "next in its lane, which has no head: a strict lane holds here for a missing version until its gap_timeout, then applies its gap_policy"
+          : l.head_job_id === null ? headless
           : "in its lane"],
-        ["waiting", l.waiting + " behind the head"], ["head", jobLink(l.head_job_id)],
-        ["blocked", l.blocked ? badge("blocked") : "no"]])));
+        ["waiting", l.waiting + (l.head_job_id === null ? " waiting" : " behind the head")], ["head", jobLink(l.head_job_id)],
+        ["blocked", l.blocked ? badge("blocked") : "no"],
+        ["last applied version", l.last_applied_version === null ? null : String(l.last_applied_version)]])));
     }
     if (j.group) {
       // A held job's state reads queued: this says what it waits for.
