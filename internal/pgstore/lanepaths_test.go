@@ -339,13 +339,17 @@ func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stateOf := func(t *testing.T, s *pgstore.Store, version int64) (state, lastErr string) {
+	// want holds the job of version to state (and, given, its last error).
+	want := func(t *testing.T, s *pgstore.Store, version int64, state, lastErr, why string) {
 		t.Helper()
+		var got, msg string
 		if err := s.Pool().QueryRow(ctx, `SELECT state, coalesce(last_error, '') FROM all_jobs WHERE version = $1`,
-			version).Scan(&state, &lastErr); err != nil {
+			version).Scan(&got, &msg); err != nil {
 			t.Fatal(err)
 		}
-		return state, lastErr
+		if got != state || (lastErr != "" && msg != lastErr) {
+			t.Fatalf("%s: version %d is %s (%q), want %s %q", why, version, got, msg, state, lastErr)
+		}
 	}
 	redrive := func(t *testing.T, s *pgstore.Store, version int64) {
 		t.Helper()
@@ -369,9 +373,7 @@ func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 		if _, err := s.LaneSweepGaps(ctx, 10); err != nil {
 			t.Fatal(err)
 		}
-		if state, _ := stateOf(t, s, 3); state != "dead" {
-			t.Fatalf("version 3 after its gap's timeout: %s, want dead (parked)", state)
-		}
+		want(t, s, 3, "dead", "", "after its gap's timeout (parked)")
 	}
 
 	t.Run("dead under continue, re-driven", func(t *testing.T) {
@@ -381,37 +383,27 @@ func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Dead, "permanent")
 		redrive(t, s, 2)
-		if state, msg := stateOf(t, s, 2); state != "queued" {
-			t.Fatalf("re-driven version 2, never applied, nothing after it: %s (%s), want queued", state, msg)
-		}
+		want(t, s, 2, "queued", "", "re-driven, never applied, nothing after it")
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
 		ingest(t, s, "continue", 3)
-		if state, _ := stateOf(t, s, 3); state != "queued" {
-			t.Errorf("version 3 after the re-driven version 2 succeeded: %s, want queued", state)
-		}
+		want(t, s, 3, "queued", "", "after the re-driven version 2 succeeded")
 	})
 	t.Run("parked for a gap, re-driven", func(t *testing.T) {
 		t.Parallel()
 		s := testenv.MigratedStore(t)
 		parkV3(t, s)
 		redrive(t, s, 3)
-		if state, msg := stateOf(t, s, 3); state != "queued" {
-			t.Errorf("re-driven gap entry (version 3): %s (%s), want queued", state, msg)
-		}
+		want(t, s, 3, "queued", "", "re-driven gap entry")
 	})
 	t.Run("parked for a gap, the missing version late", func(t *testing.T) {
 		t.Parallel()
 		s := testenv.MigratedStore(t)
 		parkV3(t, s)
 		ingest(t, s, "continue", 2)
-		if state, msg := stateOf(t, s, 2); state != "queued" {
-			t.Fatalf("version 2, arriving after the lane gave up on it: %s (%s), want queued", state, msg)
-		}
+		want(t, s, 2, "queued", "", "arriving after the lane gave up on it")
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
 		redrive(t, s, 3)
-		if state, msg := stateOf(t, s, 3); state != "queued" {
-			t.Errorf("re-driven version 3 after version 2 ran: %s (%s), want queued", state, msg)
-		}
+		want(t, s, 3, "queued", "", "re-driven after version 2 ran")
 	})
 	t.Run("passed, never applied, kept by the prune", func(t *testing.T) {
 		t.Parallel()
@@ -426,9 +418,9 @@ func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 		if err := s.Pool().QueryRow(ctx, `SELECT gap_since IS NOT NULL FROM lanes WHERE key = 'c42'`).Scan(&gap); err != nil {
 			t.Fatal(err)
 		}
-		if state, _ := stateOf(t, s, 3); state != "waiting" || !gap {
-			t.Errorf("version 3 after the lane passed version 1 and was pruned: %s, gap held %v; want waiting for version 2",
-				state, gap)
+		want(t, s, 3, "waiting", "", "after the lane passed version 1 and was pruned")
+		if !gap {
+			t.Error("the lane holds no gap for version 2 after it passed version 1 and was pruned")
 		}
 	})
 	t.Run("a later version applied since", func(t *testing.T) {
@@ -438,9 +430,6 @@ func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Dead, "permanent")
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
 		redrive(t, s, 1)
-		want := "version 1 is not newer than the last applied version 2"
-		if state, msg := stateOf(t, s, 1); state != "skipped" || msg != want {
-			t.Errorf("re-driven version 1 after version 2 succeeded: %s (%s), want skipped (%s)", state, msg, want)
-		}
+		want(t, s, 1, "skipped", "version 1 is not newer than the last applied version 2", "re-driven after version 2 succeeded")
 	})
 }
