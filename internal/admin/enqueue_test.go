@@ -185,7 +185,7 @@ func TestEnqueueDecodesLikeIngest(t *testing.T) {
 		headers                      []string
 	}{
 		{"body not JSON", "keyed", "not json", "body", "value is not JSON", nil},
-		{"key field not text", "keyed", `{"customer":{"id":{"a":1}}}`, "body", "is a object", nil},
+		{"key field not text", "keyed", `{"customer":{"id":{"a":1}}}`, "body", "is an object", nil},
 		{"key field missing", "keyed", `{}`, "Switchyard-Key", "field customer.id", nil},
 		{"key field not UTF-8", "keyed", "{\"customer\":{\"id\":\"\xff\"}}", "body", "not valid UTF-8", nil},
 		{"version field missing", "versioned", `{}`, "Switchyard-Version", "field v", []string{"Switchyard-Key", "c"}},

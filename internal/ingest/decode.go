@@ -468,9 +468,9 @@ func (s source) text(rec *kgo.Record, p part) (string, *problem) {
 	case v.Type == gjson.Number, v.Type == gjson.True, v.Type == gjson.False:
 		return v.Raw, nil
 	case v.IsArray():
-		return "", problemf(ReasonDecode, p, "%s: %s is a array, want a string or number", p, s.name)
+		return "", problemf(ReasonDecode, p, "%s: %s is an array, want a string or number", p, s.name)
 	default:
-		return "", problemf(ReasonDecode, p, "%s: %s is a object, want a string or number", p, s.name)
+		return "", problemf(ReasonDecode, p, "%s: %s is an object, want a string or number", p, s.name)
 	}
 }
 

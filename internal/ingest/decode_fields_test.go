@@ -112,9 +112,9 @@ func decodedField(value []byte, s source) (string, *problem) {
 		}
 		return "false", nil
 	case []any:
-		return "", problemf(ReasonDecode, partKey, "%s: %s is a array, want a string or number", partKey, s.name)
+		return "", problemf(ReasonDecode, partKey, "%s: %s is an array, want a string or number", partKey, s.name)
 	default:
-		return "", problemf(ReasonDecode, partKey, "%s: %s is a object, want a string or number", partKey, s.name)
+		return "", problemf(ReasonDecode, partKey, "%s: %s is an object, want a string or number", partKey, s.name)
 	}
 }
 
