@@ -26,6 +26,7 @@ import (
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // Errors of Enqueue and EnqueueTx that are the caller's to handle.
@@ -67,10 +68,12 @@ type Job struct {
 	RunAt time.Time
 }
 
-// Enqueued is what became of a Job.
+// Enqueued is what became of a Job: its State when Enqueue returned
+// (queued, or waiting behind its lane's head; for an idempotency key that
+// made a job earlier, that job's).
 type Enqueued struct {
 	ID    int64
-	State string
+	State jobstate.State
 	// Created is false when an earlier Enqueue with the same idempotency
 	// key made the job.
 	Created bool
@@ -177,5 +180,5 @@ func result(r ingest.EnqueueResult, err error) (Enqueued, error) {
 		}
 		err = &InputError{Field: f, Msg: in.Msg}
 	}
-	return Enqueued{ID: r.ID, State: string(r.State), Created: r.Created}, err
+	return Enqueued{ID: r.ID, State: r.State, Created: r.Created}, err
 }
