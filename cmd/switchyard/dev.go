@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -351,7 +353,25 @@ func (pg *throwawayPostgres) start(ctx context.Context) error {
 	}
 	pg.data = filepath.Join(pg.dir, "data")
 	pg.log.Info("starting a throwaway Postgres", zap.String("dir", pg.data), zap.Int("port", port))
-	if err := pg.run(ctx, "initdb", "-D", pg.data, "-U", "postgres", "--auth=trust", "-E", "UTF8"); err != nil {
+	// A password, not trust: any local user can reach a loopback port,
+	// and the superuser of a trusting cluster can run programs as the
+	// user that runs it (COPY ... TO PROGRAM). The password lives in
+	// dev's config file (0600) only; its file here goes once initdb read it.
+	password, err := randomHex(16)
+	if err != nil {
+		return err
+	}
+	pwfile := filepath.Join(pg.dir, "pwfile")
+	if err := os.WriteFile(pwfile, []byte(password+"\n"), 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(pwfile)
+	if pg.cred != nil {
+		if err := os.Chown(pwfile, int(pg.cred.Uid), int(pg.cred.Gid)); err != nil {
+			return err
+		}
+	}
+	if err := pg.run(ctx, "initdb", "-D", pg.data, "-U", "postgres", "--auth=scram-sha-256", "--pwfile="+pwfile, "-E", "UTF8"); err != nil {
 		return err
 	}
 	// TCP only: a Unix socket path is limited to ~107 bytes, which a
@@ -360,7 +380,7 @@ func (pg *throwawayPostgres) start(ctx context.Context) error {
 	if err := pg.run(ctx, "pg_ctl", "-D", pg.data, "-l", filepath.Join(pg.dir, "postgres.log"), "-o", opts, "-w", "start"); err != nil {
 		return err
 	}
-	pg.url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	pg.url = fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", password, port)
 	return nil
 }
 
@@ -408,6 +428,15 @@ func postgresBinDir() (string, error) {
 		}
 	}
 	return "", errors.New("no SWITCHYARD_DATABASE_URL set and initdb/pg_ctl are not on PATH: install PostgreSQL 15 or set SWITCHYARD_DATABASE_URL")
+}
+
+// randomHex is n random bytes in hex.
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
 }
 
 func freePort() (int, error) {

@@ -1,15 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
@@ -130,6 +135,38 @@ func TestDevReadsTheEnvironment(t *testing.T) {
 	p.signal(syscall.SIGINT)
 	if code := p.wait(60 * time.Second); code != 0 {
 		t.Fatalf("dev exited %d", code)
+	}
+}
+
+// The throwaway Postgres lets in only who knows its password, which dev
+// keeps in its own config file: on a shared machine any local user can
+// reach a loopback port, and its superuser can run programs as the user
+// that runs the server (COPY ... TO PROGRAM).
+func TestDevPostgresNeedsItsPassword(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pg := &throwawayPostgres{dir: filepath.Join(devTemp(t), "pg"), log: zap.NewNop()}
+	t.Cleanup(pg.stop)
+	if err := pg.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, pg.url)
+	if err != nil {
+		t.Fatalf("with dev's own URL: %v", err)
+	}
+	conn.Close(ctx)
+	u, err := url.Parse(pg.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, user := range map[string]*url.Userinfo{"no password": url.User("postgres"),
+		"password postgres": url.UserPassword("postgres", "postgres")} {
+		u.User = user
+		if conn, err := pgx.Connect(ctx, u.String()); err == nil {
+			conn.Close(ctx)
+			t.Errorf("connected to the throwaway Postgres with %s", what)
+		}
 	}
 }
 
