@@ -725,6 +725,11 @@ func TestHelmChart(t *testing.T) {
 			{[]string{"--set", "secrets.adminTokenKey="}, "adminTokenKey is empty"},
 			{[]string{"--set-json", `config.admin={"tokens":[{"name":"ci","token_env":"CI_TOKEN"}]}`}, "CI_TOKEN has no entry in secrets.tokens"},
 			{[]string{"--set-json", `extraEnv=[{"name":"SWITCHYARD_DATABASE_URL","value":"postgres://u:secret@db/x"}]`}, "is a secret"},
+			// Secrets in config would be written into the ConfigMaps (the
+			// pods' and the migration's), which are not Secrets.
+			{[]string{"--set", "config.postgres.url=postgres://u:secret@db/x"}, "config.postgres.url"},
+			{[]string{"--set", "config.http.token=secret"}, "config.http.token"},
+			{[]string{"--set", "config.kafka.sasl.password=secret"}, "config.kafka.sasl.password"},
 			{[]string{"--set", "config.http.listen=off"}, "must listen on host:port"},
 			{[]string{"--set", "kafkaStaticMembership=true"}, "needs workload: StatefulSet"},
 			{[]string{"--set", "workload=DaemonSet"}, "workload: DaemonSet"},

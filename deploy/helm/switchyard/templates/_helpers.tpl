@@ -70,6 +70,17 @@ the same, for the Postgres URL's sslrootcert).
 */}}
 {{- define "switchyard.configDict" -}}
 {{- $cfg := deepCopy (default (dict) .Values.config) }}
+{{- /* The config goes into ConfigMaps, which are not Secrets: a secret
+written in it would be readable by whoever may read ConfigMaps (and would
+be in the migration's copy too). Each has a variable the chart fills from
+the Secret instead. */}}
+{{- range $field, $key := dict "postgres.url" "secrets.databaseURLKey" "http.token" "secrets.adminTokenKey" "kafka.sasl.password" "secrets.kafkaSASLPasswordKey" }}
+{{- $v := $cfg }}
+{{- range splitList "." $field }}{{ $v = get (default (dict) $v) . }}{{ end }}
+{{- if $v }}
+{{- fail (printf "config.%s: a secret goes in the Secret (%s), never in values: the config is rendered into ConfigMaps" $field $key) }}
+{{- end }}
+{{- end }}
 {{- $http := default (dict) $cfg.http }}
 {{- $svc := include "switchyard.fullname" . }}
 {{- $ns := .Release.Namespace }}
