@@ -239,6 +239,22 @@ func TestCLIRetryNow(t *testing.T) {
 	}
 }
 
+// jobs cancel of a job that finished fails (exit 1) saying how it
+// ended, with the words the admin API's 409 uses: the store's.
+func TestCLICancelOfAFinishedJob(t *testing.T) {
+	t.Parallel()
+	store, cfg, ctx := cliSchema(t)
+	if _, err := store.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "t", Kind: "k", Queue: "q",
+		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{}); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := killOne(t, store)
+	code, stdout, stderr := runCLI("jobs", "cancel", "--config", cfg, fmt.Sprint(j.ID))
+	if want := fmt.Sprintf("job %d is dead already", j.ID); code != exitFailure || !strings.Contains(stderr, want) {
+		t.Errorf("jobs cancel of a dead job: exit %d, want %d and %q\nstdout: %s\nstderr: %s", code, exitFailure, want, stdout, stderr)
+	}
+}
+
 // killOne claims a job of queue q, ends it dead with a permanent error,
 // and returns it and the DLQ entry that parked it.
 func killOne(t *testing.T, store *pgstore.Store) (*pgstore.Claimed, int64) {

@@ -222,9 +222,7 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		switch sub {
 		case "cancel":
 			if err := store.JobCancel(ctx, id, cliActor()); err != nil {
-				if errors.Is(err, pgstore.ErrConflict) {
-					return fmt.Errorf("job %d already finished; nothing to cancel", id)
-				}
+				// A finished job's conflict says how it ended.
 				return notFoundAs(err, "job", id)
 			}
 		case "retry":

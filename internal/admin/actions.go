@@ -198,7 +198,9 @@ func actionError(err error, what string, id int64) error {
 	switch {
 	case errors.Is(err, pgstore.ErrNotFound):
 		return &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("%s %d not found", what, id), field: "id"}
-	case errors.Is(err, pgstore.ErrRedriven):
+	case errors.Is(err, pgstore.ErrConflict) && err != pgstore.ErrConflict:
+		// A conflict that says why (an entry re-driven already, a job
+		// that finished) is the answer as it is.
 		return &httpError{status: http.StatusConflict, msg: err.Error()}
 	case errors.Is(err, pgstore.ErrConflict):
 		return &httpError{status: http.StatusConflict, msg: fmt.Sprintf("%s %d is not in a state that allows this", what, id)}

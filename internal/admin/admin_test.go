@@ -29,6 +29,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/jobstate"
 	"github.com/switchyard-dev/switchyard/workers"
 )
 
@@ -351,6 +352,30 @@ func TestJobGet(t *testing.T) {
 // A re-drive starts a job's attempts at 1 again and keeps its errors: the
 // job's detail lists its re-drives, each with the number of errors before
 // it, so that a reader can tell the runs apart (1, 2, 3 | 1, 2, 3).
+// POST /v1/jobs/{id}/cancel ends an unfinished job cancelled and answers
+// it; a job that has finished is a 409 that says which state it ended in
+// (I8: the problem named, not "a state"), and an unknown id a 404.
+func TestJobCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, Config{})
+	seed(t, e.store, []pgstore.NewJob{newJob("interactive", "c1", 1), newJob("interactive", "c2", 2)}, nil)
+	ids := jobIDs(t, e.store)
+	kill(t, e.store, claim(t, e.store, "interactive", 1)[0])
+	dead, queued := ids[0], ids[1]
+
+	r := e.send(t, "POST", fmt.Sprintf("/v1/jobs/%d/cancel", queued), "").must(t, http.StatusOK)
+	if got := decode[pgstore.JobRow](t, r); got.ID != queued || got.State != jobstate.Cancelled {
+		t.Errorf("cancel answered job %d in state %s, want job %d cancelled", got.ID, got.State, queued)
+	}
+	for id, state := range map[int64]jobstate.State{dead: jobstate.Dead, queued: jobstate.Cancelled} {
+		msg := wantError(t, e.send(t, "POST", fmt.Sprintf("/v1/jobs/%d/cancel", id), ""), http.StatusConflict, "").Error
+		if want := fmt.Sprintf("job %d is %s already", id, state); !strings.Contains(msg, want) {
+			t.Errorf("cancel of a %s job: error %q, want it to say %q", state, msg, want)
+		}
+	}
+	wantError(t, e.send(t, "POST", "/v1/jobs/999999/cancel", ""), http.StatusNotFound, "id")
+}
+
 func TestJobGetRedrives(t *testing.T) {
 	t.Parallel()
 	st := newStore(t, true)
