@@ -350,6 +350,44 @@ routes:
 	}
 }
 
+// Every verb and subcommand, from the list the top-level help prints,
+// answers --help with its usage, a paragraph saying what it does, and its
+// flags; it lists --config exactly when it reads the config, as the
+// top-level help says: every verb but dev and version.
+func TestCLIHelpOfEveryVerb(t *testing.T) {
+	t.Parallel()
+	var leaves [][]string
+	for _, v := range verbList() {
+		if len(v.subs) == 0 {
+			leaves = append(leaves, []string{v.name})
+		}
+		for _, s := range v.subs {
+			leaves = append(leaves, []string{v.name, s.name})
+		}
+	}
+	_, top, _ := runCLI("--help")
+	if !strings.Contains(top, "Every verb but dev and version takes --config FILE") {
+		t.Fatalf("the top-level help no longer says which verbs take --config:\n%s", top)
+	}
+	for _, verb := range leaves {
+		name := strings.Join(verb, " ")
+		code, stdout, stderr := runCLI(append(verb, "--help")...)
+		if code != exitOK {
+			t.Errorf("switchyard %s --help exited %d\nstderr: %s", name, code, stderr)
+			continue
+		}
+		// usage line, blank line, the description, ... "flags:".
+		paras := strings.Split(stdout, "\n\n")
+		if len(paras) < 3 || !strings.HasPrefix(paras[0], "usage: switchyard "+name) || strings.HasPrefix(paras[1], "flags:") {
+			t.Errorf("switchyard %s --help has no description between its usage and its flags:\n%s", name, stdout)
+		}
+		takesConfig := name != "dev" && name != "version"
+		if got := strings.Contains(stdout, "\n  --config FILE\n"); got != takesConfig {
+			t.Errorf("switchyard %s --help lists --config: %t, want %t:\n%s", name, got, takesConfig, stdout)
+		}
+	}
+}
+
 // A bad sslmode is a config error (exit 2) that names the setting and
 // not the password, from a file and, for a database-only verb without
 // one, from the environment, which it then blames. Own processes: the

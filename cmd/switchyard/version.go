@@ -59,6 +59,10 @@ func (v buildVersion) String() string {
 
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, _ := newFlags("version", "version [--json]", "Prints the version of this build, and its VCS revision when the build recorded one.", stdout)
+	// Every verb has --config; version reads none, so its help leaves it
+	// out. Given, it is ignored: a wrapper that passes it to every verb
+	// still gets the version.
+	fs.Lookup("config").Usage = ""
 	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
