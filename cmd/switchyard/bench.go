@@ -52,7 +52,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.SlowJob, "slow-job", time.Second, "how long a job of the leases curve takes")
 	fs.IntVar(&c.Rounds, "rounds", 2, "how many times each scale curve runs (each figure is its best round)")
 	fs.IntVar(&c.Repeat, "repeat", 1, "run the selected figures N times over, in turn, and report each one's median (ratios of medians)")
-	maxConns := fs.Int("max-conns", 20, "the engine's Postgres pool size (postgres.max_conns)")
+	maxConns := fs.Int("max-conns", 20, "the engine's Postgres pool size (without it, a config file's postgres.max_conns)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof)")
 	memProfile := fs.String("memprofile", "", "write a profile of the whole run's allocations to `FILE` at its end (go tool pprof -sample_index=alloc_space)")
 	only := fs.String("only", "", "comma-separated `NAMES` of the figures or groups to run (default all): "+strings.Join(bench.Names(), ", ")+
@@ -147,7 +147,12 @@ func benchTargets(fs *flag.FlagSet, path string, c *bench.Config, stderr io.Writ
 		if err != nil {
 			return err
 		}
-		c.DatabaseURL, c.Brokers, c.MaxConns = cfg.Postgres.URL, cfg.Kafka.Brokers, cfg.Postgres.MaxConns
+		c.DatabaseURL, c.Brokers = cfg.Postgres.URL, cfg.Kafka.Brokers
+		// The config's pool size is the default; --max-conns, given, is
+		// what the run was asked to measure.
+		if !given(fs, "max-conns") {
+			c.MaxConns = cfg.Postgres.MaxConns
+		}
 		return nil
 	}
 	c.DatabaseURL = os.Getenv(config.EnvDatabaseURL)
