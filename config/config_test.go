@@ -13,24 +13,34 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// specExample is the SPEC §3 example with the target blocks filled in, plus
-// a second route that runs in-process and leaves every default unset.
+// specExample is the SPEC §3 example as it stands (v2 keys included),
+// plus a second route that runs in-process and leaves every default unset
+// (its comments' backquotes written as quotes).
 const specExample = `
 kafka:
   brokers: ["127.0.0.1:9092"]
   group: switchyard            # consumer group id
+  # tls / sasl blocks for real clusters
 postgres:
   url: postgres://switchyard@127.0.0.1:5432/switchyard
   max_conns: 20                # the real concurrency limit of the fleet
   schema: switchyard           # all tables live in this schema
 http:
   listen: 127.0.0.1:8080       # admin API, /metrics, /healthz, /readyz, dashboard
+  allowed_hosts: []            # (v2) Host names served besides loopback ones (DNS-rebinding guard)
+admin:                         # (v2) named tokens; SWITCHYARD_ADMIN_TOKEN is an operator token named "default"
+  tokens:
+    - {name: oncall, token_env: ONCALL_TOKEN, role: operate}   # operate: read + every action
+    - {name: grafana, token_env: GRAFANA_TOKEN, role: read}    # read: GETs only
 tracing:                       # (v2) OpenTelemetry; off when no endpoint (OTEL_* env honoured)
   otlp_endpoint: ""            # e.g. 127.0.0.1:4317
   sample_ratio: 1.0
 queues:
   interactive: {concurrency: 16, lease: 30s, max_runtime: 5m, max_depth: 100000}
-  bulk:        {concurrency: 4,  lease: 60s, max_runtime: 2h, steal_from: []}
+  bulk:        {concurrency: 4,  lease: 60s, max_runtime: 2h, steal_from: [], prefetch: 0}
+  # (v2) prefetch: jobs one process may hold claimed beyond its free workers (0 = claim only
+  # for free workers: right for slow or variable jobs). Claimed-but-unstarted jobs are reported
+  # as 'reserved', apart from 'running', in GET /v1/queues and switchyard_queue_jobs.
 routes:
   - topic: orders
     name: order-sync               # (v2) defaults to the topic; required when a topic has several routes
@@ -46,6 +56,13 @@ routes:
     backoff: {initial: 1s, max: 10m}   # exponential, full jitter
     ttl: 0s                        # 0 = no deadline
     max_record_bytes: 1048576
+    run_at: {field: send_at}       # (v2) optional: RFC3339 or integer unix milliseconds; past = now
+    delay: 0s                      # (v2) optional: run this long after the record's timestamp
+    coalesce: none                 # (v2) none | latest
+    max_running: 0                 # (v2) fleet-wide cap on this route's running jobs; 0 = none
+    group: {field: tenant_id, max_running: 2}   # (v2) optional fleet-wide cap per group value
+    rate_limit: {limit: 50, per: 1s, burst: 0}  # (v2) optional fleet-wide cap on attempt starts
+    result_max_bytes: 65536        # (v2) how much of a result is kept; 0 = none
     target:
       http: {url: "http://127.0.0.1:9000/hooks/orders", timeout: 10s}
   - topic: invoices
@@ -92,6 +109,18 @@ func TestParseSpecExample(t *testing.T) {
 		{"routes[0].version", *cfg.Routes[0].Version, Version{FieldRef: FieldRef{Field: "seq"}, Policy: "newer"}},
 		{"routes[0].target", *cfg.Routes[0].Target.HTTP, HTTPTarget{URL: "http://127.0.0.1:9000/hooks/orders", Timeout: Duration(10 * s)}},
 		{"routes[0].gap_policy", cfg.Routes[0].GapPolicy, "park"},
+		// The v2 keys of the example.
+		{"http.allowed_hosts", cfg.HTTP.AllowedHosts, []string{}},
+		{"admin.tokens", cfg.Admin.Tokens, []AdminToken{
+			{Name: "oncall", TokenEnv: "ONCALL_TOKEN", Role: RoleOperate},
+			{Name: "grafana", TokenEnv: "GRAFANA_TOKEN", Role: RoleRead}}},
+		{"routes[0].run_at", cfg.Routes[0].RunAt, FieldRef{Field: "send_at"}},
+		{"routes[0].delay", cfg.Routes[0].Delay.D(), time.Duration(0)},
+		{"routes[0].coalesce", cfg.Routes[0].CoalesceLatest(), false},
+		{"routes[0].max_running", cfg.Routes[0].MaxRunning, 0},
+		{"routes[0].group", *cfg.Routes[0].Group, Group{FieldRef: FieldRef{Field: "tenant_id"}, MaxRunning: 2}},
+		{"routes[0].rate_limit", *cfg.Routes[0].RateLimit, RateLimit{Limit: 50, Per: Duration(s)}},
+		{"routes[0].result_max_bytes", *cfg.Routes[0].ResultMaxBytes, 65536},
 		{"routes[1]", cfg.Routes[1], Route{
 			Topic: "invoices", Name: "invoices", Kind: "invoice.render", Queue: "bulk",
 			OnDead: "continue", MaxAttempts: 8, Backoff: Backoff{Initial: Duration(s), Max: Duration(10 * m)},
