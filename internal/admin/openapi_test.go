@@ -14,7 +14,7 @@ import (
 
 // The served document and the server agree: every documented operation
 // is routed (no 404 "no such endpoint", no 405), and every answer to it
-// has a status the document lists.
+// has a status the document lists, a cross-origin POST's 403 included.
 func TestOpenAPIMatchesServer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, Config{})
@@ -36,6 +36,14 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 			}
 			if _, ok := op.Responses[strconv.Itoa(r.status)]; !ok {
 				t.Errorf("%s %s answered %d, not among its documented responses", method, path, r.status)
+			}
+			// A POST from another site's page is refused, whatever the
+			// endpoint: its 403 is one of its answers too.
+			if method == "post" {
+				r := e.send(t, "POST", concrete, "", "Origin", "http://evil.example")
+				if _, ok := op.Responses[strconv.Itoa(r.status)]; !ok || r.status != http.StatusForbidden {
+					t.Errorf("%s %s from another origin answered %d (documented: %t), want a documented 403", method, path, r.status, ok)
+				}
 			}
 		}
 	}
