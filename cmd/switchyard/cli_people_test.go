@@ -250,7 +250,7 @@ func TestCLICancelOfAFinishedJob(t *testing.T) {
 	}
 	j, _ := killOne(t, store)
 	code, stdout, stderr := runCLI("jobs", "cancel", "--config", cfg, fmt.Sprint(j.ID))
-	if want := fmt.Sprintf("job %d is dead already", j.ID); code != exitFailure || !strings.Contains(stderr, want) {
+	if want := fmt.Sprintf("job %d has finished already (dead)", j.ID); code != exitFailure || !strings.Contains(stderr, want) {
 		t.Errorf("jobs cancel of a dead job: exit %d, want %d and %q\nstdout: %s\nstderr: %s", code, exitFailure, want, stdout, stderr)
 	}
 }

@@ -369,7 +369,7 @@ func TestJobCancel(t *testing.T) {
 	}
 	for id, state := range map[int64]jobstate.State{dead: jobstate.Dead, queued: jobstate.Cancelled} {
 		msg := wantError(t, e.send(t, "POST", fmt.Sprintf("/v1/jobs/%d/cancel", id), ""), http.StatusConflict, "").Error
-		if want := fmt.Sprintf("job %d is %s already", id, state); !strings.Contains(msg, want) {
+		if want := fmt.Sprintf("job %d has finished already (%s)", id, state); !strings.Contains(msg, want) {
 			t.Errorf("cancel of a %s job: error %q, want it to say %q", state, msg, want)
 		}
 	}

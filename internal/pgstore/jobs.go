@@ -1453,16 +1453,17 @@ func (s *Store) JobCancel(ctx context.Context, id int64, by string) error {
 }
 
 // finishedError is the ErrConflict of an action on a job that has
-// finished, said as the job's own answer ("job 5 is dead already"): the
-// API's 409 and the CLI show it as it is, so that who asked learns what
-// became of the job, not only that it was in some other state.
+// finished, said as the job's own answer ("job 5 has finished already
+// (dead)"): the API's 409 and the CLI show it as it is, so that who asked
+// learns what became of the job, not only that it was in some other
+// state.
 type finishedError struct {
 	id    int64
 	state jobstate.State
 }
 
 func (e finishedError) Error() string {
-	return fmt.Sprintf("job %d is %s already: only a job that has not finished can be cancelled", e.id, e.state)
+	return fmt.Sprintf("job %d has finished already (%s): only a job that has not finished can be cancelled", e.id, e.state)
 }
 
 func (e finishedError) Is(target error) bool { return target == ErrConflict }
