@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -622,6 +623,11 @@ func (e *Engine) startHTTP() error {
 // kafkaReady is the Kafka part of /readyz: a broker answers and ingest
 // is not stuck on a batch it cannot store. A work-only process has no
 // consumer and does not need Kafka.
+//
+// /readyz has no token (probes carry none), so a failed ping is said as
+// Kafka's error code when the broker answered with one (a refused SASL
+// handshake), and otherwise as a phrase, logged in full: a dial error
+// names the brokers' hosts and ports, which are not the caller's to see.
 func (e *Engine) kafkaReady(ctx context.Context) error {
 	if e.opts.Role == RoleWork {
 		return nil
@@ -632,7 +638,15 @@ func (e *Engine) kafkaReady(ctx context.Context) error {
 	if err := e.consumer.Ready(); err != nil {
 		return err
 	}
-	return e.consumer.Ping(ctx)
+	err := e.consumer.Ping(ctx)
+	if err == nil {
+		return nil
+	}
+	if ke := (*kerr.Error)(nil); errors.As(err, &ke) {
+		return ke
+	}
+	e.log.Warn("readyz: no Kafka broker answered", zap.Error(err))
+	return errors.New("no broker answered (see the log)")
 }
 
 func (e *Engine) startDispatch(ctx context.Context) error {

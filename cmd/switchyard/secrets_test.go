@@ -220,3 +220,30 @@ routes: [{topic: t, kind: k, queue: q, target: {http: {url: "http://127.0.0.1:1/
 		noSecrets(t, "produce with SASL "+cases[i].name, p.out.String()+p.log.String())
 	}
 }
+
+// /readyz answers without a token, so a Kafka it cannot reach is said as
+// a phrase: the dial error names the brokers' host and port, which the
+// log keeps for the operator.
+func TestReadyzNamesNoBrokerAddress(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	testenv.Store(t, schema)
+	broker := fmt.Sprintf("127.0.0.1:%d", testenv.FreePorts(t, 1)[0]) // nothing listens there
+	cfg := writeConfig(t, testConfig{Services: testenv.Services{DatabaseURL: testenv.DatabaseURL(t), Brokers: []string{broker}},
+		Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Topic: testenv.Name("t"), TargetURL: "http://127.0.0.1:1/"})
+	// The environment's brokers would win over the file's.
+	p := start(t, "run-no-broker", []string{"SWITCHYARD_KAFKA_BROKERS=" + broker}, "run", "--config", cfg)
+	addr := adminAddr(t, p)
+	var code int
+	var ready string
+	testenv.Eventually(t, 30*time.Second, "/readyz to say no broker answered", func() bool {
+		code, ready = adminGet(t, addr, "/readyz", "")
+		return strings.Contains(ready, `"kafka":"no broker answered (see the log)"`)
+	})
+	if code != http.StatusServiceUnavailable || strings.Contains(ready, broker) {
+		t.Errorf("GET /readyz with Kafka unreachable: %d %s; want 503, without the broker's address %s", code, ready, broker)
+	}
+	p.waitLog(30*time.Second, broker)
+	p.signal(syscall.SIGTERM)
+	p.wait(30 * time.Second)
+}
