@@ -179,6 +179,9 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	for _, w := range cfg.Warnings() {
+		opts.Logger.Warn(w)
+	}
 	if opts.Role == "" {
 		opts.Role = RoleAll
 	}

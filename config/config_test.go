@@ -843,6 +843,51 @@ func TestServingErrors(t *testing.T) {
 	}
 }
 
+// A serving process is told of a secret it sends in clear and of a token
+// short enough to guess on an address others can reach, by field and
+// never by value; on loopback, or with TLS, there is nothing to say.
+func TestWarnings(t *testing.T) {
+	for _, c := range []struct {
+		name, listen string
+		sasl         bool // kafka.sasl PLAIN, without kafka.tls
+		env          map[string]string
+		want         []string
+	}{
+		{"plain in clear", "127.0.0.1:8080", true, nil,
+			[]string{"kafka.sasl.mechanism: PLAIN without kafka.tls sends the credentials to the brokers in clear text"}},
+		{"short token on an open address", "0.0.0.0:8080", false, map[string]string{EnvAdminToken: "s3cr3t"},
+			[]string{"http.token: the token is 6 bytes on 0.0.0.0:8080, which others can reach; use 16 or more random bytes"}},
+		{"short token on loopback", "127.0.0.1:8080", false, map[string]string{EnvAdminToken: "s3cr3t"}, nil},
+		{"long token", "0.0.0.0:8080", false, map[string]string{EnvAdminToken: strings.Repeat("k", 16)}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			doc := strings.Replace(base, "postgres: {", fmt.Sprintf("http: {listen: %q}\npostgres: {", c.listen), 1) + goRoute
+			cfg, err := Parse([]byte(doc), mapEnv(c.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.sasl {
+				cfg.Kafka.SASL = &KafkaSASL{Mechanism: "PLAIN", Username: "u", Password: "s3cr3t"}
+			}
+			got := cfg.Warnings()
+			if len(got) != len(c.want) {
+				t.Fatalf("Warnings() = %q; want %d of them", got, len(c.want))
+			}
+			for i, w := range c.want {
+				if !strings.HasPrefix(got[i], w) || strings.Contains(got[i], "s3cr3t") {
+					t.Errorf("Warnings()[%d] = %q; want it to start %q, without the secret", i, got[i], w)
+				}
+			}
+			if c.sasl {
+				cfg.Kafka.TLS = &KafkaTLS{}
+				if got := cfg.Warnings(); len(got) != 0 {
+					t.Errorf("Warnings() with kafka.tls = %q; want none", got)
+				}
+			}
+		})
+	}
+}
+
 func TestEnvOverridesWin(t *testing.T) {
 	doc := strings.Replace(base, "postgres: {", "http: {token: file-token}\npostgres: {", 1) + goRoute
 	cfg, err := Parse([]byte(doc), mapEnv(map[string]string{

@@ -244,6 +244,36 @@ func (c *Config) validateAdmin(p *problems) {
 	}
 }
 
+// minTokenBytes is the shortest admin token Warnings lets pass on an
+// address others can reach: the API answers a wrong token at once, so a
+// short one can be guessed online.
+const minTokenBytes = 16
+
+// Warnings are what a serving process should tell its operator about the
+// config, though it runs: a secret it would send in clear, a token short
+// enough to guess. Each names its field; none echoes a value.
+func (c *Config) Warnings() []string {
+	var w []string
+	if s := c.Kafka.SASL; s != nil && c.Kafka.TLS == nil && (s.Mechanism == "PLAIN" || s.Mechanism == "OAUTHBEARER") {
+		w = append(w, fmt.Sprintf("kafka.sasl.mechanism: %s without kafka.tls sends the credentials to the brokers in clear text; "+
+			"add kafka.tls (tls: {} for the system roots)", s.Mechanism))
+	}
+	if c.HTTP.Listen == "off" || Loopback(c.HTTP.Listen) {
+		return w
+	}
+	short := func(field, token string) {
+		if token != "" && len(token) < minTokenBytes {
+			w = append(w, fmt.Sprintf("%s: the token is %d bytes on %s, which others can reach; "+
+				"use %d or more random bytes (openssl rand -hex 32)", field, len(token), c.HTTP.Listen, minTokenBytes))
+		}
+	}
+	short("http.token", c.HTTP.Token)
+	for i, t := range c.Admin.Tokens {
+		short(fmt.Sprintf("admin.tokens[%d].token_env", i), t.Token)
+	}
+	return w
+}
+
 // ServingErrors reports what keeps a process from serving the admin API
 // on http.listen (not "off"): an address others can reach with no token
 // to require, and named tokens whose variable is unset or empty, or
