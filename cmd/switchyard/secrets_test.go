@@ -22,10 +22,17 @@ const (
 	saslSecret  = "SASLs3cretXYZ"
 )
 
-// noSecrets fails the test for every secret found in text.
+// noSecrets fails the test for every secret found in text: the ones
+// above, and the shared database URL's own password.
 func noSecrets(t *testing.T, what, text string) {
 	t.Helper()
-	for _, s := range []string{pgSecret, tokenSecret, saslSecret} {
+	secrets := []string{pgSecret, tokenSecret, saslSecret}
+	if u, err := url.Parse(testenv.DatabaseURL(t)); err == nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			secrets = append(secrets, p)
+		}
+	}
+	for _, s := range secrets {
 		if i := strings.Index(text, s); i >= 0 {
 			lo, hi := max(0, i-200), min(len(text), i+len(s)+100)
 			t.Errorf("%s shows the secret %q: …%s…", what, s, text[lo:hi])
@@ -33,13 +40,17 @@ func noSecrets(t *testing.T, what, text string) {
 	}
 }
 
-// withPassword returns the URL with the password set (the local server
-// trusts local connections, so any password works).
+// withPassword returns the URL with a password: its own, which the
+// local server asks TCP connections for (noSecrets looks for it too), or
+// else, for a server that trusts them, password.
 func withPassword(t *testing.T, raw, password string) string {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatalf("SWITCHYARD_DATABASE_URL: %v", err)
+	}
+	if p, ok := u.User.Password(); ok && p != "" {
+		return raw
 	}
 	user := "switchyard"
 	if u.User != nil && u.User.Username() != "" {
@@ -62,9 +73,6 @@ func TestSecretsNeverLogged(t *testing.T) {
 	topic := testenv.Topic(t, 1)
 	tg := newTarget(t)
 	secretURL := withPassword(t, testenv.DatabaseURL(t), pgSecret)
-	if !strings.Contains(secretURL, pgSecret) {
-		t.Fatalf("no password in %s", secretURL)
-	}
 	env := []string{"SWITCHYARD_DATABASE_URL=" + secretURL, "SWITCHYARD_ADMIN_TOKEN=" + tokenSecret,
 		"SWITCHYARD_LOG_LEVEL=debug"}
 	// postgres.url is left out: the URL, with its password, comes from

@@ -6,7 +6,12 @@
 #
 #   start    initdb once, start the server and wait until it accepts
 #            connections, then create role and database "switchyard"
-#            (idempotent)
+#            (idempotent). Connections over TCP need a password (any
+#            local user can reach a loopback port): the role's is made
+#            once, kept in the data root (mode 0600) and printed in the
+#            URL; the superuser connects over the data root's private
+#            Unix socket only, e.g.
+#              psql -h /tmp/switchyard-local/pg/run -p 15432 -U postgres
 #   stop     pg_ctl stop -m fast (idempotent); --clean also removes the data dir;
 #            --crash stops it as a crash would (-m immediate: nothing is
 #            flushed, and the next start recovers from the WAL), for tests
@@ -38,7 +43,8 @@ PG_START_TIMEOUT="${PG_START_TIMEOUT:-60}"
 PG_USER="${PG_USER:-postgres}"
 DB_NAME="switchyard"
 DB_ROLE="switchyard"
-DATABASE_URL="postgres://$DB_ROLE@127.0.0.1:$PG_PORT/$DB_NAME?sslmode=disable"
+# The role's password: made by the first start, read by env.
+ROLE_PASSWORD_FILE="$PG_ROOT/$DB_ROLE.password"
 
 log() { printf '[postgres.sh] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -143,8 +149,16 @@ show_log_tail() {
   fi
 }
 
+# random_hex prints 16 random bytes in hex: a password that needs no
+# quoting in a URL or in SQL.
+random_hex() {
+  od -An -tx1 -N16 /dev/urandom | tr -d ' \n'
+}
+
 print_env() {
-  echo "SWITCHYARD_DATABASE_URL=$DATABASE_URL"
+  local auth="$DB_ROLE"
+  [[ -s "$ROLE_PASSWORD_FILE" ]] && auth="$DB_ROLE:$(cat "$ROLE_PASSWORD_FILE")"
+  echo "SWITCHYARD_DATABASE_URL=postgres://$auth@127.0.0.1:$PG_PORT/$DB_NAME?sslmode=disable"
 }
 
 # ------------------------------------------------------------------ start --
@@ -172,15 +186,36 @@ init_cluster() {
   fi
   log "initialising cluster in $PGDATA_DIR"
   rm -rf "$PGDATA_DIR"
-  if ! as_pg "$BINDIR/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust -E UTF8 \
+  # Trust on the Unix socket, whose directory only the cluster's owner
+  # may enter; a password over TCP. initdb wants one for the superuser
+  # then: a random one, forgotten (the superuser uses the socket).
+  local pwfile="$PG_ROOT/initdb.pw" auth=(--auth-local=trust --auth-host=scram-sha-256)
+  (umask 077 && random_hex >"$pwfile")
+  [[ $EUID -eq 0 ]] && chown "$PG_USER": "$pwfile"
+  if ! as_pg "$BINDIR/initdb" -D "$PGDATA_DIR" -U postgres "${auth[@]}" --pwfile="$pwfile" -E UTF8 \
       --locale=C.UTF-8 --no-instructions >"$PG_ROOT/initdb.log" 2>&1; then
     # Older initdb: no C.UTF-8 / --no-instructions; retry with plain C.
     rm -rf "$PGDATA_DIR"
-    if ! as_pg "$BINDIR/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust -E UTF8 \
+    if ! as_pg "$BINDIR/initdb" -D "$PGDATA_DIR" -U postgres "${auth[@]}" --pwfile="$pwfile" -E UTF8 \
         --locale=C >"$PG_ROOT/initdb.log" 2>&1; then
+      rm -f "$pwfile"
       cat "$PG_ROOT/initdb.log" >&2
       die "initdb failed"
     fi
+  fi
+  rm -f "$pwfile"
+}
+
+# require_passwords makes a cluster that an earlier version of this
+# script initialised with trust for every connection ask TCP connections
+# for a password, as a new one does, and reloads it when it runs.
+require_passwords() {
+  local hba="$PGDATA_DIR/pg_hba.conf"
+  grep -Eq '^host[[:space:]].*[[:space:]]trust[[:space:]]*$' "$hba" || return 0
+  log "asking TCP connections for a password ($hba)"
+  as_pg sed -i -E 's/^(host[[:space:]].*[[:space:]])trust[[:space:]]*$/\1scram-sha-256/' "$hba"
+  if is_running; then
+    psql_admin -c 'SELECT pg_reload_conf()' >/dev/null
   fi
 }
 
@@ -238,10 +273,13 @@ wait_ready() {
 }
 
 ensure_database() {
+  if [[ ! -s "$ROLE_PASSWORD_FILE" ]]; then
+    (umask 077 && random_hex >"$ROLE_PASSWORD_FILE")
+  fi
   psql_admin <<SQL
 SELECT format('CREATE ROLE %I LOGIN CREATEDB CREATEROLE', '$DB_ROLE')
   WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$DB_ROLE') \gexec
-ALTER ROLE $DB_ROLE LOGIN CREATEDB CREATEROLE;
+ALTER ROLE $DB_ROLE LOGIN CREATEDB CREATEROLE PASSWORD '$(cat "$ROLE_PASSWORD_FILE")';
 -- switchyard bench settles each measurement with a CHECKPOINT (PostgreSQL
 -- 15's pg_checkpoint role); the product itself never needs it.
 SELECT format('GRANT pg_checkpoint TO %I', '$DB_ROLE')
@@ -259,6 +297,7 @@ do_start() {
   pg_tool pg_isready >/dev/null || die "pg_isready not found"
   prepare_dirs
   init_cluster
+  require_passwords
 
   if is_running; then
     wait_ready

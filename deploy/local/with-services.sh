@@ -44,11 +44,17 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# redacted prints a VAR=URL setting with the URL's password masked: the
+# run's log is kept (CI), and a URL given from outside may be a real one.
+redacted() {
+  sed -E 's#(://[^:/@]*:)[^@/]*@#\1***@#' <<<"$1"
+}
+
 # ensure <VAR> <script>: make sure <VAR> is exported, starting the service if needed.
 ensure() {
   local var=$1 script="$SCRIPT_DIR/$2" line
   if [[ -n "${!var:-}" ]]; then
-    log "$var is set; using ${!var} (not starting anything)"
+    log "$var is set; using $(redacted "${!var}") (not starting anything)"
     return 0
   fi
   if bash "$script" status >/dev/null 2>&1; then
@@ -60,7 +66,7 @@ ensure() {
   fi
   line="$(bash "$script" env)"
   export "${line?}"
-  log "${line}"
+  log "$(redacted "$line")"
 }
 
 ensure SWITCHYARD_KAFKA_BROKERS kafka.sh
