@@ -722,6 +722,26 @@ func TestBrowserConsoleActions(t *testing.T) {
 		t.Errorf("after retry-now the job is scheduled %s, after now (%v)", j.ScheduledAt, err)
 	}
 
+	// A cancel cannot be undone either: it asks, Keep keeps the job, and
+	// the question's own button cancels it.
+	p.goTo(fmt.Sprintf("jobs/%d", c.textJob))
+	p.click(`button[data-action="cancel"]`)
+	p.waitText(`[data-ask="cancel"]`, fmt.Sprintf("Cancel job %d?", c.textJob))
+	if s := jobState(t, c.store, c.textJob); s != "queued" {
+		t.Errorf("asked, not yet answered, the job is %s", s)
+	}
+	p.click(`button[data-action="cancel-keep"]`)
+	p.waitText(".actions", "Cancel")
+	if s := jobState(t, c.store, c.textJob); s != "queued" {
+		t.Errorf("kept, the job is %s", s)
+	}
+	p.click(`button[data-action="cancel"]`)
+	p.click(`button[data-action="cancel-confirm"]`)
+	p.waitText("#flash", fmt.Sprintf("Job %d cancelled.", c.textJob))
+	if s := jobState(t, c.store, c.textJob); s != "cancelled" {
+		t.Errorf("confirmed, the job is %s, want cancelled", s)
+	}
+
 	p.goTo("schedules")
 	p.click(`tr[data-schedule="nightly-reconcile"] button[data-action="trigger"]`)
 	p.waitText("#flash", "Schedule nightly-reconcile triggered: job")

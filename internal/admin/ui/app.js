@@ -301,9 +301,10 @@ async function act(path, done) {
 
 // button: an action button, or nothing at all for a read token. With
 // opts.ask, a first click asks that question beside a button that acts
-// and one that keeps things as they are (for what cannot be undone); the
-// question stays through the page's polls (view.asking). opts.then(answer)
-// runs once the action succeeded.
+// (opts.yes, else label) and one that keeps things as they are (opts.no,
+// else "Keep"), for what cannot be undone; the question stays through the
+// page's polls (view.asking). opts.then(answer) runs once the action
+// succeeded.
 function actionButton(label, path, opts) {
   if (!canOperate()) return null;
   opts = opts || {};
@@ -317,8 +318,8 @@ function actionButton(label, path, opts) {
   };
   if (opts.ask && view.asking === path) {
     return el("div", { class: "confirm", "data-ask": name }, opts.ask,
-      el("button", { class: opts.cls || "secondary", "data-action": name + "-confirm", onclick: run }, label),
-      el("button", { class: "secondary", "data-action": name + "-keep", onclick: () => { view.asking = null; refresh(); } }, "Keep"));
+      el("button", { class: opts.cls || "secondary", "data-action": name + "-confirm", onclick: run }, opts.yes || label),
+      el("button", { class: "secondary", "data-action": name + "-keep", onclick: () => { view.asking = null; refresh(); } }, opts.no || "Keep"));
   }
   const ask = () => { view.asking = path; refresh(); };
   return el("button", { class: opts.cls || "secondary", "data-action": name, onclick: opts.ask ? ask : run }, label);
@@ -588,7 +589,12 @@ const jobsPage = {
   async detail(v) {
     const j = await api("GET", "v1/jobs/" + encodeURIComponent(v.id));
     const buttons = [];
-    if (cancellable.includes(j.state)) buttons.push(actionButton("Cancel", "v1/jobs/" + j.id + "/cancel", { cls: "danger", name: "cancel", done: () => "Job " + j.id + " cancelled." }));
+    if (cancellable.includes(j.state)) {
+      buttons.push(actionButton("Cancel", "v1/jobs/" + j.id + "/cancel", { cls: "danger", name: "cancel",
+        ask: "Cancel job " + j.id + "? It will never run again" + (j.state === "running" ? " (its running attempt is stopped)" : "") +
+          "; a cancel cannot be undone.",
+        yes: "Cancel job " + j.id, no: "Keep it", done: () => "Job " + j.id + " cancelled." }));
+    }
     const delayed = j.state === "queued" && new Date(j.scheduled_at) > new Date();
     if (j.state === "retrying" || delayed) buttons.push(actionButton("Retry now", "v1/jobs/" + j.id + "/retry", { name: "retry", done: () => "Job " + j.id + " is runnable now." }));
     // A re-drive counts the attempts from 1 again.
