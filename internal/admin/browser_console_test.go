@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -487,6 +488,9 @@ func TestBrowserConsolePages(t *testing.T) {
 	if n := p.count("#data tbody tr"); n != 50 {
 		t.Errorf("the first page of jobs has %d rows, want 50", n)
 	}
+	if got := eval[[]string](p, `[...document.querySelectorAll("#data td.err")].filter(td => td.title !== td.textContent).map(td => td.textContent)`); len(got) != 0 {
+		t.Errorf("the jobs list's last errors %q have no tooltip with the whole error", got)
+	}
 	p.fits("the jobs page")
 	p.screenshot("jobs")
 
@@ -553,12 +557,26 @@ func TestBrowserConsolePages(t *testing.T) {
 	if n := p.count("#data tbody tr"); n != 4 {
 		t.Errorf("the DLQ page lists %d entries, want the 4 parked", n)
 	}
+	// A last error cut at the column's width is whole in its tooltip.
+	if got := eval[[]string](p, `[...document.querySelectorAll("#data td.err")].filter(td => td.title !== td.textContent).map(td => td.textContent)`); len(got) != 0 {
+		t.Errorf("the DLQ list's last errors %q have no tooltip with the whole error", got)
+	}
+	// WCAG AA: a badge's text against its background 4.5:1; the border
+	// that shows where a filter's field is, 3:1 against the page.
+	if low := eval[[]string](p, contrastJS); len(low) != 0 {
+		t.Errorf("too little contrast: %q", low)
+	}
 	p.fits("the DLQ page")
 	p.screenshot("dlq")
 
 	p.goTo(fmt.Sprintf("dlq/%d", c.deadEntry))
 	p.waitText("h1", fmt.Sprintf("entry %d", c.deadEntry))
 	p.waitText("section:last-child", "HTTP 422: bad order")
+	// The time it was parked, as an age and as the time itself: a phone
+	// shows no tooltip, and logs are searched by the time.
+	if got := p.text("#data section:first-of-type"); !regexp.MustCompile(`parked[\d.]+ (s|min) ago · .*\d{4}.*\d{2}:\d{2}:\d{2}`).MatchString(got) {
+		t.Errorf("the entry's parked time is not shown as an age and the exact time: %q", got)
+	}
 	p.fits("a DLQ entry's page")
 	p.screenshot("dlq-entry")
 
@@ -584,6 +602,27 @@ func TestBrowserConsolePages(t *testing.T) {
 	p.fits("the audit page")
 	p.screenshot("audit")
 }
+
+// contrastJS lists the badges whose text, and the form fields whose
+// border, has too little contrast (WCAG 2.1 AA: 4.5:1 for text, 3:1 for
+// a control's boundary against what surrounds it).
+const contrastJS = `(() => {
+	const rgb = (c) => c.match(/[\d.]+/g).slice(0, 3).map(Number);
+	const lum = (c) => { const [r, g, b] = rgb(c).map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4 });
+		return 0.2126 * r + 0.7152 * g + 0.0722 * b };
+	const ratio = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05) };
+	const out = [];
+	for (const b of document.querySelectorAll(".badge")) {
+		const s = getComputedStyle(b), r = ratio(s.color, s.backgroundColor);
+		if (r < 4.5) out.push("badge " + b.textContent + ": " + r.toFixed(2));
+	}
+	const page = getComputedStyle(document.body).backgroundColor;
+	for (const i of document.querySelectorAll("input[type=text], select")) {
+		const r = ratio(getComputedStyle(i).borderTopColor, page);
+		if (r < 3) out.push("border of " + i.name + ": " + r.toFixed(2));
+	}
+	return out;
+})()`
 
 // TestBrowserConsoleFiltersAndPayloads: a filter narrows the jobs, the
 // API's next cursor pages them, and a job's page decodes its payload:

@@ -74,6 +74,12 @@ function keyCell(key, content) {
   return el("td", { class: "clip", title: key || null }, content === undefined ? key || "" : content);
 }
 
+// errCell is a last error in a list: cut at the column's width, whole in
+// its tooltip.
+function errCell(text) {
+  return el("td", { class: "err", title: text || null }, text || "");
+}
+
 function badge(text, cls) {
   return el("span", { class: "badge " + (cls || text) }, text);
 }
@@ -118,6 +124,15 @@ function when(iso) {
   const d = (Date.now() - t.getTime()) / 1000;
   const text = d >= 0 ? age(d) + " ago" : "in " + age(-d);
   return el("span", { title: t.toLocaleString() + " (" + iso + ")", text });
+}
+
+// whenAt is when with the exact time shown too, for a page's fields: on
+// a phone there is no tooltip, and an operator matches it with logs.
+function whenAt(iso) {
+  if (!iso) return when(iso);
+  const exact = new Date(iso).toLocaleString([], { year: "numeric", month: "short", day: "numeric",
+    hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" });
+  return el("span", {}, when(iso), el("span", { class: "muted", text: " · " + exact }));
 }
 
 function count(n) {
@@ -582,7 +597,7 @@ const jobsPage = {
       td(link("#/jobs/" + j.id, String(j.id))), td(j.kind), td(j.queue), td(j.route), keyCell(j.key),
       td(badge(j.state)), td(j.attempts + " / " + j.max_attempts, "num"), td(when(j.created_at)),
       td(j.state === "queued" || j.state === "retrying" ? when(j.scheduled_at) : when(j.finished_at || j.started_at)),
-      td(j.last_error || "", "err")));
+      errCell(j.last_error)));
     return [table([["id", "num"], "kind", "queue", "route", "key", "state", ["attempts", "num"], "created",
       "scheduled / last change", "last error"], rows, "no jobs match"), pager("jobs", v, f, body.next)];
   },
@@ -606,8 +621,8 @@ const jobsPage = {
       section("Job", fields([
         ["kind", j.kind], ["queue", link("#/jobs" + query({ queue: j.queue }), j.queue)], ["route", j.route], ["key", j.key],
         ["version", j.version === null ? null : String(j.version)], ["attempts", j.attempts + " of " + j.max_attempts + since],
-        ["created", when(j.created_at)], ["scheduled", when(j.scheduled_at)], ["started", j.started_at ? when(j.started_at) : null],
-        ["finished", j.finished_at ? when(j.finished_at) : null],
+        ["created", whenAt(j.created_at)], ["scheduled", whenAt(j.scheduled_at)], ["started", j.started_at ? whenAt(j.started_at) : null],
+        ["finished", j.finished_at ? whenAt(j.finished_at) : null],
         ["source", j.source ? j.source.topic + " / partition " + j.source.partition + " @ offset " + j.source.offset : "enqueued through the API"],
         ["last error", j.last_error ? el("span", { class: "bad", text: j.last_error }) : null]])),
     ];
@@ -680,7 +695,7 @@ const dlqPage = {
     const rows = body.items.map((e) => el("tr", { "data-entry": e.id },
       td(link("#/dlq/" + e.id, String(e.id))), td(badge(e.reason, "dead")), td(e.route), td(e.queue), td(jobLink(e.job_id)),
       td(e.source ? e.source.topic + "/" + e.source.partition + "@" + e.source.offset : "—"), td(e.attempts),
-      td(e.last_error || "", "err"), td(when(e.created_at)), td(entryState(e)),
+      errCell(e.last_error), td(when(e.created_at)), td(entryState(e)),
       canOperate() ? td(e.redriven ? null : el("div", { class: "actions" },
         actionButton("Re-drive", "v1/dlq/" + e.id + "/redrive", { name: "redrive", done: () => "Entry " + e.id + " re-driven." }))) : null));
     const headers = [["id", "num"], "reason", "route", "queue", "job", "source", ["attempts", "num"], "last error", "parked", "state"];
@@ -702,13 +717,13 @@ const dlqPage = {
       section("Entry", fields([
         ["reason", badge(e.reason, "dead")], ["route", e.route], ["queue", e.queue], ["job", jobLink(e.job_id)],
         ["source", e.source ? e.source.topic + " / partition " + e.source.partition + " @ offset " + e.source.offset : null],
-        ["attempts", String(e.attempts)], ["parked", when(e.created_at)],
+        ["attempts", String(e.attempts)], ["parked", whenAt(e.created_at)],
         ["last error", el("span", { class: "bad", text: e.last_error || "" })],
         ["truncated", e.truncated ? "yes: only the first bytes of a " + e.record_bytes + "-byte record are kept (a re-drive reads the record again)" : null]])),
     ];
     if (e.redriven) {
       const r = e.redriven;
-      out.push(section("Re-driven", el("div", { id: "redriven" }, fields([["by", r.by], ["at", when(r.at)], ["job", jobLink(r.job_id)],
+      out.push(section("Re-driven", el("div", { id: "redriven" }, fields([["by", r.by], ["at", whenAt(r.at)], ["job", jobLink(r.job_id)],
         ["job state", r.job_state ? badge(r.job_state) : "pruned"]]))));
     }
     out.push(section("Payload", payloadBlock(e.payload_base64, "payload")));
