@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,14 +291,25 @@ func (c *console) seedLanes(t *testing.T) {
 // test on any exception or error the page logs (a CSP violation
 // included).
 type tab struct {
-	t   *testing.T
-	ctx context.Context
-	url string
+	t     *testing.T
+	ctx   context.Context
+	url   string
+	width int
+	// unreachable: the test made the API unreachable on purpose, and
+	// the browser's own log of the failed requests is no fault.
+	unreachable atomic.Bool
 }
 
 func openConsole(t *testing.T, url string) *tab {
 	t.Helper()
-	ctx := testenv.Browser(t, chromedp.WindowSize(consoleWidth, consoleHeight))
+	return openConsoleAt(t, url, consoleWidth, consoleHeight)
+}
+
+// openConsoleAt opens a tab of width × height px: a phone's 390 px, say.
+func openConsoleAt(t *testing.T, url string, width, height int) *tab {
+	t.Helper()
+	ctx := testenv.Browser(t, chromedp.WindowSize(width, height))
+	p := &tab{t: t, ctx: ctx, url: url, width: width}
 	listen, stop := context.WithCancel(ctx)
 	messages := chromedp.Console(listen)
 	var wg sync.WaitGroup
@@ -309,7 +322,8 @@ func openConsole(t *testing.T, url string) *tab {
 			}
 			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
 				// An action the test expects to be refused logs its 4xx.
-				if !strings.Contains(m.Text, "the server responded with a status of 4") {
+				if !strings.Contains(m.Text, "the server responded with a status of 4") &&
+					!(p.unreachable.Load() && strings.Contains(m.Text, "net::ERR_EMPTY_RESPONSE")) {
 					t.Errorf("the page logged %s: %s", m.Type, m)
 				}
 			}
@@ -319,8 +333,7 @@ func openConsole(t *testing.T, url string) *tab {
 		stop()
 		wg.Wait()
 	})
-	p := &tab{t: t, ctx: ctx, url: url}
-	p.do(chromedp.EmulateViewport(consoleWidth, consoleHeight))
+	p.do(chromedp.EmulateViewport(int64(width), int64(height)))
 	return p
 }
 
@@ -404,11 +417,12 @@ func (p *tab) click(sel string) {
 	}
 }
 
-// fits checks that the page needs no horizontal scrolling at 1,280 px.
+// fits checks that the page needs no horizontal scrolling at the tab's
+// width.
 func (p *tab) fits(what string) {
 	p.t.Helper()
-	if w := eval[int](p, `document.documentElement.scrollWidth`); w > consoleWidth {
-		p.t.Errorf("%s is %d px wide at a %d px window: it scrolls sideways", what, w, consoleWidth)
+	if w := eval[int](p, `document.documentElement.scrollWidth`); w > p.width {
+		p.t.Errorf("%s is %d px wide at a %d px window: it scrolls sideways", what, w, p.width)
 	}
 }
 
@@ -1092,4 +1106,127 @@ func TestBrowserConsoleLanesPages(t *testing.T) {
 	if hash := eval[string](p, `location.hash`); hash != "#/lanes?route=ledger" {
 		t.Errorf("the first page's link leads to %q", hash)
 	}
+}
+
+// TestBrowserConsoleNarrow: on a phone's 390 px the page itself never
+// scrolls sideways: the menu wraps, so that every page can be reached,
+// and a wide table scrolls within its own box.
+func TestBrowserConsoleNarrow(t *testing.T) {
+	t.Parallel()
+	c := newConsole(t, Config{})
+	p := openConsoleAt(t, c.url, 390, 844)
+
+	for _, pg := range []struct{ hash, ready string }{
+		{"queues", `tr[data-queue="interactive"]`},
+		{"dlq", "#data tbody"},
+		{fmt.Sprintf("jobs/%d", c.retryJob), `pre[data-what="payload"]`},
+	} {
+		p.goTo(pg.hash)
+		p.waitText(pg.ready, "")
+		p.do(chromedp.WaitVisible(pg.ready))
+		p.fits("the " + pg.hash + " page at 390 px")
+		if off := eval[[]string](p, `[...document.querySelectorAll("header a, header input")].filter(a => {
+			const r = a.getBoundingClientRect(); return r.right > innerWidth || r.left < 0 }).map(a => a.textContent || a.id)`); len(off) != 0 {
+			t.Errorf("on %s at 390 px, %q lie outside the window", pg.hash, off)
+		}
+	}
+	// The queues' table is wider than a phone: its box scrolls, and the
+	// actions at its right end are reached by scrolling it.
+	p.goTo("queues")
+	p.do(chromedp.WaitVisible(`tr[data-queue="interactive"]`))
+	if !eval[bool](p, `(() => { const b = document.querySelector("#data .scroll"); return !!b && b.scrollWidth > b.clientWidth })()`) {
+		t.Errorf("the queues' table at 390 px is not in a box of its own that scrolls")
+	}
+}
+
+// TestBrowserConsoleServerDown: when the API stops answering, the page
+// says so where the data is, and marks what it still shows as stale
+// rather than letting it pass for live; when the API is back, so is the
+// page.
+func TestBrowserConsoleServerDown(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, true)
+	seedJobAndEntry(t, st)
+	h := New(Config{DLQ: dlq.New(st, nil, nil)}, st, zaptest.NewLogger(t)).Handler()
+	// While down, the API answers as a process that is gone would not:
+	// the connection closes with no answer.
+	var mu sync.Mutex
+	down := false
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		d := down
+		mu.Unlock()
+		if d && strings.HasPrefix(r.URL.Path, "/v1/") {
+			if conn, _, err := rw.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+				return
+			}
+		}
+		h.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(srv.Close)
+	set := func(d bool) { mu.Lock(); down = d; mu.Unlock() }
+	p := openConsole(t, srv.URL)
+
+	p.goTo("queues")
+	p.waitText(`tr[data-queue="bulk"]`, "bulk")
+	p.unreachable.Store(true)
+	set(true)
+	p.waitText("#status", "not answering")
+	if !eval[bool](p, `document.getElementById("status").classList.contains("error") && document.getElementById("data").classList.contains("stale")`) {
+		t.Errorf("with the API down, the status line is not an error or the data is not marked stale: %q", p.text("#status"))
+	}
+	if got := p.text("#status"); !strings.Contains(got, "last answer") {
+		t.Errorf("the status line does not say how old what shows is: %q", got)
+	}
+	set(false)
+	p.waitText("#status", "Updated")
+	if eval[bool](p, `document.getElementById("status").classList.contains("error") || document.getElementById("data").classList.contains("stale")`) {
+		t.Errorf("with the API back, the page still says it is down")
+	}
+}
+
+// TestBrowserConsolePollKeepsFocusAndSelection: a poll renders the page
+// again every 2 s; a keyboard user's focus on a row's button and text
+// selected to copy (an error, a payload) outlive it.
+func TestBrowserConsolePollKeepsFocusAndSelection(t *testing.T) {
+	t.Parallel()
+	w := newWatched(t)
+	seedJobAndEntry(t, w.store)
+	p := openConsole(t, w.srv.URL)
+	// poll waits for the page's next poll: the status line's time moves.
+	poll := func() {
+		t.Helper()
+		before := p.text("#status")
+		if !testenv.Until(20*time.Second, func() bool { return p.text("#status") != before }) {
+			t.Fatalf("no poll within 20 s: the status line stayed %q", before)
+		}
+	}
+
+	p.goTo("dlq")
+	p.do(chromedp.WaitVisible(`tr[data-entry="1"] button[data-action="redrive"]`))
+	p.do(chromedp.Focus(`tr[data-entry="1"] button[data-action="redrive"]`))
+	poll()
+	poll()
+	if got := eval[string](p, `(() => { const a = document.activeElement; const tr = a.closest("tr");
+		return a.tagName + " " + (a.dataset.action || "") + " " + (tr ? tr.dataset.entry : "") })()`); got != "BUTTON redrive 1" {
+		t.Errorf("after a poll the focus is on %q, want entry 1's re-drive button", got)
+	}
+
+	p.goTo("jobs/2")
+	p.waitText("#attempts", "HTTP 422: bad order")
+	if got := eval[string](p, `(() => { const td = [...document.querySelectorAll("#attempts td")].find(td => td.textContent === "HTTP 422: bad order");
+		getSelection().selectAllChildren(td); return getSelection().toString() })()`); got != "HTTP 422: bad order" {
+		t.Fatalf("selected %q", got)
+	}
+	poll()
+	if got := eval[string](p, `getSelection().toString()`); got != "HTTP 422: bad order" {
+		t.Errorf("after a poll the selection is %q, want the error still selected", got)
+	}
+	if got := p.text("#status"); !strings.Contains(got, "updates wait while text is selected") {
+		t.Errorf("holding the page for a selection, the status line says %q", got)
+	}
+	// Once the selection ends, the page is live again.
+	eval[bool](p, `(getSelection().removeAllRanges(), true)`)
+	p.waitText("#status", "Updated")
 }

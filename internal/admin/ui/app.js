@@ -58,7 +58,9 @@ function table(headers, rows, emptyText) {
     const [text, cls] = Array.isArray(h) ? h : [h];
     return el("th", { class: cls, text });
   })));
-  return el("table", {}, thead, el("tbody", {}, rows));
+  // In a box of its own that scrolls sideways: a table wider than the
+  // window (the queues' on a phone) must not make the page do so.
+  return el("div", { class: "scroll" }, el("table", {}, thead, el("tbody", {}, rows)));
 }
 
 // td: a cell; v may be a node, a string or a number (right-aligned).
@@ -318,7 +320,9 @@ async function act(path, done) {
 // opts.ask, a first click asks that question beside a button that acts
 // (opts.yes, else label) and one that keeps things as they are (opts.no,
 // else "Keep"), for what cannot be undone; the question stays through the
-// page's polls (view.asking). opts.then(answer) runs once the action
+// page's polls (view.asking). The focus moves to the keeping button, so
+// that a keyboard user's second Enter does nothing for good, and back to
+// the action's button when kept. opts.then(answer) runs once the action
 // succeeded.
 function actionButton(label, path, opts) {
   if (!canOperate()) return null;
@@ -334,9 +338,13 @@ function actionButton(label, path, opts) {
   if (opts.ask && view.asking === path) {
     return el("div", { class: "confirm", "data-ask": name }, opts.ask,
       el("button", { class: opts.cls || "secondary", "data-action": name + "-confirm", onclick: run }, opts.yes || label),
-      el("button", { class: "secondary", "data-action": name + "-keep", onclick: () => { view.asking = null; refresh(); } }, opts.no || "Keep"));
+      el("button", { class: "secondary", "data-action": name + "-keep", onclick: () => {
+        view.asking = null;
+        view.focus = '[data-action="' + name + '"]';
+        refresh();
+      } }, opts.no || "Keep"));
   }
-  const ask = () => { view.asking = path; refresh(); };
+  const ask = () => { view.asking = path; view.focus = '[data-action="' + name + '-keep"]'; refresh(); };
   return el("button", { class: opts.cls || "secondary", "data-action": name, onclick: opts.ask ? ask : run }, label);
 }
 
@@ -376,8 +384,9 @@ function build(v) {
 }
 
 // refresh polls the current page: one timer, re-armed after each answer,
-// so slow answers never pile up.
-async function refresh() {
+// so slow answers never pile up. poll: called by the timer, not by an
+// action or a route change.
+async function refresh(poll) {
   clearTimeout(timer);
   const mine = gen;
   const v = view;
@@ -392,35 +401,98 @@ async function refresh() {
     const node = await (v.id && pages[v.page].detail ? pages[v.page].detail(v) : pages[v.page].load(v));
     if (mine !== gen) return;
     form.hidden = true;
+    // Text selected on the page (an error, a payload, to copy) would go
+    // with the nodes that hold it: a poll leaves the page as it is while
+    // the selection lasts. An action's refresh still shows its effect.
+    if (poll && selecting(v.data)) {
+      setStatus("Showing the answer of " + clock(v.answered) + ": updates wait while text is selected.");
+      return;
+    }
+    const focused = focusKey(v.data);
     v.data.replaceChildren();
     append(v.data, [node]);
+    refocus(v, focused);
+    v.answered = new Date();
     updated();
   } catch (err) {
     if (mine !== gen) return;
+    if (!(err instanceof AuthError || err instanceof APIError) || err.status >= 500) {
+      // The server is down, restarting or failing: what shows is its
+      // last answer, which must not pass for a live one.
+      const what = err instanceof APIError ? "The server answered " + err.status + " (" + err.message + ")"
+        : "The server is not answering (" + err.message + ")";
+      setStatus(what + (v.answered ? "; what shows is its last answer, from " + clock(v.answered) + "." : "; nothing to show yet.") +
+        ($("live").checked ? " Trying again every " + pollMs / 1000 + " s." : ""), true);
+      v.data.classList.add("stale");
+      return;
+    }
+    v.data.classList.remove("stale");
     if (err instanceof AuthError) {
       showAuth(err.message);
       v.data.replaceChildren();
-    } else if (err instanceof APIError && err.unavailable) {
+    } else if (err.unavailable) {
       v.data.replaceChildren(el("p", { class: "empty", text: "Not available on this server (" + err.message + ")." }));
       updated();
-    } else if (err instanceof APIError && err.status < 500) {
+    } else {
       // Said where the page would be (a job or entry that is gone, a bad
       // filter), with the way back, not only in the status line.
-      statusLine.textContent = "Error: " + err.message;
+      setStatus("Error: " + err.message, true);
       v.data.replaceChildren(el("p", { class: "empty", "data-error": err.status }, err.message + ". ",
         link("#/" + v.page, v.id ? "Back to the list" : "Clear the filters")));
-    } else {
-      statusLine.textContent = "Error: " + err.message;
     }
   } finally {
-    if (mine === gen && $("live").checked) timer = setTimeout(refresh, pollMs);
+    if (mine === gen && $("live").checked) timer = setTimeout(() => refresh(true), pollMs);
   }
 }
 
-// updated says when the page's data was read, with the zone: an operator
-// may compare it with logs kept in another.
+function setStatus(text, isError) {
+  statusLine.textContent = text;
+  statusLine.classList.toggle("error", !!isError);
+}
+
+// clock is a time of day with the zone: an operator may compare it with
+// logs kept in another.
+function clock(t) {
+  return t.toLocaleTimeString([], { timeZoneName: "short" });
+}
+
+// updated says when the page's data was read.
 function updated() {
-  statusLine.textContent = "Updated " + new Date().toLocaleTimeString([], { timeZoneName: "short" });
+  setStatus("Updated " + clock(new Date()));
+  view.data.classList.remove("stale");
+}
+
+function selecting(root) {
+  const s = getSelection();
+  return s !== null && !s.isCollapsed && root.contains(s.anchorNode);
+}
+
+// focusKey names the control inside root that has the focus by what
+// tells it from the others once the page is rendered again: its link,
+// its text, and the data attributes of it and its ancestors (a row's
+// entry, an action's name). null when the focus is elsewhere.
+function focusKey(root) {
+  const e = document.activeElement;
+  return e && e !== root && root.contains(e) ? keyOf(e, root) : null;
+}
+
+function keyOf(e, root) {
+  const parts = [e.getAttribute("href") || "", e.textContent];
+  for (let n = e; n && n !== root; n = n.parentElement) parts.push(n.tagName + JSON.stringify({ ...n.dataset }));
+  return parts.join("|");
+}
+
+// refocus gives the focus, in the page just rendered, to the control
+// an action named (v.focus) or else to the one that had it before; a
+// keyboard user would otherwise be sent back to the top of the page at
+// every poll.
+function refocus(v, key) {
+  let target = v.focus ? v.data.querySelector(v.focus) : null;
+  v.focus = null;
+  if (!target && key !== null) {
+    target = [...v.data.querySelectorAll("a, button, input, select, textarea")].find((e) => keyOf(e, v.data) === key);
+  }
+  if (target) target.focus({ preventScroll: true });
 }
 
 async function whoami() {
@@ -441,7 +513,7 @@ function renderWho() {
 function showAuth(message) {
   form.hidden = false;
   who = null;
-  statusLine.textContent = message;
+  setStatus(message);
 }
 
 form.addEventListener("submit", (e) => {
