@@ -80,3 +80,11 @@ var FunctionsHash = functionsHash
 
 // HeldWindow is heldWindow, for TestQueueStatsPastALongHeldFlood.
 const HeldWindow = heldWindow
+
+// SetMigrateWaits shortens Migrate's lock waits for a test, which must not
+// be parallel; the returned func restores them.
+func SetMigrateWaits(lock time.Duration, tries int, pause time.Duration) (restore func()) {
+	l, n, p := migrateLockTimeout, migrateTries, migrateRetryPause
+	migrateLockTimeout, migrateTries, migrateRetryPause = lock, tries, pause
+	return func() { migrateLockTimeout, migrateTries, migrateRetryPause = l, n, p }
+}

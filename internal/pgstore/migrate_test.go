@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
@@ -66,5 +69,110 @@ func TestFunctionsChangeWithAMigration(t *testing.T) {
 			"so that an older binary's migrate refuses the schema, then write %q to %s", pgstore.LatestVersion()+1, "<its number> <hash>", functionsRecord)
 	default:
 		t.Fatalf("a new migration: write %q to %s", want, functionsRecord)
+	}
+}
+
+// A migration that waits for a table's lock puts every later query of
+// that table in the queue behind it: a report or a pg_dump holding lanes
+// for 15 s held every read of lanes 13 s while migrate waited (measured
+// with switchyard migrate, 0031 to 0033). So Migrate waits only so long,
+// rolls back, lets the queue through, and tries again; after its last try
+// it says what held it up and changes nothing. Here a transaction that
+// wrote jobs and has not committed holds the lock that functions.sql's
+// trigger needs.
+func TestMigrateDoesNotQueueTrafficBehindALock(t *testing.T) {
+	defer pgstore.SetMigrateWaits(200*time.Millisecond, 3, 50*time.Millisecond)()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	if _, err := s.Pool().Exec(ctx, `UPDATE schema_functions SET sha256 = 'older'`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `LOCK TABLE jobs IN ROW EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+
+	mctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	migrated := make(chan error, 1)
+	go func() { _, err := s.Migrate(mctx); migrated <- err }()
+	testenv.Eventually(t, 10*time.Second, "migrate waits for the lock on jobs", func() bool {
+		return testenv.Count(t, s, `SELECT count(*) FROM pg_locks WHERE relation = 'jobs'::regclass AND NOT granted`) > 0
+	})
+	// A writer that comes after: it must not wait for the holder.
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	err = pgx.BeginFunc(wctx, s.Pool(), func(tx pgx.Tx) error {
+		_, err := tx.Exec(wctx, `LOCK TABLE jobs IN ROW EXCLUSIVE MODE`)
+		return err
+	})
+	if err != nil {
+		t.Errorf("a writer of jobs behind the waiting migrate: %v, want it through once migrate gives up its wait", err)
+	}
+
+	err = <-migrated
+	if !errors.Is(err, pgstore.ErrMigrateLocked) || !strings.Contains(err.Error(), "functions.sql") ||
+		!strings.Contains(err.Error(), "run migrate again") {
+		t.Fatalf("Migrate held up by a lock: %v, want ErrMigrateLocked naming functions.sql and what to do", err)
+	}
+	if n := testenv.Count(t, s, `SELECT count(*) FROM schema_functions WHERE sha256 = 'older'`); n != 1 {
+		t.Fatalf("the Migrate that gave up changed schema_functions")
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := s.Migrate(ctx); err != nil || fmt.Sprint(applied) != "[functions.sql]" {
+		t.Fatalf("Migrate once the lock is free: %v, %v; want functions.sql applied", applied, err)
+	}
+}
+
+// A migration may rightly run longer than the runtime's statement_timeout
+// (an index on a large jobs table), and a second migrate waits for the
+// first (the advisory lock) as long as it runs: neither is cut off at
+// postgres' statement_timeout (60 s by default; here 300 ms).
+func TestMigrateOutlastsStatementTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testenv.Name("t")
+	s, err := pgstore.Open(ctx, pgstore.Config{URL: testenv.DatabaseURL(t), Schema: schema, MaxConns: 4, StatementTimeoutMS: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.DropSchema(context.Background()); err != nil {
+			t.Logf("drop schema %s: %v", schema, err)
+		}
+		s.Close()
+	})
+	// Another migrate of this schema, still running after a second.
+	first, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx)
+	if _, err := first.Exec(ctx, `SET LOCAL statement_timeout = 0`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('switchyard.migrate:' || $1, 0))`, schema); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.Migrate(ctx); done <- err }()
+	testenv.Eventually(t, 10*time.Second, "the second migrate waits for the first", func() bool {
+		return testenv.Count(t, s, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`) > 0
+	})
+	// The first runs on past the second's statement_timeout.
+	if _, err := first.Exec(ctx, `SELECT pg_sleep(1)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Migrate behind a migrate that ran past statement_timeout: %v", err)
 	}
 }
