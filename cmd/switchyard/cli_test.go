@@ -524,3 +524,43 @@ func TestCLIMigrateConcurrently(t *testing.T) {
 	}
 	wantAllMigrations(t, store)
 }
+
+// TestCLIOlderBinaryRefusesANewerSchema: a rollback's binary against a
+// schema a newer one migrated (simulated: one migration past this
+// binary's, and functions of its own) — its migrate and its run refuse,
+// change nothing, and say both versions and the ways out: run the newer
+// release, or restore the database (migrations do not go down). Not an
+// older commit built here: the refusal reads only the recorded versions,
+// and a build of another commit needs the history and a minute of CI.
+func TestCLIOlderBinaryRefusesANewerSchema(t *testing.T) {
+	t.Parallel()
+	schema, store := freshSchema(t)
+	cfg := writeConfig(t, testConfig{Topic: "t", Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	if p := start(t, "migrate", nil, "migrate", "--config", cfg); p.wait(time.Minute) != exitOK {
+		t.Fatalf("migrate: %s", p.log.String())
+	}
+	latest, newer := pgstore.LatestVersion(), pgstore.LatestVersion()+1
+	ctx := context.Background()
+	if _, err := store.Pool().Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, 'from_a_newer_binary.sql')`, newer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Pool().Exec(ctx, `UPDATE schema_functions SET sha256 = 'newer'`); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ verb, versions string }{
+		{"migrate", fmt.Sprintf("at migration %d, newer than this binary's %d", newer, latest)},
+		{"run", fmt.Sprintf("at %d, newer than this binary's %d", newer, latest)},
+	} {
+		p := start(t, c.verb, nil, c.verb, "--config", cfg)
+		code := p.wait(time.Minute)
+		msg := lastLine(p.log.String())
+		if code != exitFailure || !strings.Contains(msg, c.versions) || !strings.Contains(msg, "run the switchyard that migrated it") ||
+			!strings.Contains(msg, "restore the database") {
+			t.Errorf("%s on a newer schema: exit %d, %q; want exit %d naming %q, the newer switchyard and restoring the database",
+				c.verb, code, msg, exitFailure, c.versions)
+		}
+	}
+	if n := testenv.Count(t, store, `SELECT count(*) FROM schema_functions WHERE sha256 = 'newer'`); n != 1 {
+		t.Errorf("the older migrate put its functions back over the newer schema's")
+	}
+}

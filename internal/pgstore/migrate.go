@@ -250,9 +250,15 @@ var ErrNewerSchema = errors.New("the schema is newer than this binary")
 func (e *NewerSchemaError) Is(target error) bool { return target == ErrNewerSchema }
 
 func (e *NewerSchemaError) Error() string {
-	return fmt.Sprintf("at migration %d, newer than this binary's %d: a newer switchyard migrated it; run that version (this one would put its older functions back)",
-		e.At, e.Latest)
+	return fmt.Sprintf("at migration %d, newer than this binary's %d: this one would put its older functions back; %s",
+		e.At, e.Latest, newerSchemaCure)
 }
+
+// newerSchemaCure is what an operator of an older binary on a newer schema
+// can do, for Migrate's refusal and SchemaCheck alike: during a rollout
+// the first (the old processes are being replaced); for a rollback the
+// second, since no migration goes down.
+const newerSchemaCure = "run the switchyard that migrated it, or, to roll back, restore the database from before that migrate (migrations do not go down)"
 
 // SchemaVersion returns the highest applied migration, 0 when none.
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
@@ -267,7 +273,7 @@ func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 // SchemaCheck says what keeps the schema from being this binary's, and
 // the cure: "" when it is, else e.g. "at 7, want 8: run `switchyard
 // migrate` first" or "at 9, newer than this binary's 8: ..." (this binary
-// is the one to replace).
+// is the one to replace, or the database to restore).
 func (s *Store) SchemaCheck(ctx context.Context) (string, error) {
 	const cure = ": run `switchyard migrate` first"
 	v, err := s.SchemaVersion(ctx)
@@ -275,7 +281,7 @@ func (s *Store) SchemaCheck(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if want := LatestVersion(); v > want {
-		return fmt.Sprintf("at %d, newer than this binary's %d: run the switchyard that migrated it", v, want), nil
+		return fmt.Sprintf("at %d, newer than this binary's %d: %s", v, want, newerSchemaCure), nil
 	} else if v != want {
 		return fmt.Sprintf("at %d, want %d%s", v, want, cure), nil
 	}
