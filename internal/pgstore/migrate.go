@@ -91,8 +91,10 @@ func LatestVersion() int {
 // and then functions.sql if the schema's functions are not this binary's,
 // in one transaction under an advisory lock keyed by the schema name, so
 // that several processes may run it at once: the first applies, the rest
-// wait on the lock and then find nothing to do. It returns the names of
-// what it applied.
+// wait on the lock and then find nothing to do. A table lock it cannot
+// take within migrateLockTimeout makes it roll back and try again, and
+// after migrateTries it returns ErrMigrateLocked, having changed nothing.
+// It returns the names of what it applied.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	return s.migrateTo(ctx, math.MaxInt)
 }
