@@ -607,27 +607,39 @@ END $$;
 -- job_as_view is a jobs row as a job_view, with an outcome applied: the
 -- one mapping of jobs' columns onto job_view's (job_history_restore maps
 -- them back).
+--
+-- These three, which all_jobs reads through, have SQL-standard bodies
+-- (BEGIN ATOMIC): their names are bound when migrate creates them, not
+-- looked up in the caller's search_path when they run, so that an
+-- operator's `SELECT ... FROM <schema>.all_jobs` works from any session
+-- (TestAllJobsAnswersASchemaQualifiedQuery). The planner still inlines
+-- job_as_view into the completion's RETURNING, as it did a quoted body.
+-- Being bound, they depend on the columns they name: a migration that
+-- drops or retypes one drops them first (this file puts them back).
 CREATE OR REPLACE FUNCTION job_as_view(j jobs, p_state text, p_finished_at timestamptz, p_result bytea,
     p_result_type text, p_span text) RETURNS job_view
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
     SELECT ROW(j.id, j.origin, j.route, j.kind, j.queue, p_state, j.key, j.version, j.dedupe_key, j.grp, j.lane,
         j.payload, j.header_keys, j.header_values, j.attempts, j.max_attempts, j.token, j.last_error, j.errors,
         j.created_at, j.scheduled_at, j.deadline, j.started_at, p_finished_at, j.record_at,
-        j.src_topic, j.src_partition, j.src_offset, p_result, p_result_type, p_span, j.checkpoint)::job_view
-$$;
+        j.src_topic, j.src_partition, j.src_offset, p_result, p_result_type, p_span, j.checkpoint)::job_view;
+END;
 
 CREATE OR REPLACE FUNCTION job_as_view(j jobs) RETURNS job_view
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT job_as_view(j, j.state, j.finished_at, j.result, j.result_type, j.attempt_span)
-$$;
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT job_as_view(j, j.state, j.finished_at, j.result, j.result_type, j.attempt_span);
+END;
 
 CREATE OR REPLACE FUNCTION jobs_by_id(p_ids bigint[]) RETURNS SETOF job_view
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE
+BEGIN ATOMIC
     SELECT job_as_view(j) FROM jobs j WHERE j.id = ANY(p_ids)
     UNION ALL
     SELECT r FROM unnest(p_ids) AS w(id) JOIN job_history h ON h.ids @> w.id, unnest(h.jobs) r
-    WHERE r.id = w.id
-$$;
+    WHERE r.id = w.id;
+END;
 
 CREATE OR REPLACE VIEW all_jobs AS
     SELECT (job_as_view(j)).* FROM jobs j

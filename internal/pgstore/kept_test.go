@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 	"github.com/switchyard-dev/switchyard/jobstate"
@@ -423,5 +425,43 @@ func TestHistoryAnalyzeSkipsItsJobsArray(t *testing.T) {
 	}
 	if slices.Contains(analyzed, "jobs") || !slices.Contains(analyzed, "finished_at") || !slices.Contains(analyzed, "queues") {
 		t.Fatalf("job_history's columns with statistics: %v; want finished_at and queues, not jobs", analyzed)
+	}
+}
+
+// An operator's query names the schema rather than setting search_path:
+// all_jobs, and jobs_by_id, answer it, with a job still in jobs and one
+// kept in job_history. They failed ("function job_as_view(...) does not
+// exist"): job_as_view's body was looked up by name when the query ran.
+func TestAllJobsAnswersASchemaQualifiedQuery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testenv.Schema(t)
+	s := testenv.Store(t, schema)
+	var recs []pgstore.NewJob
+	for i := range 2 {
+		recs = append(recs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprintf("d%d", i),
+			Payload: []byte(`{}`), MaxAttempts: 1, Topic: "t", Offset: int64(i)})
+	}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: recs}); err != nil {
+		t.Fatal(err)
+	}
+	kept := testenv.ClaimOne(t, s, "q")
+	if c, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: kept.ID, Token: kept.Token, State: jobstate.Succeeded}}); err != nil ||
+		!c.Applied[kept.Token] {
+		t.Fatalf("complete: %v %v", c.Applied, err)
+	}
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL(t)) // the server's search_path, not the schema
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	ident := pgx.Identifier{schema}.Sanitize()
+	var all, byID int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+ident+`.all_jobs`).Scan(&all); err != nil || all != 2 {
+		t.Errorf("SELECT count(*) FROM %s.all_jobs: %d, %v; want 2", schema, all, err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+ident+`.jobs_by_id($1)`, []int64{kept.ID, kept.ID + 1}).Scan(&byID); err != nil ||
+		byID != 2 {
+		t.Errorf("SELECT count(*) FROM %s.jobs_by_id(…): %d, %v; want 2", schema, byID, err)
 	}
 }

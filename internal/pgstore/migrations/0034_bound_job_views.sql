@@ -1,0 +1,12 @@
+-- 0034: the functions all_jobs reads through are bound when created.
+--
+-- Why: functions.sql now gives job_as_view and jobs_by_id SQL-standard
+-- bodies (BEGIN ATOMIC), whose names are resolved when they are created:
+-- a query that names the schema (SELECT ... FROM <schema>.all_jobs) from
+-- a session whose search_path does not hold it failed with "function
+-- job_as_view(...) does not exist". No table changes; the migration marks
+-- the functions' change, so that an older binary's migrate refuses this
+-- schema rather than put the old functions back. CREATE OR REPLACE keeps
+-- each function's identity, so all_jobs, which depends on job_as_view,
+-- stays as it is.
+SELECT 1;
