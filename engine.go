@@ -354,10 +354,18 @@ func (e *Engine) resolve(j *workers.Job) (workers.Handler, error) {
 // under the newer fleet, so it changes nothing.
 var ErrSchemaNewer = pgstore.ErrNewerSchema
 
+// ErrMigrateLocked is Migrate's error (errors.Is) when a transaction held
+// a lock on a table it changes through all its tries (about 45 s, giving
+// way after 2 s each time so that the fleet's queries are not queued
+// behind it): it changed nothing; find the long transaction and run it
+// again.
+var ErrMigrateLocked = pgstore.ErrMigrateLocked
+
 // Migrate creates or upgrades the schema that cfg names (postgres.url and
 // postgres.schema), as `switchyard migrate` does: safe to run from several
 // processes at once. It returns what it applied; ErrSchemaNewer when a
-// newer build migrated the schema. It also publishes cfg's
+// newer build migrated the schema, ErrMigrateLocked when another
+// transaction kept a table it changes locked. It also publishes cfg's
 // routes for the SQL function enqueue(), as every process does at start.
 func Migrate(ctx context.Context, cfg *config.Config) ([]string, error) {
 	if cfg == nil {
