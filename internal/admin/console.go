@@ -82,6 +82,11 @@ func (s *Server) dlqRedriveMatching(w http.ResponseWriter, r *http.Request) erro
 	if err != nil || expect < 0 {
 		return badRequest("expect", "expect is required: the number of entries the re-drive was confirmed for (GET /v1/dlq/count)")
 	}
+	// The count and the re-drive cover the same entries: those parked
+	// now, not those parked while it runs (pgstore.DLQLastID).
+	if f.Through, err = s.store.DLQLastID(r.Context()); err != nil {
+		return err
+	}
 	n, err := s.store.DLQCount(r.Context(), f)
 	if err != nil {
 		return err

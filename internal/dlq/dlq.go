@@ -93,10 +93,20 @@ type Failure struct {
 
 // RedriveMatching re-drives every parked entry that matches filter (its
 // State, After and Limit are its own), for by, and returns how many it
-// re-drove and the ones it could not. It reads page by page: entries
+// re-drove and the ones it could not. It re-drives the entries parked
+// when it starts, up to filter.Through if set (a caller that counted
+// them first sets it), never those parked since: its own jobs that die
+// again among them (pgstore.DLQLastID). It reads page by page: entries
 // leave the parked list as they are re-driven, and keyset pagination on
 // id never revisits one.
 func (s *Service) RedriveMatching(ctx context.Context, filter pgstore.DLQFilter, by string) (int, []Failure, error) {
+	if filter.Through == 0 {
+		last, err := s.store.DLQLastID(ctx)
+		if err != nil || last == 0 {
+			return 0, nil, err
+		}
+		filter.Through = last
+	}
 	filter.State, filter.After, filter.Limit = pgstore.DLQParked, 0, 500
 	var done int
 	var failed []Failure

@@ -447,7 +447,11 @@ type DLQFilter struct {
 	// State is DLQParked (the default, also ""), DLQRedriven or DLQAll.
 	State string
 	After int64
-	Limit int
+	// Through is the last id selected; 0 selects to the end. A bulk
+	// re-drive sets it to DLQLastID as it starts, so that it never
+	// reaches the entries parked since (DLQLastID says why).
+	Through int64
+	Limit   int
 }
 
 // DLQList lists DLQ entries by id, without their bytes and error history
@@ -459,9 +463,9 @@ func (s *Store) DLQList(ctx context.Context, f DLQFilter) ([]DLQEntry, error) {
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+dlqSummary+` FROM dlq_entries
 		WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR reason = $2)
-		  AND ($3::text IS NULL OR route = $3) AND id > $4
+		  AND ($3::text IS NULL OR route = $3) AND id > $4 AND ($7::bigint = 0 OR id <= $7)
 		  AND ($6::text = 'all' OR (redriven_at IS NULL) = ($6::text = 'parked'))
-		ORDER BY id LIMIT $5`, nullable(f.Queue), nullable(f.Reason), nullable(f.Route), f.After, f.Limit, state)
+		ORDER BY id LIMIT $5`, nullable(f.Queue), nullable(f.Reason), nullable(f.Route), f.After, f.Limit, state, f.Through)
 	if err != nil {
 		return nil, err
 	}
@@ -474,8 +478,21 @@ func (s *Store) DLQCount(ctx context.Context, f DLQFilter) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM dlq_entries
 		WHERE redriven_at IS NULL AND ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR reason = $2)
-		  AND ($3::text IS NULL OR route = $3)`, nullable(f.Queue), nullable(f.Reason), nullable(f.Route)).Scan(&n)
+		  AND ($3::text IS NULL OR route = $3) AND ($4::bigint = 0 OR id <= $4)`,
+		nullable(f.Queue), nullable(f.Reason), nullable(f.Route), f.Through).Scan(&n)
 	return n, err
+}
+
+// DLQLastID is the id of the newest DLQ entry (0: none), the bound of a
+// bulk re-drive (DLQFilter.Through). Entries are read by id, and a job
+// put back while its target is still broken dies again and is parked
+// under a new, larger id: a re-drive that read on to the end would
+// re-drive those too, again and again for as long as the workers kept
+// up, past the count a person confirmed.
+func (s *Store) DLQLastID(ctx context.Context) (int64, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM dlq_entries`).Scan(&id)
+	return id, err
 }
 
 // DLQGet returns one entry or ErrNotFound.

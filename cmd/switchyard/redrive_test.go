@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+)
+
+// A bulk re-drive re-drives the entries parked when it starts, once each,
+// even while the target is still broken: every job it puts back dies
+// again at once and is parked anew, behind the entries the re-drive has
+// yet to read. It read page after page until it found none, so it went
+// on re-driving its own new entries, calling the broken target over and
+// over, past the count a person had confirmed, and did not end while the
+// workers kept up with it.
+func TestBulkRedriveLeavesEntriesParkedSinceItStarted(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
+	store := testenv.Store(t, schema)
+	// Nothing listens on port 1: each attempt fails at once, and with one
+	// attempt the job is dead at once.
+	cfg := writeConfig(t, testConfig{Topic: topic, Group: testenv.Name("g"), Schema: schema,
+		TargetURL: "http://127.0.0.1:1/", MaxAttempts: 1, Concurrency: 16})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 1200 // more than a page of the re-drive's reading (500)
+	var b pgstore.IngestBatch
+	for i := range n {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: topic, Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(topic, "/0/", i),
+			Payload: []byte(`{}`), MaxAttempts: 1, Topic: topic, Offset: int64(i)})
+	}
+	if _, err := store.IngestCommit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, "run", cfg)
+	testenv.Eventually(t, time.Minute, fmt.Sprintf("%d dead jobs parked", n), func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE redriven_at IS NULL`) == n
+	})
+
+	p := start(t, "redrive", nil, "dlq", "redrive", "--config", cfg, "--all-matching", "route="+topic)
+	code := p.wait(time.Minute)
+	if want := fmt.Sprintf("re-drove %d entries, 0 failed\n", n); code != exitOK || p.out.String() != want {
+		t.Errorf("dlq redrive --all-matching: exit %d, %q; want 0, %q\n%s", code, p.out.String(), want, p.log.String())
+	}
+	if got := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'redrive'`); got != n {
+		t.Errorf("%d re-drives audited for %d entries parked when the re-drive started", got, n)
+	}
+	if got := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE redriven_at IS NOT NULL`); got != n {
+		t.Errorf("%d entries re-driven, want the %d parked when the re-drive started", got, n)
+	}
+	if strings.Contains(p.log.String(), "panic") {
+		t.Errorf("the re-drive's stderr: %s", p.log.String())
+	}
+}
