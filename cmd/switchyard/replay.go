@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -34,19 +37,24 @@ range, time left). It ends with what it did: records read, new jobs,
 jobs already there, re-run, records newly parked and already parked in
 the DLQ, and records filtered out (taken by none of the routes).
 
+Ctrl-C (or SIGTERM) stops it: it says what it did and, per partition it
+did not finish, the command that resumes where its stored jobs end (a
+second Ctrl-C exits at once).
+
 examples:
   switchyard replay --topic orders --from-time 2026-11-30T08:00:00Z --to-time 2026-11-30T09:00:00Z
   switchyard replay --route order-refund --from-offset 0 --rerun`
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cfgPath := newFlags("replay",
-		"replay [--config FILE] (--topic T | --route R) (--from-time RFC3339 | --from-offset N) [--to-time RFC3339] [--partition P] [--rerun] [--json]",
+		"replay [--config FILE] (--topic T | --route R) (--from-time RFC3339 | --from-offset N) [--to-time RFC3339 | --to-offset N] [--partition P] [--rerun] [--json]",
 		replayAbout, stdout)
 	topic := fs.String("topic", "", "`TOPIC` to re-read, through every route of it")
 	routeName := fs.String("route", "", "re-read the topic of this `ROUTE`, for this route only (the other routes of the topic are left alone)")
 	fromTime := fs.String("from-time", "", "start at the first record at or after this `TIME` (RFC3339)")
 	fromOffset := fs.Int64("from-offset", -1, "start at this `OFFSET` of every partition replayed")
 	toTime := fs.String("to-time", "", "stop before the first record after this `TIME` (RFC3339); default: the end when replay starts")
+	toOffset := fs.Int64("to-offset", -1, "stop before this `OFFSET` of every partition replayed (what a resumed replay ends at)")
 	partition := fs.Int("partition", -1, "replay only partition `P`")
 	rerun := fs.Bool("rerun", false, "run the replayed records' finished jobs again (default: existing jobs stay as they are)")
 	asJSON := jsonFlag(fs)
@@ -76,6 +84,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if !from.IsZero() && !to.After(from) {
 			return usagef("--to-time: %s is not after --from-time %s", *toTime, *fromTime)
 		}
+	}
+	if *toOffset >= 0 && *toTime != "" {
+		return usagef("--to-offset and --to-time: give one of them")
+	}
+	if *toOffset >= 0 && *fromOffset >= 0 && *toOffset <= *fromOffset {
+		return usagef("--to-offset: %d is not after --from-offset %d", *toOffset, *fromOffset)
 	}
 	if *partition < -1 {
 		return usagef("--partition: %d is not a partition number", *partition)
@@ -123,7 +137,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("kafka: %w", err)
 	}
 	defer admin.Close()
-	ranges, err := ingest.ReplayRanges(ctx, kadm.NewClient(admin), *topic, int32(*partition), *fromOffset, from, to)
+	ranges, err := ingest.ReplayRanges(ctx, kadm.NewClient(admin), *topic, int32(*partition), *fromOffset, *toOffset, from, to)
 	var in *ingest.ReplayInputError
 	if errors.As(err, &in) {
 		return usageError{in.Error()}
@@ -142,20 +156,35 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		bar = &progressLine{w: stderr, topic: *topic, started: time.Now(), now: time.Now}
 		progress = bar.update
 	}
-	sum, err := ingest.Replay(ctx, store, opts, routes, ranges, *rerun, progress)
+	// The first SIGINT or SIGTERM ends the replay (a batch it was storing
+	// rolls back), so that it can say what it did and where to resume:
+	// its jobs commit batch by batch, and ingest.ReplayRange.Resume is
+	// the first offset not committed. stop() gives the next signal its
+	// default effect, exiting at once.
+	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	sum, err := ingest.Replay(sigCtx, store, opts, routes, ranges, *rerun, progress)
+	interrupted := sigCtx.Err() != nil && ctx.Err() == nil
+	stop()
+	if interrupted {
+		err = errors.New("interrupted")
+	}
 	if bar != nil {
 		bar.clear()
 	}
 	var stopped []map[string]int64
+	resume := []map[string]int64{}
 	for _, r := range ranges {
 		if r.Stopped >= 0 && r.Stopped < r.End {
 			stopped = append(stopped, map[string]int64{"partition": int64(r.Partition), "offset": r.Stopped, "end": r.End})
+		}
+		if err != nil && r.Resume() < r.End {
+			resume = append(resume, map[string]int64{"partition": int64(r.Partition), "from_offset": r.Resume(), "to_offset": r.End})
 		}
 	}
 	summary := map[string]any{"topic": *topic, "records": sum.Records, "new_jobs": sum.Inserted,
 		"already_there": sum.Jobs - sum.Inserted, "rerun": sum.Rerun, "newly_parked": sum.NewlyParked,
 		"already_parked": sum.Parked - sum.NewlyParked, "filtered": sum.Filtered, "complete": err == nil,
-		"stopped_short": nonNilSlice(stopped)}
+		"stopped_short": nonNilSlice(stopped), "resume": resume}
 	// The audit log has the replay as it went, failed or not (its jobs
 	// committed batch by batch); a Ctrl-C that ended it does not stop
 	// the entry.
@@ -179,7 +208,41 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "partition %d: stopped at offset %d of %d (nothing more to read: transaction markers)\n",
 			r["partition"], r["offset"], r["end"])
 	}
+	if len(resume) > 0 {
+		partitions := "partitions"
+		if len(resume) == 1 {
+			partitions = "partition"
+		}
+		fmt.Fprintf(stdout, "stopped before the end of %d %s; to resume where it stopped (the records before are done):\n",
+			len(resume), partitions)
+		for _, r := range resume {
+			fmt.Fprintf(stdout, "  %s\n", resumeCommand(fs, r["partition"], r["from_offset"], r["to_offset"]))
+		}
+	}
 	return err
+}
+
+// resumeCommand is the replay command that reads on where one partition
+// stopped: the flags that chose the records and what to do with them,
+// for that partition, from the first offset not done to the end the
+// replay had (an end offset, not a time: the partition's end then, not
+// now, which a replay without --to-time would otherwise move).
+func resumeCommand(fs *flag.FlagSet, partition, from, to int64) string {
+	args := []string{"switchyard", "replay"}
+	rerun := false
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "config", "topic", "route":
+			args = append(args, "--"+f.Name, shellQuote(f.Value.String()))
+		case "rerun":
+			rerun = f.Value.String() == "true"
+		}
+	})
+	args = append(args, "--partition", fmt.Sprint(partition), "--from-offset", fmt.Sprint(from), "--to-offset", fmt.Sprint(to))
+	if rerun {
+		args = append(args, "--rerun")
+	}
+	return strings.Join(args, " ")
 }
 
 // auditReplay records a replay in the audit log: its target is the
@@ -206,7 +269,7 @@ func auditReplay(ctx context.Context, store *pgstore.Store, route string, summar
 func replayAsked(fs *flag.FlagSet) map[string]any {
 	asked := map[string]any{}
 	fs.Visit(func(f *flag.Flag) {
-		if slices.Contains([]string{"from-time", "from-offset", "to-time", "partition", "rerun"}, f.Name) {
+		if slices.Contains([]string{"from-time", "from-offset", "to-time", "to-offset", "partition", "rerun"}, f.Name) {
 			asked[strings.ReplaceAll(f.Name, "-", "_")] = f.Value.String()
 		}
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,8 @@ func TestReplay(t *testing.T) {
 		{[]string{"--from-offset", "0", "--from-time", mark.Format(time.RFC3339)}, "exactly one of"},
 		{[]string{"--from-offset", "0", "--partition", "7"}, "--partition"},
 		{[]string{"--from-time", mark.Format(time.RFC3339), "--to-time", mark.Add(-time.Hour).Format(time.RFC3339)}, "--to-time"},
+		{[]string{"--from-offset", "5", "--to-offset", "5"}, "--to-offset"},
+		{[]string{"--from-offset", "0", "--to-offset", "9", "--to-time", mark.Format(time.RFC3339)}, "--to-offset and --to-time"},
 	} {
 		code, _, errOut := runCLI(append([]string{"replay", "--config", cfg, "--topic", topic}, c.args...)...)
 		if code != 2 || !strings.Contains(errOut, c.want) {
@@ -110,5 +113,70 @@ func TestReplay(t *testing.T) {
 	code, _, errOut := runCLI("replay", "--config", cfg, "--topic", "no-such-route", "--from-offset", "0")
 	if code != 2 || !strings.Contains(errOut, "no route consumes") {
 		t.Errorf("replay of a topic no route consumes: exit %d, %q", code, errOut)
+	}
+}
+
+// A replay stopped by Ctrl-C (SIGINT) or SIGTERM stops at a batch's end,
+// says what it did and, for each partition it did not finish, the command
+// that resumes it where it stopped; the audit log has it, incomplete.
+// Without a handler the signal ended the process outright: no summary, no
+// audit entry, and nothing said how far it got, so an operator repeated
+// the whole range (with --rerun, running again the jobs it had re-run).
+// The resumed partitions make every job, none twice, and find none there
+// already: they start where the jobs end.
+func TestReplayInterruptedSaysWhereToResume(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 2)
+	store := testenv.Store(t, schema)
+	cfg := writeConfig(t, testConfig{Topic: topic, Group: testenv.Name("g"), Schema: schema,
+		TargetURL: "http://127.0.0.1:1/", Dedupe: true})
+	const n = 300_000 // several seconds of replay: the signal comes well before its end
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Partition: int32(i % 2), Value: fmt.Appendf(nil, `{"id":"r%d"}`, i)}
+	}
+	testenv.Produce(t, topic, recs...)
+
+	p := start(t, "replay", nil, "replay", "--config", cfg, "--topic", topic, "--from-offset", "0")
+	testenv.Eventually(t, time.Minute, "the replay's first jobs", func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM jobs`) > 0
+	})
+	p.signal(os.Interrupt)
+	code := p.wait(30 * time.Second)
+	out := p.out.String()
+	if code != exitFailure || !strings.Contains(p.log.String(), "interrupted") {
+		t.Fatalf("replay interrupted: exit %d, want %d and stderr saying it was interrupted\nstdout: %s\nstderr: %s",
+			code, exitFailure, out, p.log.String())
+	}
+	var made int
+	if _, err := fmt.Sscanf(out[strings.Index(out, ": ")+2:], "%d new jobs", &made); err != nil || made == 0 || made == n {
+		t.Fatalf("the interrupted replay's summary: %q (%v)", out, err)
+	}
+	if got := testenv.Count(t, store, `SELECT count(*) FROM jobs`); got != made {
+		t.Fatalf("%d jobs after the interrupted replay, which said it made %d", got, made)
+	}
+	if got := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'replay' AND detail->>'complete' = 'false'`); got != 1 {
+		t.Errorf("%d incomplete replays in the audit log, want 1", got)
+	}
+	var resumes [][]string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "switchyard" && f[1] == "replay" {
+			resumes = append(resumes, f[2:])
+		}
+	}
+	if len(resumes) == 0 {
+		t.Fatalf("no command to resume in %q", out)
+	}
+	for _, args := range resumes {
+		code, out, errOut := runCLI(append([]string{"replay"}, args...)...)
+		if code != exitOK || !strings.Contains(out, " 0 already there") {
+			t.Errorf("resuming with %v: exit %d, %q %s; want it to start where the jobs end", args, code, out, errOut)
+		}
+	}
+	if got := testenv.Count(t, store, `SELECT count(DISTINCT dedupe_key) FROM jobs`); got != n {
+		t.Errorf("%d distinct jobs after resuming, want %d", got, n)
+	}
+	if got := testenv.Count(t, store, `SELECT count(*) FROM jobs`); got != n {
+		t.Errorf("%d jobs after resuming, want %d (I2)", got, n)
 	}
 }

@@ -23,10 +23,17 @@ type ReplayRange struct {
 	Partition int32
 	From, End int64
 	next      int64 // the next offset not read yet
+	stored    int64 // the first offset whose jobs and DLQ entries are not committed yet
 	// Stopped is where reading stopped: End, or short of it when only
 	// transaction markers were left; -1 while reading.
 	Stopped int64
 }
+
+// Resume is where a replay that ended before End (interrupted, or
+// failed) resumes: the first offset of the range whose jobs and DLQ
+// entries it has not committed (and, with rerun, re-run). Those before
+// it are done; it is From when nothing is.
+func (r *ReplayRange) Resume() int64 { return r.stored }
 
 // ReplayInputError is a replay request that names what does not exist
 // (a topic, a partition): the caller's to fix.
@@ -37,8 +44,9 @@ func (e *ReplayInputError) Error() string { return e.Field + ": " + e.Msg }
 // ReplayRanges resolves a replay request to offset ranges per partition
 // (all partitions when partition is -1), from the broker's current start,
 // end and time offsets: from fromOffset (≥ 0), or the first record at or
-// after from, up to the end or the last record at or before to.
-func ReplayRanges(ctx context.Context, adm *kadm.Client, topic string, partition int32, fromOffset int64, from, to time.Time) ([]*ReplayRange, error) {
+// after from, up to the end, the last record at or before to, or before
+// toOffset (≥ 0; -1: no bound), whichever comes first.
+func ReplayRanges(ctx context.Context, adm *kadm.Client, topic string, partition int32, fromOffset, toOffset int64, from, to time.Time) ([]*ReplayRange, error) {
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
@@ -94,7 +102,10 @@ func ReplayRanges(ctx context.Context, adm *kadm.Client, topic string, partition
 		if o, ok := toAt.Lookup(topic, p); ok && o.Offset >= 0 {
 			r.End = min(r.End, o.Offset)
 		}
-		r.next = r.From
+		if toOffset >= 0 {
+			r.End = min(r.End, toOffset)
+		}
+		r.next, r.stored = r.From, r.From
 		if r.From < r.End {
 			out = append(out, r)
 		}
@@ -163,7 +174,9 @@ func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, routes []
 		}
 		var batch pgstore.IngestBatch
 		now := time.Now()
-		read := sum.Records
+		// What this poll did counts once it is committed: a replay that
+		// stops on the way says only what it did.
+		var polled ReplaySummary
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 			r := byPartition[fp.Partition]
 			if r == nil || r.Stopped >= 0 {
@@ -175,10 +188,10 @@ func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, routes []
 			}
 			if len(recs) > 0 {
 				r.next = recs[len(recs)-1].Offset + 1
-				sum.Records += int64(len(recs))
+				polled.Records += int64(len(recs))
 				n := decodeInto(&batch, routes, recs, now)
-				sum.Jobs += int64(n.Jobs)
-				sum.Filtered += int64(n.Filtered)
+				polled.Jobs += int64(n.Jobs)
+				polled.Filtered += int64(n.Filtered)
 			}
 			if r.next >= r.End {
 				r.Stopped = r.next
@@ -188,7 +201,7 @@ func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, routes []
 		if err := fetches.Err0(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return sum, fmt.Errorf("kafka: %w", err)
 		}
-		if sum.Records > read {
+		if polled.Records > 0 {
 			lastProgress = time.Now()
 		}
 		if len(batch.Jobs)+len(batch.Poison) > 0 {
@@ -196,11 +209,11 @@ func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, routes []
 			if err != nil {
 				return sum, fmt.Errorf("storing replayed records: %w", err)
 			}
-			sum.Inserted += res.Inserted
-			sum.Parked += int64(len(batch.Poison))
-			sum.NewlyParked += res.Parked
+			polled.Inserted = res.Inserted
+			polled.Parked = int64(len(batch.Poison))
+			polled.NewlyParked = res.Parked
 			for _, n := range res.RefusedByRoute {
-				sum.Jobs, sum.Parked = sum.Jobs-n, sum.Parked+n // parked instead
+				polled.Jobs, polled.Parked = polled.Jobs-n, polled.Parked+n // parked instead
 			}
 			if rerun {
 				dedupeKeys := map[string][]string{}
@@ -216,6 +229,17 @@ func Replay(ctx context.Context, store *pgstore.Store, opts []kgo.Opt, routes []
 				}
 			}
 		}
+		// Every record read so far is committed now: a replay stopped
+		// from here on resumes after them.
+		for _, r := range ranges {
+			r.stored = r.next
+		}
+		sum.Records += polled.Records
+		sum.Jobs += polled.Jobs
+		sum.Filtered += polled.Filtered
+		sum.Inserted += polled.Inserted
+		sum.Parked += polled.Parked
+		sum.NewlyParked += polled.NewlyParked
 		if time.Since(lastProgress) > replayIdle {
 			for _, r := range ranges {
 				if r.Stopped < 0 {
