@@ -57,3 +57,28 @@ func TestBulkRedriveLeavesEntriesParkedSinceItStarted(t *testing.T) {
 		t.Errorf("the re-drive's stderr: %s", p.log.String())
 	}
 }
+
+// A discard deletes its entry, so its audit entry is all that is left of
+// it: it says what was dropped (reason, route, queue, job, source), not
+// only dlq/ID, an id that no longer answers.
+func TestDiscardAuditSaysWhatWasDropped(t *testing.T) {
+	t.Parallel()
+	store, cfg, ctx := cliSchema(t)
+	if _, err := store.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "t", Kind: "k", Queue: "q",
+		DedupeKey: "t/0/7", Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t", Offset: 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	j, entry := killOne(t, store)
+	if code, stdout, stderr := runCLI("dlq", "discard", "--config", cfg, fmt.Sprint(entry)); code != exitOK {
+		t.Fatalf("dlq discard: exit %d\n%s%s", code, stdout, stderr)
+	}
+	var actor, detail string
+	if err := store.Pool().QueryRow(ctx, `SELECT actor, detail::text FROM audit_log WHERE action = 'discard' AND target = $1`,
+		fmt.Sprintf("dlq/%d", entry)).Scan(&actor, &detail); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`{"queue": "q", "route": "t", "job_id": %d, "reason": "permanent", "source": "t/0/7"}`, j.ID)
+	if !strings.HasPrefix(actor, "cli:") || detail != want {
+		t.Errorf("the discard's audit entry: %s, %s; want cli:…, %s", actor, detail, want)
+	}
+}

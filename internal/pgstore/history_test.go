@@ -115,7 +115,7 @@ func TestDLQHistorySurvivesRedrive(t *testing.T) {
 		got = append(got, fmt.Sprintf("%s %s %s %s", a.Actor, a.Action, a.Target, a.Detail))
 	}
 	want := []string{
-		fmt.Sprintf("cli:ops discard dlq/%d {}", second),
+		fmt.Sprintf(`cli:ops discard dlq/%d {"queue": "q", "route": "r", "job_id": %d, "reason": "permanent"}`, second, jobID),
 		fmt.Sprintf(`oncall redrive dlq/%d {"job_id": %d}`, first, jobID),
 		fmt.Sprintf(`oncall enqueue job/%d {"kind": "k", "queue": "q"}`, jobID),
 	}

@@ -363,10 +363,23 @@ func (s *Store) DLQDiscard(ctx context.Context, entryID int64, by string) error 
 				return err
 			}
 		}
-		if _, err = tx.Exec(ctx, `DELETE FROM dlq_entries WHERE id = $1`, entryID); err != nil {
+		// The entry goes; its audit entry is what is left of it, so it
+		// says what was dropped.
+		var reason, route, queue string
+		var job *int64
+		var topic *string
+		var part *int32
+		var off *int64
+		if err := tx.QueryRow(ctx, `DELETE FROM dlq_entries WHERE id = $1
+			RETURNING reason, route, queue, job_id, src_topic, src_partition, src_offset`, entryID).
+			Scan(&reason, &route, &queue, &job, &topic, &part, &off); err != nil {
 			return err
 		}
-		return audit(ctx, tx, by, AuditDiscard, fmt.Sprintf("dlq/%d", entryID), nil)
+		detail := map[string]any{"reason": reason, "route": route, "queue": queue, "job_id": job}
+		if topic != nil && part != nil && off != nil {
+			detail["source"] = fmt.Sprintf("%s/%d/%d", *topic, *part, *off)
+		}
+		return audit(ctx, tx, by, AuditDiscard, fmt.Sprintf("dlq/%d", entryID), detail)
 	})
 }
 
