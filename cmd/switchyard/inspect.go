@@ -654,7 +654,7 @@ func printDLQEntry(w io.Writer, now time.Time, e pgstore.DLQEntry) error {
 func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
 	synopsis := "dlq discard [--config FILE] [--json] ID"
 	if sub == "redrive" {
-		synopsis = "dlq redrive [--config FILE] [--json] ID | --all-matching reason=R,queue=Q,route=NAME"
+		synopsis = "dlq redrive [--config FILE] [--json] ID | --all-matching reason=R,queue=Q,route=NAME [--expect N]"
 	}
 	about := `
 Drops a DLQ entry for good: its record is not made a job again (it is
@@ -671,14 +671,22 @@ Puts a DLQ entry back to work. A dead job runs again with fresh attempts
 config's route it was parked for, by name — so fixing that route's field
 names, or raising its max_record_bytes, makes it a job.
 
+--all-matching re-drives every entry parked when it starts that the
+filter matches, each once (a job that dies again is parked anew, for a
+later re-drive); --expect N re-drives them only if N match (the count
+you confirmed, from dlq list), else nothing.
+
 examples:
   switchyard dlq redrive 17
-  switchyard dlq redrive --all-matching reason=missing_field,route=order-refund`
+  switchyard dlq redrive --all-matching reason=missing_field,route=order-refund
+  switchyard dlq redrive --all-matching reason=max_attempts,queue=bulk --expect 20000`
 	}
 	fs, cfgPath := newFlags("dlq "+sub, synopsis, about, stdout)
 	matching := ""
+	expect := int64(-1)
 	if sub == "redrive" {
 		fs.StringVar(&matching, "all-matching", "", "re-drive every entry matching `FILTER`: key=value[,key=value] (keys: reason, queue, route)")
+		fs.Int64Var(&expect, "expect", -1, "with --all-matching: re-drive only if `N` entries match (else nothing)")
 	}
 	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -693,6 +701,8 @@ examples:
 			return err
 		}
 		filter = f
+	case expect >= 0 && matching == "":
+		return usagef("--expect goes with --all-matching: the number of entries it should match")
 	case matching == "" && fs.NArg() == 1:
 		var err error
 		if id, err = parseID("entry id", fs.Arg(0)); err != nil {
@@ -764,7 +774,7 @@ examples:
 		fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d\n", id, jobID)
 		return nil
 	}
-	done, failed, err := svc.RedriveMatching(ctx, filter, cliActor())
+	done, failed, err := svc.RedriveMatching(ctx, filter, expect, cliActor())
 	for _, f := range failed {
 		fmt.Fprintf(stderr, "DLQ entry %d: %s\n", f.ID, f.Error)
 	}

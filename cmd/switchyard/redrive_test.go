@@ -82,3 +82,37 @@ func TestDiscardAuditSaysWhatWasDropped(t *testing.T) {
 		t.Errorf("the discard's audit entry: %s, %s; want cli:…, %s", actor, detail, want)
 	}
 }
+
+// dlq redrive --all-matching --expect N re-drives only if N entries match
+// now, as the admin API's expect does: the count a person confirmed (from
+// dlq list, or a dry count) is checked against the entries the re-drive
+// would take, and a different number re-drives nothing. Without it a
+// filter that matched more than meant re-drove them all unasked.
+func TestCLIBulkRedriveChecksTheConfirmedCount(t *testing.T) {
+	t.Parallel()
+	store, cfg, ctx := cliSchema(t)
+	var b pgstore.IngestBatch
+	for i := range int64(2) {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "t", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint("t/0/", i),
+			Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t", Offset: i})
+	}
+	if _, err := store.IngestCommit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	killOne(t, store)
+	killOne(t, store)
+	code, stdout, stderr := runCLI("dlq", "redrive", "--config", cfg, "--all-matching", "route=t", "--expect", "1")
+	if want := "2 entries match now, not 1: nothing re-driven"; code != exitFailure || !strings.Contains(stderr, want) {
+		t.Errorf("dlq redrive --expect 1 of 2: exit %d, want %d and %q\nstdout: %s\nstderr: %s", code, exitFailure, want, stdout, stderr)
+	}
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE redriven_at IS NULL`); n != 2 {
+		t.Fatalf("%d entries parked after a refused re-drive, want 2", n)
+	}
+	code, stdout, stderr = runCLI("dlq", "redrive", "--config", cfg, "--all-matching", "route=t", "--expect", "2")
+	if code != exitOK || stdout != "re-drove 2 entries, 0 failed\n" {
+		t.Errorf("dlq redrive --expect 2 of 2: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if code, _, stderr := runCLI("dlq", "redrive", "--config", cfg, "--expect", "2", "7"); code != exitUsage || !strings.Contains(stderr, "--expect") {
+		t.Errorf("dlq redrive ID --expect: exit %d, %s; want a usage error naming --expect", code, stderr)
+	}
+}

@@ -82,20 +82,11 @@ func (s *Server) dlqRedriveMatching(w http.ResponseWriter, r *http.Request) erro
 	if err != nil || expect < 0 {
 		return badRequest("expect", "expect is required: the number of entries the re-drive was confirmed for (GET /v1/dlq/count)")
 	}
-	// The count and the re-drive cover the same entries: those parked
-	// now, not those parked while it runs (pgstore.DLQLastID).
-	if f.Through, err = s.store.DLQLastID(r.Context()); err != nil {
-		return err
+	done, failed, err := s.cfg.DLQ.RedriveMatching(r.Context(), f, expect, caller(r).Name)
+	var changed *dlq.CountChanged
+	if errors.As(err, &changed) {
+		return &httpError{status: http.StatusConflict, field: "expect", msg: changed.Error()}
 	}
-	n, err := s.store.DLQCount(r.Context(), f)
-	if err != nil {
-		return err
-	}
-	if n != expect {
-		return &httpError{status: http.StatusConflict, field: "expect",
-			msg: fmt.Sprintf("%d entries match now, not %d: confirm again", n, expect)}
-	}
-	done, failed, err := s.cfg.DLQ.RedriveMatching(r.Context(), f, caller(r).Name)
 	if err != nil {
 		return err
 	}

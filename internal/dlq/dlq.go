@@ -91,23 +91,45 @@ type Failure struct {
 	Error string `json:"error"`
 }
 
+// CountChanged refuses a bulk re-drive, which re-drove nothing: the
+// entries that match now are not as many as a person confirmed.
+type CountChanged struct{ Matching, Expected int64 }
+
+func (e *CountChanged) Error() string {
+	match := "entries match"
+	if e.Matching == 1 {
+		match = "entry matches"
+	}
+	return fmt.Sprintf("%d %s now, not %d: nothing re-driven; count them again", e.Matching, match, e.Expected)
+}
+
 // RedriveMatching re-drives every parked entry that matches filter (its
-// State, After and Limit are its own), for by, and returns how many it
-// re-drove and the ones it could not. It re-drives the entries parked
-// when it starts, up to filter.Through if set (a caller that counted
-// them first sets it), never those parked since: its own jobs that die
-// again among them (pgstore.DLQLastID). It reads page by page: entries
-// leave the parked list as they are re-driven, and keyset pagination on
-// id never revisits one.
-func (s *Service) RedriveMatching(ctx context.Context, filter pgstore.DLQFilter, by string) (int, []Failure, error) {
-	if filter.Through == 0 {
-		last, err := s.store.DLQLastID(ctx)
-		if err != nil || last == 0 {
+// State, After, Through and Limit are its own), for by, and returns how
+// many it re-drove and the ones it could not. With expect ≥ 0 it first
+// counts them, and re-drives nothing (*CountChanged) unless expect match:
+// the number a person confirmed. It re-drives the entries parked when it
+// starts, never those parked since: its own jobs that die again among
+// them (pgstore.DLQLastID). It reads page by page: entries leave the
+// parked list as they are re-driven, and keyset pagination on id never
+// revisits one.
+func (s *Service) RedriveMatching(ctx context.Context, filter pgstore.DLQFilter, expect int64, by string) (int, []Failure, error) {
+	last, err := s.store.DLQLastID(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	filter.State, filter.After, filter.Through, filter.Limit = pgstore.DLQParked, 0, last, 500
+	if expect >= 0 {
+		n, err := s.store.DLQCount(ctx, filter)
+		if err != nil {
 			return 0, nil, err
 		}
-		filter.Through = last
+		if n != expect {
+			return 0, nil, &CountChanged{Matching: n, Expected: expect}
+		}
 	}
-	filter.State, filter.After, filter.Limit = pgstore.DLQParked, 0, 500
+	if last == 0 {
+		return 0, nil, nil
+	}
 	var done int
 	var failed []Failure
 	for {
