@@ -66,6 +66,10 @@ func (s *Server) dlqCount(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// bulkRedriveWrite bounds how long a bulk re-drive's answer may take to
+// write: a million entries at the pace above.
+const bulkRedriveWrite = 30 * time.Minute
+
 // dlqRedriveMatching: POST /v1/dlq/redrive?…&expect=N re-drives every
 // parked entry matching, if N of them match now: the confirmation a
 // person gave was for N entries, and a different number is asked again
@@ -81,6 +85,15 @@ func (s *Server) dlqRedriveMatching(w http.ResponseWriter, r *http.Request) erro
 	expect, err := strconv.ParseInt(r.URL.Query().Get("expect"), 10, 64)
 	if err != nil || expect < 0 {
 		return badRequest("expect", "expect is required: the number of entries the re-drive was confirmed for (GET /v1/dlq/count)")
+	}
+	// With workers busy a re-drive goes at some 600 entries a second:
+	// tens of thousands run past the server's WriteTimeout, and the
+	// answer (how many, which failed) was lost for a re-drive that was
+	// done. This one has as long as bulkRedriveWrite (a writer that
+	// cannot say so still gets the re-drive).
+	rc := http.NewResponseController(w)
+	if err := rc.SetWriteDeadline(time.Now().Add(bulkRedriveWrite)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
 	}
 	done, failed, err := s.cfg.DLQ.RedriveMatching(r.Context(), f, expect, caller(r).Name)
 	var changed *dlq.CountChanged

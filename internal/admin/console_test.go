@@ -3,7 +3,9 @@ package admin
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -210,4 +212,37 @@ func TestLanesPages(t *testing.T) {
 	// A made-up cursor of the right form is a place in the list too, even
 	// when its bytes are no text Postgres takes.
 	e.get(t, "/v1/lanes?after=false.0.ff00.00").must(t, http.StatusOK)
+}
+
+// slowRedrives is a DLQ whose bulk re-drive takes a while, as one of
+// tens of thousands of entries does.
+type slowRedrives struct {
+	DLQActions
+	took time.Duration
+}
+
+func (d slowRedrives) RedriveMatching(context.Context, pgstore.DLQFilter, int64, string) (int, []dlq.Failure, error) {
+	time.Sleep(d.took)
+	return 3, nil, nil
+}
+
+// A bulk re-drive answers however long it ran: past the server's
+// WriteTimeout its answer (how many, which failed) was lost, and the
+// client got an empty reply for a re-drive that was done.
+func TestBulkRedriveAnswersPastTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewUnstartedServer(New(Config{DLQ: slowRedrives{took: 600 * time.Millisecond}}, newStore(t, true),
+		zaptest.NewLogger(t)).Handler())
+	ts.Config.WriteTimeout = 200 * time.Millisecond
+	ts.Start()
+	t.Cleanup(ts.Close)
+	res, err := http.Post(ts.URL+"/v1/dlq/redrive?expect=3", "", nil)
+	if err != nil {
+		t.Fatalf("POST /v1/dlq/redrive past the write timeout: %v", err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK || !strings.Contains(string(body), `"redriven":3`) {
+		t.Fatalf("POST /v1/dlq/redrive past the write timeout: %d %s %v", res.StatusCode, body, err)
+	}
 }

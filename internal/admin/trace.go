@@ -84,3 +84,7 @@ func (w *actionStatus) Write(b []byte) (int, error) {
 	w.wrote = true
 	return w.ResponseWriter.Write(b)
 }
+
+// Unwrap lets an http.ResponseController reach the connection's writer
+// (a bulk re-drive's write deadline).
+func (w *actionStatus) Unwrap() http.ResponseWriter { return w.ResponseWriter }
