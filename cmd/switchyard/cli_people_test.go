@@ -486,3 +486,20 @@ func TestJobsGetShowsErrorsAndRedrives(t *testing.T) {
 		t.Errorf("jobs get of a re-driven job with no errors shows\n%s", b.String())
 	}
 }
+
+// jobs get of a dead job names the DLQ entry it is parked in, which is
+// what re-drives or discards it.
+func TestJobsGetNamesADeadJobsEntry(t *testing.T) {
+	t.Parallel()
+	store, cfg, ctx := cliSchema(t)
+	if _, err := store.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "t", Kind: "k", Queue: "q",
+		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{}); err != nil {
+		t.Fatal(err)
+	}
+	j, entry := killOne(t, store)
+	code, stdout, stderr := runCLI("jobs", "get", "--config", cfg, fmt.Sprint(j.ID))
+	want := fmt.Sprintf("^dlq entry:\\s+%d: `switchyard dlq redrive %d` runs the job again, `dlq discard %d` drops it$", entry, entry, entry)
+	if code != exitOK || !regexpLine(stdout, want) {
+		t.Errorf("jobs get %d: exit %d, want a line %s\nstdout: %s\nstderr: %s", j.ID, code, want, stdout, stderr)
+	}
+}

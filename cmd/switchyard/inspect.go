@@ -348,6 +348,9 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 		}
 		v.add("group", line)
 	}
+	if e := j.DLQEntryID; e != nil {
+		v.add("dlq entry", fmt.Sprintf("%d: `switchyard dlq redrive %d` runs the job again, `dlq discard %d` drops it", *e, *e, *e))
+	}
 	if j.LastError != nil && *j.LastError != "" {
 		v.add("last error", *j.LastError)
 	}

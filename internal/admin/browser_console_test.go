@@ -741,8 +741,13 @@ func TestBrowserConsoleActions(t *testing.T) {
 	p := openConsole(t, c.url)
 	ctx := context.Background()
 
-	p.goTo(fmt.Sprintf("dlq/%d", c.deadEntry))
+	// A dead job's page names its entry, and re-drives it as the entry's
+	// page does.
+	p.goTo(fmt.Sprintf("jobs/%d", c.deadJob))
+	p.waitText("#data", fmt.Sprintf("entry %d (re-drive it, or discard it there)", c.deadEntry))
 	p.click(`button[data-action="redrive"]`)
+	p.waitText("#flash", fmt.Sprintf("Entry %d re-driven.", c.deadEntry))
+	p.goTo(fmt.Sprintf("dlq/%d", c.deadEntry))
 	p.waitText("#redriven", "anonymous")
 	if got := p.text("#redriven"); !strings.Contains(got, fmt.Sprintf("job %d", c.deadJob)) {
 		t.Errorf("the re-driven entry does not link its job: %q", got)

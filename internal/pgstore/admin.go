@@ -97,6 +97,9 @@ type JobDetail struct {
 	// job's attempts from 1 again and keeps its errors: these say where in
 	// Errors one run ends and the next begins.
 	Redrives []JobRedrive `json:"redrives"`
+	// DLQEntryID is the DLQ entry a dead job is parked in, which re-drives
+	// or discards it; nil for a job that is not parked.
+	DLQEntryID *int64 `json:"dlq_entry_id"`
 }
 
 // JobRedrive is a re-drive of a job: its DLQ entry, when and by whom (as
@@ -195,6 +198,10 @@ const jobRedrivesSQL = `(SELECT coalesce(jsonb_agg(jsonb_build_object('entry_id'
 			WHERE (e->>'at')::timestamptz < d.redriven_at)) ORDER BY d.redriven_at, d.id), '[]')
 	FROM dlq_entries d WHERE d.redrive_job_id = jobs.id AND (d.job_id IS NOT NULL OR jobs.created_at >= d.redriven_at))`
 
+// jobParkedSQL reads the entry a job is parked in, by
+// dlq_entries_job_idx (one parked entry a job at most).
+const jobParkedSQL = `(SELECT id FROM dlq_entries d WHERE d.job_id = jobs.id AND d.redriven_at IS NULL)`
+
 // jobGroupSQL reads a grouped job's group ($2: the routes that have one
 // in the config) and how many of its jobs run, by
 // jobs_group_running_idx; and whether the job could run now but for the
@@ -227,10 +234,10 @@ func (s *Store) JobGetDetail(ctx context.Context, id int64, g Groups) (JobDetail
 		grouped = append(grouped, r)
 	}
 	job, err := scanJobRow(s.pool.QueryRow(ctx, `SELECT `+jobColumns+`, result_type, result,
-		payload, header_keys, header_values, errors, `+jobLaneSQL+`, `+jobRedrivesSQL+`, `+jobGroupSQL+`
+		payload, header_keys, header_values, errors, `+jobLaneSQL+`, `+jobRedrivesSQL+`, `+jobParkedSQL+`, `+jobGroupSQL+`
 		FROM jobs_by_id(ARRAY[$1::bigint]) jobs LEFT JOIN LATERAL (`+jobLaneRowSQL+`) l ON true`, id, grouped),
 		&ct, &data, &d.Payload, &hk, &hv, &d.Errors, &lane, &l.HeadJobID, &l.Blocked, &l.LastApplied,
-		&awaited, &gapSince, &gapUntil, &gapPolicy, &l.Waiting, &ahead, &d.Redrives, &group, &running, &runnable)
+		&awaited, &gapSince, &gapUntil, &gapPolicy, &l.Waiting, &ahead, &d.Redrives, &d.DLQEntryID, &group, &running, &runnable)
 	if err != nil {
 		return JobDetail{}, notFound(err)
 	}

@@ -684,6 +684,13 @@ const jobsPage = {
     }
     const delayed = j.state === "queued" && new Date(j.scheduled_at) > new Date();
     if (j.state === "retrying" || delayed) buttons.push(actionButton("Retry now", "v1/jobs/" + j.id + "/retry", { name: "retry", done: () => "Job " + j.id + " is runnable now." }));
+    // A dead job is re-driven from its DLQ entry, here as on the entry's
+    // page (which also discards it): the Lanes page sends a blocked
+    // lane's dead head here.
+    const entry = j.dlq_entry_id;
+    if (entry !== null && entry !== undefined) {
+      buttons.push(actionButton("Re-drive", "v1/dlq/" + entry + "/redrive", { name: "redrive", done: () => "Entry " + entry + " re-driven." }));
+    }
     // A re-drive counts the attempts from 1 again.
     const redrives = j.redrives || [];
     const since = redrives.length ? " since its last re-drive" : "";
@@ -696,6 +703,8 @@ const jobsPage = {
         ["created", whenAt(j.created_at)], ["scheduled", whenAt(j.scheduled_at)], ["started", j.started_at ? whenAt(j.started_at) : null],
         ["finished", j.finished_at ? whenAt(j.finished_at) : null],
         ["source", j.source ? j.source.topic + " / partition " + j.source.partition + " @ offset " + j.source.offset : "enqueued through the API"],
+        ["DLQ entry", entry === null || entry === undefined ? null
+          : el("span", {}, link("#/dlq/" + entry, "entry " + entry), " (re-drive it, or discard it there)")],
         ["last error", j.last_error ? el("span", { class: "bad", text: j.last_error }) : null]])),
     ];
     if (j.lane) {
