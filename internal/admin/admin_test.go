@@ -300,7 +300,7 @@ func TestJobGet(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	wantKeys := []string{"attempts", "created_at", "errors", "finished_at", "headers", "id", "key", "kind", "last_error",
+	wantKeys := []string{"attempts", "created_at", "dlq_entry_id", "errors", "finished_at", "headers", "id", "key", "kind", "last_error",
 		"max_attempts", "payload_base64", "queue", "redrives", "route", "scheduled_at", "source", "started_at", "state", "version"}
 	if !slices.Equal(keys, wantKeys) {
 		t.Errorf("fields %v, want %v", keys, wantKeys)
