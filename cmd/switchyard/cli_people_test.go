@@ -243,16 +243,23 @@ func TestCLIRetryNow(t *testing.T) {
 // ended, with the words the admin API's 409 uses: the store's.
 func TestCLICancelOfAFinishedJob(t *testing.T) {
 	t.Parallel()
-	store, cfg, ctx := cliSchema(t)
-	if _, err := store.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "t", Kind: "k", Queue: "q",
-		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{}); err != nil {
-		t.Fatal(err)
-	}
-	j, _ := killOne(t, store)
+	store, cfg, _ := cliSchema(t)
+	j, _ := killAPIJob(t, store)
 	code, stdout, stderr := runCLI("jobs", "cancel", "--config", cfg, fmt.Sprint(j.ID))
 	if want := fmt.Sprintf("job %d has finished already (dead)", j.ID); code != exitFailure || !strings.Contains(stderr, want) {
 		t.Errorf("jobs cancel of a dead job: exit %d, want %d and %q\nstdout: %s\nstderr: %s", code, exitFailure, want, stdout, stderr)
 	}
+}
+
+// killAPIJob enqueues a job into queue q through the API's path and
+// kills it (killOne).
+func killAPIJob(t *testing.T, store *pgstore.Store) (*pgstore.Claimed, int64) {
+	t.Helper()
+	if _, err := store.JobEnqueue(context.Background(), pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "t", Kind: "k",
+		Queue: "q", DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{}); err != nil {
+		t.Fatal(err)
+	}
+	return killOne(t, store)
 }
 
 // killOne claims a job of queue q, ends it dead with a permanent error,
@@ -278,11 +285,7 @@ func killOne(t *testing.T, store *pgstore.Store) (*pgstore.Claimed, int64) {
 func TestCLIDLQActionsOnARedrivenEntry(t *testing.T) {
 	t.Parallel()
 	store, cfg, ctx := cliSchema(t)
-	if _, err := store.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "t", Kind: "k", Queue: "q",
-		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{}); err != nil {
-		t.Fatal(err)
-	}
-	j, entry := killOne(t, store)
+	j, entry := killAPIJob(t, store)
 	if _, err := store.DLQRedrive(ctx, entry, "oncall"); err != nil {
 		t.Fatal(err)
 	}
@@ -491,12 +494,8 @@ func TestJobsGetShowsErrorsAndRedrives(t *testing.T) {
 // what re-drives or discards it.
 func TestJobsGetNamesADeadJobsEntry(t *testing.T) {
 	t.Parallel()
-	store, cfg, ctx := cliSchema(t)
-	if _, err := store.JobEnqueue(ctx, pgstore.NewJob{Origin: pgstore.OriginAPI, Route: "t", Kind: "k", Queue: "q",
-		DedupeKey: "d1", Payload: []byte(`{}`), MaxAttempts: 3}, pgstore.Actor{}); err != nil {
-		t.Fatal(err)
-	}
-	j, entry := killOne(t, store)
+	store, cfg, _ := cliSchema(t)
+	j, entry := killAPIJob(t, store)
 	code, stdout, stderr := runCLI("jobs", "get", "--config", cfg, fmt.Sprint(j.ID))
 	want := fmt.Sprintf("^dlq entry:\\s+%d: `switchyard dlq redrive %d` runs the job again, `dlq discard %d` drops it$", entry, entry, entry)
 	if code != exitOK || !regexpLine(stdout, want) {
