@@ -256,6 +256,9 @@ func waitThrough(t *testing.T, p *proc, pr *producer, s *pgstore.Store, within t
 	})
 	if !through {
 		diagnose(t, s, id)
+		// What the process said while stuck: the log printed at cleanup
+		// is its tail, which the dump below fills.
+		t.Logf("log of %s while it was stuck (its last 16 KiB):\n%s", p.name, tail(p.log.String(), 16<<10))
 		// A goroutine dump of the stuck process says where it waits.
 		p.signal(syscall.SIGQUIT)
 		p.wait(30 * time.Second)
