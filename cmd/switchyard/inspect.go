@@ -339,7 +339,17 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 		v.add("source", fmt.Sprintf("%s/%d/%d", j.Source.Topic, j.Source.Partition, j.Source.Offset))
 	}
 	if l := j.Lane; l != nil {
-		v.add("lane", lanePlace(now, j.ID, *l))
+		v.add("lane", lanePlace(j.ID, *l))
+		if g := l.Gap; g != nil {
+			then := "parks its next job (gap_policy park)"
+			if g.Policy == "proceed" {
+				then = "runs its next job anyway (gap_policy proceed)"
+			}
+			v.add("lane gap", fmt.Sprintf("version %d missing; held until %s, then the lane %s", g.Awaited, stamp(now, g.Until), then))
+		}
+		if l.LastApplied != nil {
+			v.add("lane applied", fmt.Sprintf("version %d (a job of a version not newer is skipped)", *l.LastApplied))
+		}
 	}
 	if g := j.Group; g != nil {
 		line := fmt.Sprintf("%s (%d running, max_running %d)", clip(g.Value, 60), g.Running, g.MaxRunning)
@@ -375,11 +385,11 @@ func printJob(w io.Writer, now time.Time, j pgstore.JobDetail) error {
 // lanePlace says where job id stands in its lane, as the console's Lane
 // section does. A waiting job with nothing ahead of it is not the head:
 // its lane has none, which is a strict lane holding on a missing version
-// (until gap_timeout: it says which and until when) or, briefly, a lane
-// whose next job was cancelled as its head ended (the rescuer promotes
-// it). Saying "the head" there sent people looking for a job that was
-// not running.
-func lanePlace(now time.Time, id int64, l pgstore.LanePosition) string {
+// (until gap_timeout: printJob's "lane gap" line says which and until
+// when) or, briefly, a lane whose next job was cancelled as its head
+// ended (the rescuer promotes it). Saying "the head" there sent people
+// looking for a job that was not running.
+func lanePlace(id int64, l pgstore.LanePosition) string {
 	head := l.HeadJobID != nil && *l.HeadJobID == id
 	var place string
 	switch {
@@ -394,12 +404,7 @@ func lanePlace(now time.Time, id int64, l pgstore.LanePosition) string {
 	}
 	switch {
 	case l.HeadJobID == nil && l.Gap != nil:
-		then := "parks its next job (gap_policy park)"
-		if l.Gap.Policy == "proceed" {
-			then = "runs its next job anyway (gap_policy proceed)"
-		}
-		place += fmt.Sprintf(", %d waiting; the lane has no head: it holds for version %d, missing, until %s, then %s",
-			l.Waiting, l.Gap.Awaited, stamp(now, l.Gap.Until), then)
+		place += fmt.Sprintf(", %d waiting; the lane has no head: it holds for a missing version", l.Waiting)
 	case l.HeadJobID == nil:
 		place += fmt.Sprintf(", %d waiting; the lane has no head: the rescuer's next pass over the lanes promotes its next job", l.Waiting)
 	case head:
@@ -411,9 +416,6 @@ func lanePlace(now time.Time, id int64, l pgstore.LanePosition) string {
 		place += "; dead, it blocks its lane until it is re-driven or discarded"
 	} else if l.Blocked {
 		place += "; blocked by its dead head until it is re-driven or discarded"
-	}
-	if l.LastApplied != nil {
-		place += fmt.Sprintf("; last applied version %d", *l.LastApplied)
 	}
 	return place
 }
