@@ -289,16 +289,7 @@ func TestStrictLaneDiscardLetsTheNextVersionRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	lane := &pgstore.LanePolicy{Policy: "strict", OnDead: "block", GapTimeout: time.Hour, GapPolicy: "park"}
-	var b pgstore.IngestBatch
-	for i := range int64(3) {
-		v := i + 1
-		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "c42", Version: &v,
-			DedupeKey: fmt.Sprint("r/0/", i), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "r", Offset: i, Lane: lane})
-	}
-	if _, err := s.IngestCommit(ctx, b); err != nil {
-		t.Fatal(err)
-	}
+	ingestStrict(t, s, "block", 1, 2, 3)
 	complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
 	v2 := testenv.ClaimOne(t, s, "q")
 	complete(t, s, v2, jobstate.Dead, "permanent")
@@ -317,6 +308,21 @@ func TestStrictLaneDiscardLetsTheNextVersionRun(t *testing.T) {
 	}
 }
 
+// ingestStrict stores one job of key c42 of route r for each version, as
+// the record of its offset, in a strict lane with on_dead onDead.
+func ingestStrict(t *testing.T, s *pgstore.Store, onDead string, versions ...int64) {
+	t.Helper()
+	lane := &pgstore.LanePolicy{Policy: "strict", OnDead: onDead, GapTimeout: time.Hour, GapPolicy: "park"}
+	var b pgstore.IngestBatch
+	for _, v := range versions {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "c42", Version: &v,
+			DedupeKey: fmt.Sprint("r/0/", v), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "r", Offset: v, Lane: lane})
+	}
+	if _, err := s.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A strict lane passes the version of a job it could not apply (dead
 // under on_dead: continue, parked for a gap) without applying it: a
 // re-drive of that job, or a late record of a version the lane had
@@ -327,18 +333,6 @@ func TestStrictLaneDiscardLetsTheNextVersionRun(t *testing.T) {
 func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ingest := func(t *testing.T, s *pgstore.Store, onDead string, versions ...int64) {
-		t.Helper()
-		lane := &pgstore.LanePolicy{Policy: "strict", OnDead: onDead, GapTimeout: time.Hour, GapPolicy: "park"}
-		var b pgstore.IngestBatch
-		for _, v := range versions {
-			b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", Key: "c42", Version: &v,
-				DedupeKey: fmt.Sprint("r/0/", v), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "r", Offset: v, Lane: lane})
-		}
-		if _, err := s.IngestCommit(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// want holds the job of version to state (and, given, its last error).
 	want := func(t *testing.T, s *pgstore.Store, version int64, state, lastErr, why string) {
 		t.Helper()
@@ -365,7 +359,7 @@ func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 	// and be parked.
 	parkV3 := func(t *testing.T, s *pgstore.Store) {
 		t.Helper()
-		ingest(t, s, "continue", 1, 3)
+		ingestStrict(t, s, "continue", 1, 3)
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
 		if _, err := s.Pool().Exec(ctx, `UPDATE lanes SET gap_since = now() - interval '2 hours'`); err != nil {
 			t.Fatal(err)
@@ -379,13 +373,13 @@ func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 	t.Run("dead under continue, re-driven", func(t *testing.T) {
 		t.Parallel()
 		s := testenv.MigratedStore(t)
-		ingest(t, s, "continue", 1, 2)
+		ingestStrict(t, s, "continue", 1, 2)
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Dead, "permanent")
 		redrive(t, s, 2)
 		want(t, s, 2, "queued", "", "re-driven, never applied, nothing after it")
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
-		ingest(t, s, "continue", 3)
+		ingestStrict(t, s, "continue", 3)
 		want(t, s, 3, "queued", "", "after the re-driven version 2 succeeded")
 	})
 	t.Run("parked for a gap, re-driven", func(t *testing.T) {
@@ -399,7 +393,7 @@ func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 		t.Parallel()
 		s := testenv.MigratedStore(t)
 		parkV3(t, s)
-		ingest(t, s, "continue", 2)
+		ingestStrict(t, s, "continue", 2)
 		want(t, s, 2, "queued", "", "arriving after the lane gave up on it")
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
 		redrive(t, s, 3)
@@ -408,12 +402,12 @@ func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 	t.Run("passed, never applied, kept by the prune", func(t *testing.T) {
 		t.Parallel()
 		s := testenv.MigratedStore(t)
-		ingest(t, s, "continue", 1)
+		ingestStrict(t, s, "continue", 1)
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Dead, "permanent")
 		if _, err := pruneAll(ctx, s, 0); err != nil {
 			t.Fatal(err)
 		}
-		ingest(t, s, "continue", 3)
+		ingestStrict(t, s, "continue", 3)
 		var gap bool
 		if err := s.Pool().QueryRow(ctx, `SELECT gap_since IS NOT NULL FROM lanes WHERE key = 'c42'`).Scan(&gap); err != nil {
 			t.Fatal(err)
@@ -426,7 +420,7 @@ func TestStrictLaneRunsAVersionItPassedButNeverApplied(t *testing.T) {
 	t.Run("a later version applied since", func(t *testing.T) {
 		t.Parallel()
 		s := testenv.MigratedStore(t)
-		ingest(t, s, "continue", 1, 2)
+		ingestStrict(t, s, "continue", 1, 2)
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Dead, "permanent")
 		complete(t, s, testenv.ClaimOne(t, s, "q"), jobstate.Succeeded, "")
 		redrive(t, s, 1)
