@@ -134,9 +134,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// Ctrl-C at any moment of start-up cancels it; every step below that
 	// started something has its stop deferred already, so the function
 	// returns having stopped all of it and removed its folder.
-	startCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stopSignals()
-	err := startDev(startCtx, ctx, *kafkaPort, *httpAddr, stdout, log)
+	// serve's channel listens from here too, so that a Ctrl-C answering
+	// the banner reaches serve however soon it comes.
+	startCtx, stopStartSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopStartSignals()
+	sigs, stopServeSignals := stopSignals()
+	defer stopServeSignals()
+	err := startDev(startCtx, ctx, sigs, *kafkaPort, *httpAddr, stdout, log)
 	if err != nil && startCtx.Err() != nil && ctx.Err() == nil {
 		log.Warn("interrupted during start-up; stopped what had started")
 		return nil
@@ -145,9 +149,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // startDev starts everything dev runs, then serves until a signal. Start-up
-// steps run on startCtx (cancelled by the first Ctrl-C); serving handles
-// signals itself, on ctx.
-func startDev(startCtx, ctx context.Context, kafkaPort int, httpAddr string, stdout io.Writer, log *zap.Logger) error {
+// steps run on startCtx (cancelled by the first Ctrl-C); serving takes
+// its signals from sigs, on ctx.
+func startDev(startCtx, ctx context.Context, sigs <-chan os.Signal, kafkaPort int, httpAddr string, stdout io.Writer, log *zap.Logger) error {
 	dir, err := os.MkdirTemp("", "switchyard-dev-")
 	if err != nil {
 		return err
@@ -243,7 +247,7 @@ Ctrl-C stops everything.
 `, dir, brokers, targetURL, httpAddr, cfgPath, shellQuote(self), auth, httpAddr)
 	// serve's own lines (running, shutting down, stopped) are dev's steps:
 	// they tell a person when the tour can start and when it has ended.
-	return serve(ctx, eng, log.Named(devSteps), cfg.ShutdownGrace.D())
+	return serve(ctx, eng, log.Named(devSteps), cfg.ShutdownGrace.D(), sigs)
 }
 
 // portFree reports whether addr can be listened on now.

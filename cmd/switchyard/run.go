@@ -132,7 +132,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageError{config.InFile(*cfgPath, err).Error()}
 	}
 	log.Info("garbage collector", zap.String("pace", paceGC(ctx)))
-	return serve(ctx, eng, log, cfg.ShutdownGrace.D())
+	sigs, stop := stopSignals()
+	defer stop()
+	return serve(ctx, eng, log, cfg.ShutdownGrace.D(), sigs)
 }
 
 // paceGC paces the garbage collector of a long-running command
@@ -145,14 +147,22 @@ func paceGC(ctx context.Context) string {
 	return fmt.Sprintf("as the environment chose: GOGC=%q GOMEMLIMIT=%q", os.Getenv("GOGC"), os.Getenv("GOMEMLIMIT"))
 }
 
-// serve starts the engine and stops it on SIGTERM/SIGINT (I7): the first
-// signal shuts down in order within the grace period and exits 0; a
-// second one returns at once, leaving the engine's stop unfinished (the
-// caller's own clean-up still runs: dev stops its Postgres).
-func serve(ctx context.Context, eng *switchyard.Engine, log *zap.Logger, grace time.Duration) error {
+// stopSignals is where SIGTERM and SIGINT arrive from now on, for serve.
+// A caller that prints something a person (or a test) answers with
+// Ctrl-C, as dev's banner, listens before printing it: a signal sent
+// before serve began listening would otherwise be lost, and serve
+// would wait for another.
+func stopSignals() (<-chan os.Signal, func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
+	return sigs, func() { signal.Stop(sigs) }
+}
+
+// serve starts the engine and stops it on a signal from sigs (I7): the
+// first shuts down in order within the grace period and exits 0; a
+// second one returns at once, leaving the engine's stop unfinished (the
+// caller's own clean-up still runs: dev stops its Postgres).
+func serve(ctx context.Context, eng *switchyard.Engine, log *zap.Logger, grace time.Duration, sigs <-chan os.Signal) error {
 	if err := eng.Start(ctx); err != nil {
 		_ = eng.Stop(context.Background())
 		return err
