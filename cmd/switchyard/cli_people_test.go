@@ -170,10 +170,13 @@ func TestReplayProgressLine(t *testing.T) {
 	var b strings.Builder
 	start := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	clock := start.Add(2 * time.Second)
-	p := &progressLine{w: &b, topic: "orders", started: start, now: func() time.Time { return clock }}
-	p.update(ingest.ReplayProgress{ReplaySummary: ingest.ReplaySummary{Records: 20_000}, Done: 20_000, Total: 80_000})
+	p := &progressLine{w: &b, started: start, now: func() time.Time { return clock }}
+	update := func(r ingest.ReplayProgress) {
+		p.draw(func(elapsed time.Duration) string { return replayLine("orders", r, elapsed) })
+	}
+	update(ingest.ReplayProgress{ReplaySummary: ingest.ReplaySummary{Records: 20_000}, Done: 20_000, Total: 80_000})
 	clock = clock.Add(100 * time.Millisecond)
-	p.update(ingest.ReplayProgress{Done: 30_000, Total: 80_000}) // within 250 ms: not drawn
+	update(ingest.ReplayProgress{Done: 30_000, Total: 80_000}) // within 250 ms: not drawn
 	p.clear()
 	want := "\rreplaying orders: 25% of the range (20,000 of 80,000 offsets), 20,000 records read, 10,000 records/s, about 6s left\x1b[K\r\x1b[K"
 	if b.String() != want {

@@ -378,3 +378,61 @@ func printList[T any](o listOut, rows []T, limit int, id func(T) int64, table fu
 	}
 	return err
 }
+
+// progressLine redraws one line on a terminal as a long command goes (a
+// replay, a bulk DLQ action), in place, for a person watching it.
+type progressLine struct {
+	w       io.Writer
+	started time.Time
+	drawn   time.Time
+	now     func() time.Time // time.Now; a test's clock
+}
+
+// newProgressLine is a progress line on w, or nil when w is no terminal:
+// redrawn lines would litter a file or a pipe.
+func newProgressLine(w io.Writer) *progressLine {
+	if !isTerminal(w) {
+		return nil
+	}
+	return &progressLine{w: w, started: time.Now(), now: time.Now}
+}
+
+// draw redraws the line as text says, given the time since the start.
+func (p *progressLine) draw(text func(elapsed time.Duration) string) {
+	now := p.now()
+	// Four redraws a second are plenty to read, and cheap on a slow link.
+	if now.Sub(p.drawn) < 250*time.Millisecond {
+		return
+	}
+	p.drawn = now
+	// \r back to the start of the line, \x1b[K erases what a longer
+	// previous line left.
+	fmt.Fprintf(p.w, "\r%s\x1b[K", text(now.Sub(p.started)))
+}
+
+// clear erases the line, for the summary that follows.
+func (p *progressLine) clear() {
+	if !p.drawn.IsZero() {
+		fmt.Fprint(p.w, "\r\x1b[K")
+	}
+}
+
+// pace is what a progress line says of the pace once a second has gone
+// by: ", 10,000 records/s, about 6s left", for n things (what) counted
+// so far and done of total steps.
+func pace(n int64, what string, done, total int64, elapsed time.Duration) string {
+	secs := elapsed.Seconds()
+	if secs < 1 {
+		return ""
+	}
+	s := fmt.Sprintf(", %s %s/s", thousands(int64(float64(n)/secs)), what)
+	if rate := float64(done) / secs; rate > 0 && done < total {
+		left := time.Duration(float64(total-done) / rate * float64(time.Second))
+		if left < time.Second {
+			s += ", under a second left"
+		} else {
+			s += ", about " + left.Round(time.Second).String() + " left"
+		}
+	}
+	return s
+}

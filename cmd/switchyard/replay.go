@@ -151,10 +151,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer store.Close()
 	var progress func(ingest.ReplayProgress)
-	var bar *progressLine
-	if isTerminal(stderr) {
-		bar = &progressLine{w: stderr, topic: *topic, started: time.Now(), now: time.Now}
-		progress = bar.update
+	bar := newProgressLine(stderr)
+	if bar != nil {
+		progress = func(r ingest.ReplayProgress) {
+			bar.draw(func(elapsed time.Duration) string { return replayLine(*topic, r, elapsed) })
+		}
 	}
 	// The first SIGINT or SIGTERM ends the replay (a batch it was storing
 	// rolls back), so that it can say what it did and where to resume:
@@ -276,49 +277,14 @@ func replayAsked(fs *flag.FlagSet) map[string]any {
 	return asked
 }
 
-// progressLine redraws one line on a terminal as a replay goes: the share
-// of the range gone past, records/s and the time left at that pace.
-type progressLine struct {
-	w       io.Writer
-	topic   string
-	started time.Time
-	drawn   time.Time
-	now     func() time.Time // time.Now; a test's clock
-}
-
-func (p *progressLine) update(r ingest.ReplayProgress) {
-	now := p.now()
-	// Four redraws a second are plenty to read, and cheap on a slow link.
-	if now.Sub(p.drawn) < 250*time.Millisecond {
-		return
-	}
-	p.drawn = now
-	elapsed := now.Sub(p.started).Seconds()
+// replayLine is a replay's progress: the share of the range gone past,
+// records/s and the time left at that pace.
+func replayLine(topic string, r ingest.ReplayProgress, elapsed time.Duration) string {
 	share := 100.0
 	if r.Total > 0 {
 		share = 100 * float64(r.Done) / float64(r.Total)
 	}
-	line := fmt.Sprintf("replaying %s: %.0f%% of the range (%s of %s offsets), %s records read", p.topic, share,
+	line := fmt.Sprintf("replaying %s: %.0f%% of the range (%s of %s offsets), %s records read", topic, share,
 		thousands(r.Done), thousands(r.Total), thousands(r.Records))
-	if elapsed >= 1 {
-		line += fmt.Sprintf(", %s records/s", thousands(int64(float64(r.Records)/elapsed)))
-		if rate := float64(r.Done) / elapsed; rate > 0 && r.Done < r.Total {
-			left := time.Duration(float64(r.Total-r.Done) / rate * float64(time.Second))
-			if left < time.Second {
-				line += ", under a second left"
-			} else {
-				line += ", about " + left.Round(time.Second).String() + " left"
-			}
-		}
-	}
-	// \r back to the start of the line, \x1b[K erases what a longer
-	// previous line left.
-	fmt.Fprintf(p.w, "\r%s\x1b[K", line)
-}
-
-// clear erases the line, for the summary that follows.
-func (p *progressLine) clear() {
-	if !p.drawn.IsZero() {
-		fmt.Fprint(p.w, "\r\x1b[K")
-	}
+	return line + pace(r.Records, "records", r.Done, r.Total, elapsed)
 }
