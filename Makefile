@@ -75,7 +75,7 @@ test-faults: vet ## Fault-injection tests (-run Fault, SWITCHYARD_FAULT_CYCLES=2
 screenshots: ## Regenerate docs/dashboard-*.png from the browser tests (headless Chromium, services)
 	bash $(LOCAL)/chromium.sh ensure
 	SWITCHYARD_SCREENSHOTS=$(CURDIR)/docs $(WITH_SERVICES) $(GO) test -count=1 \
-		-run 'TestBrowserConsolePages|TestBrowserConsoleReadTokenSeesNoActions' ./internal/admin/
+		-run 'TestBrowserConsolePages|TestBrowserConsoleActions|TestBrowserConsoleReadTokenSeesNoActions' ./internal/admin/
 
 lint: ## gofmt check + go vet
 	@unformatted="$$(gofmt -l .)"; \

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -654,22 +657,42 @@ func printDLQEntry(w io.Writer, now time.Time, e pgstore.DLQEntry) error {
 	return v.flush()
 }
 
-// runDLQAction re-drives or discards one entry, or re-drives every entry
-// matching a filter such as "reason=max_attempts,queue=bulk".
+// dlqVerb is how the output says a DLQ action, and key is the --json
+// summary's count of it (as the admin API answers).
+type dlqVerb struct{ base, past, ing, done, key string }
+
+var dlqVerbs = map[string]dlqVerb{
+	"redrive": {base: "re-drive", past: "re-drove", ing: "re-driving", done: "re-driven", key: "redriven"},
+	"discard": {base: "discard", past: "discarded", ing: "discarding", done: "discarded", key: "discarded"},
+}
+
+// bulkNote is what the help of both bulk actions says of a long one.
+const bulkNote = `
+On a terminal a bulk action shows its progress; Ctrl-C stops it between
+two entries and says how many it took and the command for the rest.
+`
+
+// runDLQAction re-drives or discards one entry, or every entry matching
+// a filter such as "reason=max_attempts,queue=bulk".
 func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
-	synopsis := "dlq discard [--config FILE] [--json] ID"
-	if sub == "redrive" {
-		synopsis = "dlq redrive [--config FILE] [--json] ID | --all-matching reason=R,queue=Q,route=NAME [--expect N]"
-	}
+	synopsis := "dlq discard [--config FILE] [--json] ID | --all-matching reason=R,queue=Q,route=NAME (--expect N | --dry-run)"
 	about := `
 Drops a DLQ entry for good: its record is not made a job again (it is
 still in Kafka until the topic's retention ends). An entry re-driven
 already is refused: it answers for the job it made, which is what to act
 on now.
 
-example:
-  switchyard dlq discard 17`
+--all-matching discards every entry parked when it starts that the filter
+matches. It drops them for good, so it takes --expect N, the number that
+match (--dry-run counts them and prints the command), and discards none
+unless N match.
+` + bulkNote + `
+examples:
+  switchyard dlq discard 17
+  switchyard dlq discard --all-matching reason=decode,route=orders --dry-run
+  switchyard dlq discard --all-matching reason=decode,route=orders --expect 5000`
 	if sub == "redrive" {
+		synopsis = "dlq redrive [--config FILE] [--json] ID | --all-matching reason=R,queue=Q,route=NAME [--expect N | --dry-run]"
 		about = `
 Puts a DLQ entry back to work. A dead job runs again with fresh attempts
 (in its lane's order). A parked record is decoded again with the current
@@ -679,20 +702,19 @@ names, or raising its max_record_bytes, makes it a job.
 --all-matching re-drives every entry parked when it starts that the
 filter matches, each once (a job that dies again is parked anew, for a
 later re-drive); --expect N re-drives them only if N match (the count
-you confirmed, from dlq list), else nothing.
-
+you confirmed: --dry-run counts them), else nothing.
+` + bulkNote + `
 examples:
   switchyard dlq redrive 17
   switchyard dlq redrive --all-matching reason=missing_field,route=order-refund
+  switchyard dlq redrive --all-matching reason=max_attempts,queue=bulk --dry-run
   switchyard dlq redrive --all-matching reason=max_attempts,queue=bulk --expect 20000`
 	}
 	fs, cfgPath := newFlags("dlq "+sub, synopsis, about, stdout)
-	matching := ""
-	expect := int64(-1)
-	if sub == "redrive" {
-		fs.StringVar(&matching, "all-matching", "", "re-drive every entry matching `FILTER`: key=value[,key=value] (keys: reason, queue, route)")
-		fs.Int64Var(&expect, "expect", -1, "with --all-matching: re-drive only if `N` entries match (else nothing)")
-	}
+	verb := dlqVerbs[sub]
+	matching := fs.String("all-matching", "", verb.base+" every parked entry matching `FILTER`: key=value[,key=value] (keys: reason, queue, route)")
+	expect := fs.Int64("expect", -1, "with --all-matching: "+verb.base+" only if `N` entries match (else none)")
+	dryRun := fs.Bool("dry-run", false, "with --all-matching: count the entries that match, and print the command that takes them")
 	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -700,23 +722,27 @@ examples:
 	var filter pgstore.DLQFilter
 	var id int64
 	switch {
-	case matching != "" && fs.NArg() == 0:
-		f, err := parseDLQFilter(matching)
+	case *matching != "" && fs.NArg() == 0:
+		f, err := parseDLQFilter(*matching)
 		if err != nil {
 			return err
 		}
 		filter = f
-	case expect >= 0 && matching == "":
-		return usagef("--expect goes with --all-matching: the number of entries it should match")
-	case matching == "" && fs.NArg() == 1:
+		if *dryRun && *expect >= 0 {
+			return usagef("--dry-run counts the entries that match; --expect acts on them: give one")
+		}
+		if sub == "discard" && !*dryRun && *expect < 0 {
+			return usagef("--all-matching: a bulk discard drops entries for good, so it takes --expect N, the number that match (--dry-run counts them)")
+		}
+	case *matching == "" && (*expect >= 0 || *dryRun):
+		return usagef("--expect and --dry-run go with --all-matching")
+	case *matching == "" && fs.NArg() == 1:
 		var err error
 		if id, err = parseID("entry id", fs.Arg(0)); err != nil {
 			return err
 		}
-	case sub == "redrive":
-		return usagef("want exactly one entry id, or --all-matching")
 	default:
-		return usagef("want exactly one entry id")
+		return usagef("want exactly one entry id, or --all-matching")
 	}
 	cfg, err := loadConfig(fs, *cfgPath, true, stderr)
 	if err != nil {
@@ -730,6 +756,17 @@ examples:
 		return err
 	}
 	defer store.Close()
+	if *dryRun {
+		n, err := store.DLQCount(ctx, filter)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, map[string]any{"matching": n, "command": bulkCommand(fs, sub, n)})
+		}
+		fmt.Fprintf(stdout, "%s parked now match %s; to %s them:\n  %s\n", entries(int(n)), *matching, verb.base, bulkCommand(fs, sub, n))
+		return nil
+	}
 	var routes []*ingest.Route
 	for _, r := range cfg.Routes {
 		cr, err := ingest.CompileRoute(r)
@@ -749,6 +786,9 @@ examples:
 		rereader = ingest.NewRereader(kopts)
 	}
 	svc := dlq.New(store, routes, rereader)
+	if *matching != "" {
+		return runDLQBulk(ctx, fs, sub, svc, dlq.Bulk{Filter: filter, Expect: *expect, By: cliActor()}, *asJSON, stdout, stderr)
+	}
 	if sub == "discard" {
 		if err := svc.Discard(ctx, id, cliActor()); err != nil {
 			return notFoundAs(err, "DLQ entry", id)
@@ -759,44 +799,98 @@ examples:
 		fmt.Fprintf(stdout, "discarded DLQ entry %d\n", id)
 		return nil
 	}
-	if id != 0 {
-		jobID, err := svc.Redrive(ctx, id, cliActor())
-		if err != nil {
-			return notFoundAs(err, "DLQ entry", id)
-		}
-		if *asJSON {
-			return printJSON(stdout, map[string]any{"id": id, "job_id": jobID})
-		}
-		// The re-drive's own transaction puts a job of a lane back in the
-		// lane's order, where a version the lane has passed (applied, or
-		// a strict lane's dead or gap-parked version) ends skipped at
-		// once. "re-drove" alone read as if the job would run.
-		if j, err := store.JobGet(ctx, jobID); err == nil && j.State == jobstate.Skipped && j.LastError != nil {
-			fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d, which its lane skipped at once, never delivered: %s\n",
-				id, jobID, visible(*j.LastError, false))
-			return nil
-		}
-		fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d\n", id, jobID)
-		return nil
-	}
-	done, failed, err := svc.RedriveMatching(ctx, filter, expect, cliActor())
-	for _, f := range failed {
-		fmt.Fprintf(stderr, "DLQ entry %d: %s\n", f.ID, f.Error)
-	}
+	jobID, err := svc.Redrive(ctx, id, cliActor())
 	if err != nil {
-		return err
+		return notFoundAs(err, "DLQ entry", id)
 	}
 	if *asJSON {
-		if err := printJSON(stdout, map[string]any{"redriven": done, "failed": nonNilSlice(failed)}); err != nil {
+		return printJSON(stdout, map[string]any{"id": id, "job_id": jobID})
+	}
+	// The re-drive's own transaction puts a job of a lane back in the
+	// lane's order, where a version the lane has passed (applied, or
+	// a strict lane's dead or gap-parked version) ends skipped at
+	// once. "re-drove" alone read as if the job would run.
+	if j, err := store.JobGet(ctx, jobID); err == nil && j.State == jobstate.Skipped && j.LastError != nil {
+		fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d, which its lane skipped at once, never delivered: %s\n",
+			id, jobID, visible(*j.LastError, false))
+		return nil
+	}
+	fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d\n", id, jobID)
+	return nil
+}
+
+// runDLQBulk re-drives or discards every entry b matches. Each entry is
+// its own transaction, so the first SIGINT or SIGTERM stops it between
+// two (the one under way completes), and it says how many it took and the command that takes the
+// rest; the next signal has its default effect, exiting at once.
+func runDLQBulk(ctx context.Context, fs *flag.FlagSet, sub string, svc *dlq.Service, b dlq.Bulk, asJSON bool, stdout, stderr io.Writer) error {
+	verb := dlqVerbs[sub]
+	act := svc.RedriveMatching
+	if sub == "discard" {
+		act = svc.DiscardMatching
+	}
+	bar := newProgressLine(stderr)
+	if bar != nil {
+		b.Progress = func(r dlq.BulkResult) {
+			bar.draw(func(elapsed time.Duration) string {
+				n := int64(r.Done + len(r.Failed))
+				return fmt.Sprintf("%s: %s of %s entries, %d failed", verb.ing, thousands(n), thousands(r.Matching), len(r.Failed)) +
+					pace(n, "entries", n, r.Matching, elapsed)
+			})
+		}
+	}
+	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	b.Stop = sigCtx.Done()
+	res, err := act(ctx, b)
+	interrupted := errors.Is(err, dlq.ErrStopped)
+	stop()
+	if bar != nil {
+		bar.clear()
+	}
+	for _, f := range res.Failed {
+		fmt.Fprintf(stderr, "DLQ entry %d: %s\n", f.ID, f.Error)
+	}
+	if err != nil && !interrupted {
+		return err
+	}
+	// The entries not taken are still parked: those it never reached and
+	// those that failed.
+	left := res.Matching - int64(res.Done)
+	if asJSON {
+		out := map[string]any{verb.key: res.Done,
+			"failed": nonNilSlice(res.Failed), "matching": res.Matching, "complete": !interrupted}
+		if interrupted {
+			out["rest"] = bulkCommand(fs, sub, left)
+		}
+		if err := printJSON(stdout, out); err != nil {
 			return err
 		}
+	} else if interrupted {
+		fmt.Fprintf(stdout, "interrupted: %s %d of %s matching, %d failed; the other %d are still parked. To %s them:\n  %s\n",
+			verb.past, res.Done, entries(int(res.Matching)), len(res.Failed), left, verb.base, bulkCommand(fs, sub, left))
 	} else {
-		fmt.Fprintf(stdout, "re-drove %s, %d failed\n", entries(done), len(failed))
+		fmt.Fprintf(stdout, "%s %s, %d failed\n", verb.past, entries(res.Done), len(res.Failed))
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("%s could not be re-driven", entries(len(failed)))
+	switch {
+	case interrupted:
+		return errors.New("interrupted")
+	case len(res.Failed) > 0:
+		return fmt.Errorf("%s could not be %s", entries(len(res.Failed)), verb.done)
 	}
 	return nil
+}
+
+// bulkCommand is the command that takes the n entries matching a bulk
+// action's filter: --expect n makes it take none if the number changed
+// meanwhile (entries parked since match too).
+func bulkCommand(fs *flag.FlagSet, sub string, n int64) string {
+	args := []string{"switchyard", "dlq", sub}
+	for _, name := range []string{"config", "all-matching"} {
+		if given(fs, name) {
+			args = append(args, "--"+name, shellQuote(fs.Lookup(name).Value.String()))
+		}
+	}
+	return strings.Join(append(args, "--expect", fmt.Sprint(n)), " ")
 }
 
 func parseDLQFilter(s string) (pgstore.DLQFilter, error) {

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +117,99 @@ func TestCLIBulkRedriveChecksTheConfirmedCount(t *testing.T) {
 	}
 	if code, _, stderr := runCLI("dlq", "redrive", "--config", cfg, "--expect", "2", "7"); code != exitUsage || !strings.Contains(stderr, "--expect") {
 		t.Errorf("dlq redrive ID --expect: exit %d, %s; want a usage error naming --expect", code, stderr)
+	}
+}
+
+// parkPoison parks n undecodable records of route t, queue q, at offsets
+// 0..n-1 of topic t, as ingest parks them.
+func parkPoison(t *testing.T, store *pgstore.Store, n int) {
+	t.Helper()
+	var b pgstore.IngestBatch
+	for i := range n {
+		b.Poison = append(b.Poison, pgstore.Poison{Reason: "decode", Route: "t", Queue: "q", Error: "not JSON",
+			Payload: []byte("x"), Topic: "t", Offset: int64(i)})
+	}
+	if _, err := store.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dlq discard --all-matching drops entries for good, so it takes the
+// count a person confirmed, and --dry-run gives it: the count and the
+// command. It discards the entries parked when it starts and no other,
+// each audited.
+func TestCLIBulkDiscard(t *testing.T) {
+	t.Parallel()
+	store, cfg, _ := cliSchema(t)
+	parkPoison(t, store, 3)
+	code, stdout, stderr := runCLI("dlq", "discard", "--config", cfg, "--all-matching", "reason=decode")
+	if code != exitUsage || !strings.Contains(stderr, "--expect N") {
+		t.Errorf("dlq discard --all-matching without --expect: exit %d, %s; want a usage error asking for --expect", code, stderr)
+	}
+	code, stdout, stderr = runCLI("dlq", "discard", "--config", cfg, "--all-matching", "reason=decode", "--dry-run")
+	want := fmt.Sprintf("3 entries parked now match reason=decode; to discard them:\n  switchyard dlq discard --config %s --all-matching reason=decode --expect 3\n", cfg)
+	if code != exitOK || stdout != want {
+		t.Errorf("--dry-run: exit %d\n%q\nwant\n%q\n%s", code, stdout, want, stderr)
+	}
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 3 {
+		t.Fatalf("%d entries after a dry run, want 3", n)
+	}
+	code, stdout, stderr = runCLI("dlq", "discard", "--config", cfg, "--all-matching", "reason=decode", "--expect", "2")
+	if want := "3 entries match now, not 2: nothing discarded"; code != exitFailure || !strings.Contains(stderr, want) {
+		t.Errorf("--expect 2 of 3: exit %d, %q; want %q", code, stdout+stderr, want)
+	}
+	code, stdout, stderr = runCLI("dlq", "discard", "--config", cfg, "--all-matching", "reason=decode", "--expect", "3")
+	if code != exitOK || stdout != "discarded 3 entries, 0 failed\n" {
+		t.Errorf("--expect 3 of 3: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 0 {
+		t.Errorf("%d entries left after discarding all 3", n)
+	}
+	if n := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'discard' AND actor LIKE 'cli:%'`); n != 3 {
+		t.Errorf("%d discards audited, want 3", n)
+	}
+	for _, args := range [][]string{{"--dry-run", "--expect", "3"}, {"--dry-run", "7"}, {"--expect", "1", "7"}} {
+		if code, _, stderr := runCLI(append([]string{"dlq", "discard", "--config", cfg, "--all-matching", "reason=decode"}, args...)...); code != exitUsage {
+			t.Errorf("dlq discard --all-matching %v: exit %d, want a usage error\n%s", args, code, stderr)
+		}
+	}
+}
+
+// Ctrl-C stops a bulk action between two entries: what it did stays done,
+// the rest stay parked, and it says how many it took and prints the
+// command that takes the rest, which does. The process used to die at
+// once, saying nothing of how far it had got.
+func TestCLIBulkActionInterrupted(t *testing.T) {
+	t.Parallel()
+	store, cfg, _ := cliSchema(t)
+	const n = 3000 // seconds of work: the signal comes well before the end
+	parkPoison(t, store, n)
+	p := start(t, "discard", nil, "dlq", "discard", "--config", cfg, "--all-matching", "route=t", "--expect", fmt.Sprint(n))
+	testenv.Eventually(t, time.Minute, "the first discards", func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'discard'`) > 0
+	})
+	p.signal(os.Interrupt)
+	if code := p.wait(30 * time.Second); code != exitFailure {
+		t.Fatalf("dlq discard interrupted: exit %d, want %d\n%s%s", code, exitFailure, p.out.String(), p.log.String())
+	}
+	done := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'discard'`)
+	left := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`)
+	if done+left != n || left == 0 {
+		t.Fatalf("after Ctrl-C: %d discarded and %d parked, want %d in all and some left", done, left, n)
+	}
+	m := regexp.MustCompile(`(?m)^interrupted: discarded (\d+) of 3000 entries matching, 0 failed; the other (\d+) are still parked\. To discard them:\n  (switchyard dlq discard .*)\n$`).
+		FindStringSubmatch(p.out.String())
+	if m == nil || m[1] != fmt.Sprint(done) || m[2] != fmt.Sprint(left) {
+		t.Fatalf("what dlq discard said when interrupted (%d discarded, %d left):\n%s", done, left, p.out.String())
+	}
+	args := strings.Fields(m[3])
+	if want := []string{"switchyard", "dlq", "discard", "--config", cfg, "--all-matching", "route=t", "--expect", fmt.Sprint(left)}; !slices.Equal(args, want) {
+		t.Fatalf("the command for the rest: %q, want %q", args, want)
+	}
+	if code, stdout, stderr := runCLI(args[1:]...); code != exitOK || stdout != fmt.Sprintf("discarded %d entries, 0 failed\n", left) {
+		t.Errorf("the command for the rest: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 0 {
+		t.Errorf("%d entries parked after the command for the rest", n)
 	}
 }

@@ -78,7 +78,8 @@ func (s *Server) jobEnqueue(w http.ResponseWriter, r *http.Request) error {
 type DLQActions interface {
 	Redrive(ctx context.Context, id int64, by string) (int64, error)
 	Discard(ctx context.Context, id int64, by string) error
-	RedriveMatching(ctx context.Context, f pgstore.DLQFilter, expect int64, by string) (int, []dlq.Failure, error)
+	RedriveMatching(ctx context.Context, b dlq.Bulk) (dlq.BulkResult, error)
+	DiscardMatching(ctx context.Context, b dlq.Bulk) (dlq.BulkResult, error)
 }
 
 func (s *Server) jobCancel(w http.ResponseWriter, r *http.Request) error {

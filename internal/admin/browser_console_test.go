@@ -732,8 +732,8 @@ func TestBrowserConsoleFiltersAndPayloads(t *testing.T) {
 	}
 }
 
-// TestBrowserConsoleActions: a re-drive, a re-drive of all matching (its
-// confirmation states the count), retry-now, a schedule's trigger and a
+// TestBrowserConsoleActions: a re-drive, a re-drive and a discard of all
+// matching (each confirmation states the count), retry-now, a schedule's trigger and a
 // queue's pause, each from the page, and each changing what the API says.
 func TestBrowserConsoleActions(t *testing.T) {
 	t.Parallel()
@@ -860,6 +860,24 @@ func TestBrowserConsoleActions(t *testing.T) {
 	// The list's state filter names what it shows by default.
 	if state := eval[string](p, `document.querySelector('select[name=state]').value`); state != "parked" {
 		t.Errorf("the DLQ list's state filter shows %q by default, want parked", state)
+	}
+
+	// A discard of all matching says it is for good, and states the count.
+	var tooLarge []pgstore.Poison
+	for off := range int64(2) {
+		tooLarge = append(tooLarge, pgstore.Poison{Reason: "too_large", Route: "orders", Queue: "interactive",
+			Error: "record is 2 MiB, over max_record_bytes", Payload: []byte("x"), Topic: "orders-big", Offset: off})
+	}
+	seed(t, c.store, nil, tooLarge)
+	p.goTo("dlq?reason=too_large")
+	p.waitText("#data tbody", "too_large")
+	p.click(`button[data-action="discard-all"]`)
+	p.waitText("#bulk", "Discard all 2 parked entries matching reason = too_large? They go for good: their records will not be made jobs again.")
+	p.screenshot("dlq-discard-all")
+	p.click(`button[data-action="discard-all-confirm"]`)
+	p.waitText("#flash", "Discarded 2 entries.")
+	if n := testenv.Count(t, c.store, `SELECT count(*) FROM dlq_entries WHERE reason = 'too_large'`); n != 0 {
+		t.Errorf("%d too_large entries after discard all, want 0", n)
 	}
 
 	// A record's key is whatever it carried: a long one is cut in the

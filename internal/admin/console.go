@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -16,7 +17,7 @@ import (
 )
 
 // The endpoints below serve the operator console's pages beyond the
-// lists: retry-now, counted bulk re-drive, lanes and schedules.
+// lists: retry-now, counted bulk re-drive and discard, lanes and schedules.
 
 // jobRetry: POST /v1/jobs/{id}/retry runs a job that waits for its time
 // (a retry's backoff, a run_at or delay) now.
@@ -66,48 +67,52 @@ func (s *Server) dlqCount(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// bulkRedriveWrite bounds how long a bulk re-drive's answer may take to
-// write: a million entries at the pace above.
-const bulkRedriveWrite = 30 * time.Minute
+// bulkWrite bounds how long a bulk action's answer may take to write:
+// a million entries at the pace below.
+const bulkWrite = 30 * time.Minute
 
-// dlqRedriveMatching: POST /v1/dlq/redrive?…&expect=N re-drives every
-// parked entry matching, if N of them match now: the confirmation a
-// person gave was for N entries, and a different number is asked again
-// (409) rather than re-driven.
-func (s *Server) dlqRedriveMatching(w http.ResponseWriter, r *http.Request) error {
-	if s.cfg.DLQ == nil {
-		return notImplemented(w, r)
+// dlqBulk is POST /v1/dlq/redrive?…&expect=N and POST
+// /v1/dlq/discard?…&expect=N: act on every parked entry matching, if N of
+// them match now. The confirmation a person gave was for N entries, and
+// a different number is asked again (409) rather than acted on. The
+// answer counts what was done under the action's name ("redriven",
+// "discarded") and lists the entries that failed.
+func (s *Server) dlqBulk(done string, act func(DLQActions, context.Context, dlq.Bulk) (dlq.BulkResult, error)) apiFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		if s.cfg.DLQ == nil {
+			return notImplemented(w, r)
+		}
+		f, err := dlqFilter(r)
+		if err != nil {
+			return err
+		}
+		expect, err := strconv.ParseInt(r.URL.Query().Get("expect"), 10, 64)
+		if err != nil || expect < 0 {
+			return badRequest("expect", "expect is required: the number of entries the action was confirmed for (GET /v1/dlq/count)")
+		}
+		// With workers busy a re-drive goes at some 600 entries a second:
+		// tens of thousands run past the server's WriteTimeout, and the
+		// answer (how many, which failed) was lost for an action that was
+		// done. This one has as long as bulkWrite (a writer that cannot
+		// say so still gets the action).
+		rc := http.NewResponseController(w)
+		if err := rc.SetWriteDeadline(time.Now().Add(bulkWrite)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		res, err := act(s.cfg.DLQ, r.Context(), dlq.Bulk{Filter: f, Expect: expect, By: caller(r).Name})
+		var changed *dlq.CountChanged
+		if errors.As(err, &changed) {
+			return &httpError{status: http.StatusConflict, field: "expect", msg: changed.Error()}
+		}
+		if err != nil {
+			return err
+		}
+		if res.Failed == nil {
+			res.Failed = []dlq.Failure{}
+		}
+		s.writeJSON(w, http.StatusOK, map[string]any{done: res.Done, "failed": res.Failed})
+		return nil
 	}
-	f, err := dlqFilter(r)
-	if err != nil {
-		return err
-	}
-	expect, err := strconv.ParseInt(r.URL.Query().Get("expect"), 10, 64)
-	if err != nil || expect < 0 {
-		return badRequest("expect", "expect is required: the number of entries the re-drive was confirmed for (GET /v1/dlq/count)")
-	}
-	// With workers busy a re-drive goes at some 600 entries a second:
-	// tens of thousands run past the server's WriteTimeout, and the
-	// answer (how many, which failed) was lost for a re-drive that was
-	// done. This one has as long as bulkRedriveWrite (a writer that
-	// cannot say so still gets the re-drive).
-	rc := http.NewResponseController(w)
-	if err := rc.SetWriteDeadline(time.Now().Add(bulkRedriveWrite)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
-	done, failed, err := s.cfg.DLQ.RedriveMatching(r.Context(), f, expect, caller(r).Name)
-	var changed *dlq.CountChanged
-	if errors.As(err, &changed) {
-		return &httpError{status: http.StatusConflict, field: "expect", msg: changed.Error()}
-	}
-	if err != nil {
-		return err
-	}
-	if failed == nil {
-		failed = []dlq.Failure{}
-	}
-	s.writeJSON(w, http.StatusOK, map[string]any{"redriven": done, "failed": failed})
-	return nil
 }
 
 // laneList: GET /v1/lanes, blocked lanes first, then the longest.

@@ -109,6 +109,25 @@ func TestConsoleEndpoints(t *testing.T) {
 	}
 	e.get(t, fmt.Sprintf("/v1/dlq/%d", entry)).must(t, http.StatusOK)
 
+	// The re-driven jobs die again; the counted discard drops their new
+	// entries, only at the count too, and audits each (below).
+	for _, l := range claim(t, st, "bulk", 2) {
+		kill(t, st, l)
+	}
+	wantError(t, e.do(t, "POST", "/v1/dlq/discard?queue=bulk&expect=1", nil, ""), http.StatusConflict, "expect")
+	wantError(t, e.do(t, "POST", "/v1/dlq/discard?queue=bulk", nil, ""), http.StatusBadRequest, "expect")
+	type discarded struct {
+		Discarded int
+		Failed    []dlq.Failure
+	}
+	if r := decode[discarded](t, e.do(t, "POST", "/v1/dlq/discard?queue=bulk&expect=2", nil, "").must(t, http.StatusOK)); r.Discarded != 2 ||
+		r.Failed == nil || len(r.Failed) != 0 {
+		t.Fatalf("discard all matching: %+v", r)
+	}
+	if c := decode[count](t, e.get(t, "/v1/dlq/count?queue=bulk").must(t, http.StatusOK)); c.Count != 0 {
+		t.Fatalf("count after the discard: %d, want 0", c.Count)
+	}
+
 	// Lanes: the interactive lane, with two waiting behind its head.
 	lanes := decode[page[pgstore.LaneRow]](t, e.get(t, "/v1/lanes").must(t, http.StatusOK))
 	if len(lanes.Items) != 1 || lanes.Items[0].Key != "a" || lanes.Items[0].Waiting != 2 || lanes.Items[0].Blocked {
@@ -151,7 +170,7 @@ func TestConsoleEndpoints(t *testing.T) {
 	for _, a := range audit.Items {
 		actions = append(actions, a.Action+" "+a.Target)
 	}
-	want := fmt.Sprintf("[trigger schedule/nightly pause schedule/nightly redrive dlq/%d redrive dlq/%d retry job/%d]",
+	want := fmt.Sprintf("[trigger schedule/nightly pause schedule/nightly discard dlq/4 discard dlq/3 redrive dlq/%d redrive dlq/%d retry job/%d]",
 		2, 1, ids[3])
 	if fmt.Sprint(actions) != want {
 		t.Fatalf("audit: %v, want %s", actions, want)
@@ -221,9 +240,9 @@ type slowRedrives struct {
 	took time.Duration
 }
 
-func (d slowRedrives) RedriveMatching(context.Context, pgstore.DLQFilter, int64, string) (int, []dlq.Failure, error) {
+func (d slowRedrives) RedriveMatching(context.Context, dlq.Bulk) (dlq.BulkResult, error) {
 	time.Sleep(d.took)
-	return 3, nil, nil
+	return dlq.BulkResult{Matching: 3, Done: 3}, nil
 }
 
 // A bulk re-drive answers however long it ran: past the server's

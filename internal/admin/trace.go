@@ -22,6 +22,7 @@ var actionOf = map[string]string{
 	"POST /v1/dlq/{id}/redrive":         "redrive",
 	"POST /v1/dlq/{id}/discard":         "discard",
 	"POST /v1/dlq/redrive":              "redrive_matching",
+	"POST /v1/dlq/discard":              "discard_matching",
 	"POST /v1/schedules/{name}/pause":   "pause",
 	"POST /v1/schedules/{name}/resume":  "resume",
 	"POST /v1/schedules/{name}/trigger": "trigger",

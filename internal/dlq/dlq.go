@@ -85,73 +85,124 @@ func (s *Service) Redrive(ctx context.Context, id int64, by string) (int64, erro
 	return jobID, err
 }
 
-// Failure is an entry that RedriveMatching could not re-drive, and why.
+// Failure is an entry that a bulk action could not act on, and why.
 type Failure struct {
 	ID    int64  `json:"id"`
 	Error string `json:"error"`
 }
 
-// CountChanged refuses a bulk re-drive, which re-drove nothing: the
-// entries that match now are not as many as a person confirmed.
-type CountChanged struct{ Matching, Expected int64 }
+// Bulk is one action over every parked entry that Filter matches (its
+// State, After, Through and Limit are the action's own), taken for By.
+type Bulk struct {
+	Filter pgstore.DLQFilter
+	// Expect ≥ 0 is the number of entries a person confirmed: the action
+	// takes none (*CountChanged) unless that many match when it starts.
+	Expect int64
+	By     string
+	// Progress, if set, is told of each entry acted on or failed.
+	Progress func(BulkResult)
+	// Stop, once closed, stops the action before its next entry
+	// (ErrStopped). Cancelling the context instead could end an entry's
+	// transaction unsure whether it committed, and the count with it.
+	Stop <-chan struct{}
+}
+
+// ErrStopped is a bulk action that Bulk.Stop ended before its end: the
+// entries it did not reach are still parked.
+var ErrStopped = errors.New("stopped before the end")
+
+// BulkResult is what a bulk action did: Matching entries matched when
+// it started, Done were acted on, Failed could not be.
+type BulkResult struct {
+	Matching int64
+	Done     int
+	Failed   []Failure
+}
+
+// CountChanged refuses a bulk action, which took none: the entries that
+// match now are not as many as a person confirmed.
+type CountChanged struct {
+	Matching, Expected int64
+	Action             string // "re-driven", "discarded"
+}
 
 func (e *CountChanged) Error() string {
 	match := "entries match"
 	if e.Matching == 1 {
 		match = "entry matches"
 	}
-	return fmt.Sprintf("%d %s now, not %d: nothing re-driven; count them again", e.Matching, match, e.Expected)
+	return fmt.Sprintf("%d %s now, not %d: nothing %s; count them again", e.Matching, match, e.Expected, e.Action)
 }
 
-// RedriveMatching re-drives every parked entry that matches filter (its
-// State, After, Through and Limit are its own), for by, and returns how
-// many it re-drove and the ones it could not. With expect ≥ 0 it first
-// counts them, and re-drives nothing (*CountChanged) unless expect match:
-// the number a person confirmed. It re-drives the entries parked when it
-// starts, never those parked since: its own jobs that die again among
-// them (pgstore.DLQLastID). It reads page by page: entries leave the
-// parked list as they are re-driven, and keyset pagination on id never
-// revisits one.
-func (s *Service) RedriveMatching(ctx context.Context, filter pgstore.DLQFilter, expect int64, by string) (int, []Failure, error) {
+// RedriveMatching re-drives every entry b matches (Redrive), each once:
+// a job of them that dies again is parked anew, for a later re-drive.
+func (s *Service) RedriveMatching(ctx context.Context, b Bulk) (BulkResult, error) {
+	return s.eachMatching(ctx, b, "re-driven", func(ctx context.Context, id int64) error {
+		_, err := s.Redrive(ctx, id, b.By)
+		return err
+	})
+}
+
+// DiscardMatching discards every entry b matches (Discard).
+func (s *Service) DiscardMatching(ctx context.Context, b Bulk) (BulkResult, error) {
+	return s.eachMatching(ctx, b, "discarded", func(ctx context.Context, id int64) error {
+		return s.Discard(ctx, id, b.By)
+	})
+}
+
+// eachMatching acts on the entries parked when it starts, never on those
+// parked since (pgstore.DLQLastID): a re-drive's own jobs that die again
+// would otherwise be among them, and it would chase them for as long as
+// the target stays broken. Each entry is its own transaction, so an
+// interrupted action leaves every entry either acted on or parked, and
+// the same action again takes the rest (Bulk.Stop). It reads page by page: entries
+// leave the parked list as they are acted on, and keyset pagination on
+// id never revisits one.
+func (s *Service) eachMatching(ctx context.Context, b Bulk, action string, act func(context.Context, int64) error) (BulkResult, error) {
 	last, err := s.store.DLQLastID(ctx)
 	if err != nil {
-		return 0, nil, err
+		return BulkResult{}, err
 	}
+	filter := b.Filter
 	filter.State, filter.After, filter.Through, filter.Limit = pgstore.DLQParked, 0, last, 500
-	if expect >= 0 {
-		n, err := s.store.DLQCount(ctx, filter)
-		if err != nil {
-			return 0, nil, err
-		}
-		if n != expect {
-			return 0, nil, &CountChanged{Matching: n, Expected: expect}
+	var res BulkResult
+	if last > 0 {
+		if res.Matching, err = s.store.DLQCount(ctx, filter); err != nil {
+			return res, err
 		}
 	}
-	if last == 0 {
-		return 0, nil, nil
+	if b.Expect >= 0 && res.Matching != b.Expect {
+		return BulkResult{}, &CountChanged{Matching: res.Matching, Expected: b.Expect, Action: action}
 	}
-	var done int
-	var failed []Failure
-	for {
+	for res.Matching > 0 {
 		es, err := s.store.DLQList(ctx, filter)
 		if err != nil {
-			return done, failed, err
+			return res, err
 		}
 		for _, e := range es {
-			filter.After = e.ID
-			if _, err := s.Redrive(ctx, e.ID, by); err != nil {
-				if ctx.Err() != nil {
-					return done, failed, ctx.Err()
-				}
-				failed = append(failed, Failure{ID: e.ID, Error: err.Error()})
-				continue
+			select {
+			case <-b.Stop:
+				return res, ErrStopped
+			default:
 			}
-			done++
+			filter.After = e.ID
+			if err := act(ctx, e.ID); err != nil {
+				if ctx.Err() != nil {
+					return res, ctx.Err()
+				}
+				res.Failed = append(res.Failed, Failure{ID: e.ID, Error: err.Error()})
+			} else {
+				res.Done++
+			}
+			if b.Progress != nil {
+				b.Progress(res)
+			}
 		}
 		if len(es) < filter.Limit {
-			return done, failed, nil
+			break
 		}
 	}
+	return res, nil
 }
 
 // record is the parked record of an entry: as the entry keeps it, or

@@ -766,7 +766,9 @@ const dlqPage = {
       { name: "state", options: ["parked", "redriven", "all"], fallback: "parked", label: "state" }]);
     const state = v.params.get("state") || "parked";
     if (canOperate() && state === "parked") {
-      f.append(el("button", { type: "button", class: "danger", "data-action": "redrive-all", onclick: () => bulkAsk(v, confirm) }, "Re-drive all matching…"));
+      for (const b of bulkActions) {
+        f.append(el("button", { type: "button", class: "danger", "data-action": b.path + "-all", onclick: () => bulkAsk(v, confirm, b) }, b.verb + " all matching…"));
+      }
     }
     return [el("h1", { text: "Dead-letter queue" }), f, confirm];
   },
@@ -815,10 +817,17 @@ const dlqPage = {
   },
 };
 
+// The bulk actions on the DLQ page: POST v1/dlq/<path> answers the
+// count done under key.
+const bulkActions = [
+  { path: "redrive", verb: "Re-drive", past: "Re-drove", key: "redriven", warn: "" },
+  { path: "discard", verb: "Discard", past: "Discarded", key: "discarded", warn: " They go for good: their records will not be made jobs again." },
+];
+
 // bulkAsk counts the parked entries matching the filters, and asks for a
-// confirmation that states the count; the re-drive sends it as expect, so
+// confirmation that states the count; the action sends it as expect, so
 // that the server refuses if the number changed meanwhile.
-async function bulkAsk(v, box) {
+async function bulkAsk(v, box, b) {
   const f = filtersOf(v, ["queue", "reason", "route"]);
   box.replaceChildren(el("div", { class: "confirm", text: "Counting…" }));
   let n;
@@ -826,7 +835,7 @@ async function bulkAsk(v, box) {
     n = (await api("GET", "v1/dlq/count" + query(f))).count;
   } catch (err) {
     const na = err instanceof APIError && (err.unavailable || err.field === "id");
-    box.replaceChildren(el("div", { class: "confirm", text: na ? "Re-drive all is not available on this server." : "Failed: " + err.message }));
+    box.replaceChildren(el("div", { class: "confirm", text: na ? b.verb + " all is not available on this server." : "Failed: " + err.message }));
     return;
   }
   const desc = Object.entries(f).filter(([, x]) => x).map(([k, x]) => k + " = " + x).join(", ");
@@ -834,17 +843,18 @@ async function bulkAsk(v, box) {
     box.replaceChildren(el("div", { class: "confirm", text: "No parked entries match" + (desc ? " (" + desc + ")" : "") + "." }));
     return;
   }
+  const entries = (k) => k + (k === 1 ? " entry" : " entries");
   box.replaceChildren(el("div", { class: "confirm", "data-count": n },
-    el("span", { text: "Re-drive all " + n + " parked entr" + (n === 1 ? "y" : "ies") + (desc ? " matching " + desc : "") + "?" }),
+    el("span", { text: b.verb + " all " + n + " parked " + (n === 1 ? "entry" : "entries") + (desc ? " matching " + desc : "") + "?" + b.warn }),
     el("button", {
-      class: "danger", "data-action": "redrive-all-confirm",
+      class: "danger", "data-action": b.path + "-all-confirm",
       onclick: async (e) => {
         e.currentTarget.disabled = true;
         try {
-          const r = await api("POST", "v1/dlq/redrive" + query({ ...f, expect: n }));
+          const r = await api("POST", "v1/dlq/" + b.path + query({ ...f, expect: n }));
           box.replaceChildren();
           const failed = r.failed || [];
-          flash("Re-drove " + r.redriven + " entr" + (r.redriven === 1 ? "y" : "ies") +
+          flash(b.past + " " + entries(r[b.key]) +
             (failed.length ? "; " + failed.length + " failed: " + failed.map((x) => x.id + " (" + x.error + ")").join(", ") : "."), failed.length > 0);
           refresh();
         } catch (err) {
@@ -855,7 +865,7 @@ async function bulkAsk(v, box) {
           }
         }
       },
-    }, "Re-drive " + n),
+    }, b.verb + " " + n),
     el("button", { class: "secondary", onclick: () => box.replaceChildren() }, "Cancel")));
 }
 
