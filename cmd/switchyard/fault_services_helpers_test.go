@@ -49,6 +49,9 @@ type producer struct {
 	mu   sync.Mutex
 	recs []producedRec
 	err  error
+	// sending is when the burst in flight was sent (zero: none is): a
+	// wait for a record that the broker never took is the producer's.
+	sending time.Time
 }
 
 // startProducer begins producing to topic on brokers; the test's end
@@ -79,9 +82,13 @@ func startProducer(t *testing.T, brokers []string, topic, prefix string, partiti
 			// Long enough to ride out a broker restart: the client
 			// retries until the broker is back.
 			ctx, cancel := context.WithTimeout(base, 3*time.Minute)
+			pr.mu.Lock()
+			pr.sending = time.Now()
+			pr.mu.Unlock()
 			res := cl.ProduceSync(ctx, recs...)
 			cancel()
 			pr.mu.Lock()
+			pr.sending = time.Time{}
 			for _, r := range res {
 				if r.Err != nil {
 					pr.err = fmt.Errorf("produce %s: %w", r.Record.Value, r.Err)
@@ -123,6 +130,20 @@ func (pr *producer) stop(t *testing.T) []producedRec {
 		t.Fatalf("producer: %v", pr.err)
 	}
 	return slices.Clone(pr.recs)
+}
+
+// state says how far the producer got, for a wait that timed out.
+func (pr *producer) state() string {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	s := fmt.Sprintf("the producer wrote %d records", len(pr.recs))
+	if !pr.sending.IsZero() {
+		s += fmt.Sprintf("; a burst of %d has waited %s for the broker", pr.burst, time.Since(pr.sending).Round(time.Millisecond))
+	}
+	if pr.err != nil {
+		s += fmt.Sprintf("; it stopped on %v", pr.err)
+	}
+	return s
 }
 
 // count is how many records were written so far.
@@ -255,6 +276,9 @@ func waitThrough(t *testing.T, p *proc, pr *producer, s *pgstore.Store, within t
 		return err == nil && n == 1
 	})
 	if !through {
+		// The record is produced after the wait began: if the producer
+		// never wrote it, nothing was there to go through.
+		t.Logf("waiting for record %s: %s", id, pr.state())
 		diagnose(t, s, id)
 		// What the process said while stuck: the log printed at cleanup
 		// is its tail, which the dump below fills.
