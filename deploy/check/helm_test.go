@@ -433,6 +433,12 @@ func checkPromises(t *testing.T, r rendered, extraEnv map[string]string) *config
 		t.Error("no PodDisruptionBudget")
 	} else {
 		selects(t, "PodDisruptionBudget", r.pdb.Spec.Selector.MatchLabels, d.template.Labels)
+		// A pod that is not ready (an old one once the migration ran) can
+		// go: counted against the budget, it held a drain until the
+		// rollout ended.
+		if p := r.pdb.Spec.UnhealthyPodEvictionPolicy; p == nil || *p != policyv1.AlwaysAllow {
+			t.Errorf("the PodDisruptionBudget's unhealthyPodEvictionPolicy is %v, want AlwaysAllow", p)
+		}
 	}
 
 	// The migration: a pre-install,pre-upgrade hook Job running migrate on
