@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -151,6 +153,11 @@ func TestCLIBulkDiscard(t *testing.T) {
 	if code != exitOK || stdout != want {
 		t.Errorf("--dry-run: exit %d\n%q\nwant\n%q\n%s", code, stdout, want, stderr)
 	}
+	code, stdout, stderr = runCLI("dlq", "discard", "--config", cfg, "--all-matching", "reason=decode", "--dry-run", "--json")
+	if want := fmt.Sprintf(`{"command":"switchyard dlq discard --config %s --all-matching reason=decode --expect 3","matching":3}`, cfg); code != exitOK ||
+		compactJSON(t, stdout) != want {
+		t.Errorf("--dry-run --json: exit %d\n%s\nwant %s\n%s", code, stdout, want, stderr)
+	}
 	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 3 {
 		t.Fatalf("%d entries after a dry run, want 3", n)
 	}
@@ -158,9 +165,9 @@ func TestCLIBulkDiscard(t *testing.T) {
 	if want := "3 entries match now, not 2: nothing discarded"; code != exitFailure || !strings.Contains(stderr, want) {
 		t.Errorf("--expect 2 of 3: exit %d, %q; want %q", code, stdout+stderr, want)
 	}
-	code, stdout, stderr = runCLI("dlq", "discard", "--config", cfg, "--all-matching", "reason=decode", "--expect", "3")
-	if code != exitOK || stdout != "discarded 3 entries, 0 failed\n" {
-		t.Errorf("--expect 3 of 3: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	code, stdout, stderr = runCLI("dlq", "discard", "--config", cfg, "--all-matching", "reason=decode", "--expect", "3", "--json")
+	if want := `{"complete":true,"discarded":3,"failed":[],"matching":3}`; code != exitOK || compactJSON(t, stdout) != want {
+		t.Errorf("--expect 3 of 3: exit %d\nstdout: %s\nwant %s\nstderr: %s", code, stdout, want, stderr)
 	}
 	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 0 {
 		t.Errorf("%d entries left after discarding all 3", n)
@@ -212,4 +219,14 @@ func TestCLIBulkActionInterrupted(t *testing.T) {
 	if n := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`); n != 0 {
 		t.Errorf("%d entries parked after the command for the rest", n)
 	}
+}
+
+// compactJSON is a command's --json output on one line, to compare whole.
+func compactJSON(t *testing.T, s string) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(s)); err != nil {
+		t.Fatalf("not JSON (%v): %q", err, s)
+	}
+	return b.String()
 }
