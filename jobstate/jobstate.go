@@ -39,7 +39,7 @@ const (
 	Coalesced State = "coalesced"
 )
 
-// All, Final and Depth are read by the engine itself (Valid, IsFinal, the
+// All, Final, Unfinished and Depth are read by the engine itself (Valid, IsFinal, the
 // API's filters): read them, never change them.
 
 // All is every state.
@@ -48,6 +48,10 @@ var All = []State{Waiting, Queued, Running, Retrying, Succeeded, Dead, Cancelled
 // Final are the states a job does not leave on its own (an operator's
 // re-drive or a replay's rerun may still put it back).
 var Final = []State{Succeeded, Dead, Cancelled, Skipped, Expired, Coalesced}
+
+// Unfinished are the states a job leaves on its own, all but Final: the
+// ones an operator's cancel takes.
+var Unfinished = []State{Waiting, Queued, Running, Retrying}
 
 // Depth are the states counted as a queue's depth: the unfinished ones,
 // and dead, which waits for an operator.

@@ -8,17 +8,15 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/config"
 	"github.com/switchyard-dev/switchyard/internal/admin"
+	"github.com/switchyard-dev/switchyard/internal/bulk"
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -87,14 +85,6 @@ func parseID(what, s string) (int64, error) {
 		return 0, usagef("%s: %q is not a positive integer id", what, s)
 	}
 	return id, nil
-}
-
-// entries is n DLQ entries, said as a count.
-func entries(n int) string {
-	if n == 1 {
-		return "1 entry"
-	}
-	return fmt.Sprintf("%d entries", n)
 }
 
 func notFoundAs(err error, what string, id int64) error {
@@ -174,8 +164,16 @@ again. A running attempt is cancelled within a second on whichever process
 runs it: an HTTP request is aborted, a Go handler's context ends with
 workers.ErrCancelled. A job that already finished is an error (exit 1).
 
-example:
-  switchyard jobs cancel 4711`,
+--all-matching cancels every unfinished job (waiting, queued, running,
+retrying) that existed when it starts and that the filter matches, each
+as above. Nothing undoes a cancel, so it takes --expect N, the number that
+match (--dry-run counts them and prints the command), and cancels none
+unless N match. A job that finishes on its own first is listed as failed.
+` + bulkNote + `
+examples:
+  switchyard jobs cancel 4711
+  switchyard jobs cancel --all-matching queue=email,state=queued --dry-run
+  switchyard jobs cancel --all-matching queue=email,state=queued --expect 48210`,
 	"retry": `
 Runs a job that waits for its time now: a retry waiting out its backoff,
 or a job whose run_at or delay is ahead. Audited as yours, as the
@@ -204,7 +202,9 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "-h", "-help", "--help", "help":
 		subHelp(stdout, "jobs")
 		return nil
-	case "get", "cancel", "retry":
+	case "cancel":
+		return runJobsCancel(ctx, args, stdout, stderr)
+	case "get", "retry":
 		fs, cfgPath := newFlags("jobs "+sub, "jobs "+sub+" [--config FILE] [--json] ID", jobsAbout[sub], stdout)
 		asJSON := jsonFlag(fs)
 		if err := parseFlags(fs, args); err != nil {
@@ -222,34 +222,17 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		defer store.Close()
-		switch sub {
-		case "cancel":
-			if err := store.JobCancel(ctx, id, cliActor()); err != nil {
-				// A finished job's conflict says how it ended.
-				return notFoundAs(err, "job", id)
-			}
-		case "retry":
+		done := ""
+		if sub == "retry" {
 			if err := store.JobRetryNow(ctx, id, cliActor()); err != nil {
 				if errors.Is(err, pgstore.ErrConflict) {
 					return errors.New(pgstore.NotWaiting(id))
 				}
 				return notFoundAs(err, "job", id)
 			}
+			done = fmt.Sprintf("job %d runs now", id)
 		}
-		j, err := store.JobGetDetail(ctx, id, admin.GroupsOf(cfg))
-		if err != nil {
-			return notFoundAs(err, "job", id)
-		}
-		if *asJSON {
-			return printJSON(stdout, j)
-		}
-		switch sub {
-		case "cancel":
-			fmt.Fprintf(stdout, "cancelled job %d\n\n", id)
-		case "retry":
-			fmt.Fprintf(stdout, "job %d runs now\n\n", id)
-		}
-		return printJob(stdout, time.Now(), j)
+		return printJobAfter(ctx, store, cfg, id, done, *asJSON, stdout)
 	case "list":
 		fs, cfgPath := newFlags("jobs list", "jobs list [--config FILE] [--state S] [--queue Q] [--route R] [--key K] [--limit N] [--after ID] [--json]",
 			jobsAbout[sub], stdout)
@@ -291,6 +274,69 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			func(j pgstore.JobRow) int64 { return j.ID }, printJobs)
 	}
 	return unknownSub("jobs", sub)
+}
+
+// runJobsCancel cancels one job, or every unfinished job matching a
+// filter such as "queue=email,state=queued".
+func runJobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cfgPath := newFlags("jobs cancel",
+		"jobs cancel [--config FILE] [--json] ID | --all-matching state=S,queue=Q,route=NAME,key=K (--expect N | --dry-run)",
+		jobsAbout["cancel"], stdout)
+	bf := addBulkFlags(fs, cancelVerb)
+	asJSON := jsonFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	matching, err := bf.parse(fs, true)
+	if err != nil {
+		return err
+	}
+	f := pgstore.JobFilter{State: jobstate.State(matching["state"]), Queue: matching["queue"], Route: matching["route"], Key: matching["key"]}
+	if err := checkOneOf("state", "a state a job leaves on its own", string(f.State), jobstate.Strings(jobstate.Unfinished)); err != nil {
+		return usagef("--all-matching: %v", strings.TrimPrefix(err.Error(), "--"))
+	}
+	var id int64
+	if matching == nil {
+		if id, err = parseID("job id", fs.Arg(0)); err != nil {
+			return err
+		}
+	}
+	store, cfg, err := openStore(ctx, fs, *cfgPath, stderr)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if matching != nil {
+		if err := checkQueueAndRoute(cfg, f.Queue, f.Route); err != nil {
+			return usagef("--all-matching: %v", strings.TrimPrefix(err.Error(), "--"))
+		}
+		return bf.run(ctx, fs,
+			func(ctx context.Context) (int64, error) { return store.JobCountUnfinished(ctx, f) },
+			func(ctx context.Context, opt bulk.Options) (bulk.Result, error) {
+				return store.JobCancelMatching(ctx, f, cliActor(), opt)
+			}, *asJSON, stdout, stderr)
+	}
+	if err := store.JobCancel(ctx, id, cliActor()); err != nil {
+		// A finished job's conflict says how it ended.
+		return notFoundAs(err, "job", id)
+	}
+	return printJobAfter(ctx, store, cfg, id, fmt.Sprintf("cancelled job %d", id), *asJSON, stdout)
+}
+
+// printJobAfter prints a job after an action on it: the line that says
+// what was done (none: ""), then the job as jobs get shows it.
+func printJobAfter(ctx context.Context, store *pgstore.Store, cfg *config.Config, id int64, done string, asJSON bool, stdout io.Writer) error {
+	j, err := store.JobGetDetail(ctx, id, admin.GroupsOf(cfg))
+	if err != nil {
+		return notFoundAs(err, "job", id)
+	}
+	if asJSON {
+		return printJSON(stdout, j)
+	}
+	if done != "" {
+		fmt.Fprintf(stdout, "%s\n\n", done)
+	}
+	return printJob(stdout, time.Now(), j)
 }
 
 // printJobs is the table of jobs list.
@@ -657,24 +703,10 @@ func printDLQEntry(w io.Writer, now time.Time, e pgstore.DLQEntry) error {
 	return v.flush()
 }
 
-// dlqVerb is how the output says a DLQ action, and key is the --json
-// summary's count of it (as the admin API answers).
-type dlqVerb struct{ base, past, ing, done, key string }
-
-var dlqVerbs = map[string]dlqVerb{
-	"redrive": {base: "re-drive", past: "re-drove", ing: "re-driving", done: "re-driven", key: "redriven"},
-	"discard": {base: "discard", past: "discarded", ing: "discarding", done: "discarded", key: "discarded"},
-}
-
-// bulkNote is what the help of both bulk actions says of a long one.
-const bulkNote = `
-On a terminal a bulk action shows its progress; Ctrl-C stops it between
-two entries and says how many it took and the command for the rest.
-`
-
 // runDLQAction re-drives or discards one entry, or every entry matching
 // a filter such as "reason=max_attempts,queue=bulk".
 func runDLQAction(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
+	verb := discardVerb
 	synopsis := "dlq discard [--config FILE] [--json] ID | --all-matching reason=R,queue=Q,route=NAME (--expect N | --dry-run)"
 	about := `
 Drops a DLQ entry for good: its record is not made a job again (it is
@@ -692,6 +724,7 @@ examples:
   switchyard dlq discard --all-matching reason=decode,route=orders --dry-run
   switchyard dlq discard --all-matching reason=decode,route=orders --expect 5000`
 	if sub == "redrive" {
+		verb = redriveVerb
 		synopsis = "dlq redrive [--config FILE] [--json] ID | --all-matching reason=R,queue=Q,route=NAME [--expect N | --dry-run]"
 		about = `
 Puts a DLQ entry back to work. A dead job runs again with fresh attempts
@@ -711,38 +744,25 @@ examples:
   switchyard dlq redrive --all-matching reason=max_attempts,queue=bulk --expect 20000`
 	}
 	fs, cfgPath := newFlags("dlq "+sub, synopsis, about, stdout)
-	verb := dlqVerbs[sub]
-	matching := fs.String("all-matching", "", verb.base+" every parked entry matching `FILTER`: key=value[,key=value] (keys: reason, queue, route)")
-	expect := fs.Int64("expect", -1, "with --all-matching: "+verb.base+" only if `N` entries match (else none)")
-	dryRun := fs.Bool("dry-run", false, "with --all-matching: count the entries that match, and print the command that takes them")
+	bf := addBulkFlags(fs, verb)
 	asJSON := jsonFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	var filter pgstore.DLQFilter
+	matching, err := bf.parse(fs, sub == "discard")
+	if err != nil {
+		return err
+	}
+	filter := pgstore.DLQFilter{Reason: matching["reason"], Queue: matching["queue"], Route: matching["route"]}
+	if filter.Reason != "" && !slices.Contains(dlq.Reasons, filter.Reason) {
+		return usagef("--all-matching: reason %q is not a DLQ reason%s (valid: %s)", filter.Reason, didYouMean(filter.Reason, dlq.Reasons),
+			strings.Join(dlq.Reasons, ", "))
+	}
 	var id int64
-	switch {
-	case *matching != "" && fs.NArg() == 0:
-		f, err := parseDLQFilter(*matching)
-		if err != nil {
-			return err
-		}
-		filter = f
-		if *dryRun && *expect >= 0 {
-			return usagef("--dry-run counts the entries that match; --expect acts on them: give one")
-		}
-		if sub == "discard" && !*dryRun && *expect < 0 {
-			return usagef("--all-matching: a bulk discard drops entries for good, so it takes --expect N, the number that match (--dry-run counts them)")
-		}
-	case *matching == "" && (*expect >= 0 || *dryRun):
-		return usagef("--expect and --dry-run go with --all-matching")
-	case *matching == "" && fs.NArg() == 1:
-		var err error
+	if matching == nil {
 		if id, err = parseID("entry id", fs.Arg(0)); err != nil {
 			return err
 		}
-	default:
-		return usagef("want exactly one entry id, or --all-matching")
 	}
 	cfg, err := loadConfig(fs, *cfgPath, true, stderr)
 	if err != nil {
@@ -756,17 +776,6 @@ examples:
 		return err
 	}
 	defer store.Close()
-	if *dryRun {
-		n, err := store.DLQCount(ctx, filter)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(stdout, map[string]any{"matching": n, "command": bulkCommand(fs, sub, n)})
-		}
-		fmt.Fprintf(stdout, "%s parked now match %s; to %s them:\n  %s\n", entries(int(n)), *matching, verb.base, bulkCommand(fs, sub, n))
-		return nil
-	}
 	var routes []*ingest.Route
 	for _, r := range cfg.Routes {
 		cr, err := ingest.CompileRoute(r)
@@ -786,8 +795,16 @@ examples:
 		rereader = ingest.NewRereader(kopts)
 	}
 	svc := dlq.New(store, routes, rereader)
-	if *matching != "" {
-		return runDLQBulk(ctx, fs, sub, svc, dlq.Bulk{Filter: filter, Expect: *expect, By: cliActor()}, *asJSON, stdout, stderr)
+	if matching != nil {
+		act := svc.RedriveMatching
+		if sub == "discard" {
+			act = svc.DiscardMatching
+		}
+		return bf.run(ctx, fs,
+			func(ctx context.Context) (int64, error) { return store.DLQCount(ctx, filter) },
+			func(ctx context.Context, opt bulk.Options) (bulk.Result, error) {
+				return act(ctx, dlq.Bulk{Filter: filter, By: cliActor(), Options: opt})
+			}, *asJSON, stdout, stderr)
 	}
 	if sub == "discard" {
 		if err := svc.Discard(ctx, id, cliActor()); err != nil {
@@ -817,104 +834,6 @@ examples:
 	}
 	fmt.Fprintf(stdout, "re-drove DLQ entry %d as job %d\n", id, jobID)
 	return nil
-}
-
-// runDLQBulk re-drives or discards every entry b matches. Each entry is
-// its own transaction, so the first SIGINT or SIGTERM stops it between
-// two (the one under way completes), and it says how many it took and the command that takes the
-// rest; the next signal has its default effect, exiting at once.
-func runDLQBulk(ctx context.Context, fs *flag.FlagSet, sub string, svc *dlq.Service, b dlq.Bulk, asJSON bool, stdout, stderr io.Writer) error {
-	verb := dlqVerbs[sub]
-	act := svc.RedriveMatching
-	if sub == "discard" {
-		act = svc.DiscardMatching
-	}
-	bar := newProgressLine(stderr)
-	if bar != nil {
-		b.Progress = func(r dlq.BulkResult) {
-			bar.draw(func(elapsed time.Duration) string {
-				n := int64(r.Done + len(r.Failed))
-				return fmt.Sprintf("%s: %s of %s entries, %d failed", verb.ing, thousands(n), thousands(r.Matching), len(r.Failed)) +
-					pace(n, "entries", n, r.Matching, elapsed)
-			})
-		}
-	}
-	sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	b.Stop = sigCtx.Done()
-	res, err := act(ctx, b)
-	interrupted := errors.Is(err, dlq.ErrStopped)
-	stop()
-	if bar != nil {
-		bar.clear()
-	}
-	for _, f := range res.Failed {
-		fmt.Fprintf(stderr, "DLQ entry %d: %s\n", f.ID, f.Error)
-	}
-	if err != nil && !interrupted {
-		return err
-	}
-	// The entries not taken are still parked: those it never reached and
-	// those that failed.
-	left := res.Matching - int64(res.Done)
-	if asJSON {
-		out := map[string]any{verb.key: res.Done,
-			"failed": nonNilSlice(res.Failed), "matching": res.Matching, "complete": !interrupted}
-		if interrupted {
-			out["rest"] = bulkCommand(fs, sub, left)
-		}
-		if err := printJSON(stdout, out); err != nil {
-			return err
-		}
-	} else if interrupted {
-		fmt.Fprintf(stdout, "interrupted: %s %d of %s matching, %d failed; the other %d are still parked. To %s them:\n  %s\n",
-			verb.past, res.Done, entries(int(res.Matching)), len(res.Failed), left, verb.base, bulkCommand(fs, sub, left))
-	} else {
-		fmt.Fprintf(stdout, "%s %s, %d failed\n", verb.past, entries(res.Done), len(res.Failed))
-	}
-	switch {
-	case interrupted:
-		return errors.New("interrupted")
-	case len(res.Failed) > 0:
-		return fmt.Errorf("%s could not be %s", entries(len(res.Failed)), verb.done)
-	}
-	return nil
-}
-
-// bulkCommand is the command that takes the n entries matching a bulk
-// action's filter: --expect n makes it take none if the number changed
-// meanwhile (entries parked since match too).
-func bulkCommand(fs *flag.FlagSet, sub string, n int64) string {
-	args := []string{"switchyard", "dlq", sub}
-	for _, name := range []string{"config", "all-matching"} {
-		if given(fs, name) {
-			args = append(args, "--"+name, shellQuote(fs.Lookup(name).Value.String()))
-		}
-	}
-	return strings.Join(append(args, "--expect", fmt.Sprint(n)), " ")
-}
-
-func parseDLQFilter(s string) (pgstore.DLQFilter, error) {
-	var f pgstore.DLQFilter
-	for _, part := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok || v == "" {
-			return f, usagef("--all-matching: %q is not key=value", part)
-		}
-		switch k {
-		case "reason":
-			if !slices.Contains(dlq.Reasons, v) {
-				return f, usagef("--all-matching: reason %q is not a DLQ reason%s (valid: %s)", v, didYouMean(v, dlq.Reasons), strings.Join(dlq.Reasons, ", "))
-			}
-			f.Reason = v
-		case "queue":
-			f.Queue = v
-		case "route":
-			f.Route = v
-		default:
-			return f, usagef("--all-matching: unknown key %q (want reason, queue or route)", k)
-		}
-	}
-	return f, nil
 }
 
 func nonNilSlice[T any](s []T) []T {

@@ -95,15 +95,8 @@ func TestDiscardAuditSaysWhatWasDropped(t *testing.T) {
 // filter that matched more than meant re-drove them all unasked.
 func TestCLIBulkRedriveChecksTheConfirmedCount(t *testing.T) {
 	t.Parallel()
-	store, cfg, ctx := cliSchema(t)
-	var b pgstore.IngestBatch
-	for i := range int64(2) {
-		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "t", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint("t/0/", i),
-			Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t", Offset: i})
-	}
-	if _, err := store.IngestCommit(ctx, b); err != nil {
-		t.Fatal(err)
-	}
+	store, cfg, _ := cliSchema(t)
+	ingestJobs(t, store, 2)
 	killOne(t, store)
 	killOne(t, store)
 	code, stdout, stderr := runCLI("dlq", "redrive", "--config", cfg, "--all-matching", "route=t", "--expect", "1")
@@ -119,6 +112,20 @@ func TestCLIBulkRedriveChecksTheConfirmedCount(t *testing.T) {
 	}
 	if code, _, stderr := runCLI("dlq", "redrive", "--config", cfg, "--expect", "2", "7"); code != exitUsage || !strings.Contains(stderr, "--expect") {
 		t.Errorf("dlq redrive ID --expect: exit %d, %s; want a usage error naming --expect", code, stderr)
+	}
+}
+
+// ingestJobs stores n jobs of route t, queue q, from offsets 0..n-1 of
+// topic t, as ingest stores them.
+func ingestJobs(t *testing.T, store *pgstore.Store, n int) {
+	t.Helper()
+	var b pgstore.IngestBatch
+	for i := range int64(n) {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "t", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint("t/0/", i),
+			Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t", Offset: i})
+	}
+	if _, err := store.IngestCommit(context.Background(), b); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -149,7 +156,7 @@ func TestCLIBulkDiscard(t *testing.T) {
 		t.Errorf("dlq discard --all-matching without --expect: exit %d, %s; want a usage error asking for --expect", code, stderr)
 	}
 	code, stdout, stderr = runCLI("dlq", "discard", "--config", cfg, "--all-matching", "reason=decode", "--dry-run")
-	want := fmt.Sprintf("3 entries parked now match reason=decode; to discard them:\n  switchyard dlq discard --config %s --all-matching reason=decode --expect 3\n", cfg)
+	want := fmt.Sprintf("parked entries matching reason=decode now: 3; to discard them:\n  switchyard dlq discard --config %s --all-matching reason=decode --expect 3\n", cfg)
 	if code != exitOK || stdout != want {
 		t.Errorf("--dry-run: exit %d\n%q\nwant\n%q\n%s", code, stdout, want, stderr)
 	}
@@ -204,7 +211,7 @@ func TestCLIBulkActionInterrupted(t *testing.T) {
 	if done+left != n || left == 0 {
 		t.Fatalf("after Ctrl-C: %d discarded and %d parked, want %d in all and some left", done, left, n)
 	}
-	m := regexp.MustCompile(`(?m)^interrupted: discarded (\d+) of 3000 entries matching, 0 failed; the other (\d+) are still parked\. To discard them:\n  (switchyard dlq discard .*)\n$`).
+	m := regexp.MustCompile(`(?m)^interrupted: discarded (\d+) of 3000 entries matching, 0 failed; the other (\d+) are as they were\. To discard them:\n  (switchyard dlq discard .*)\n$`).
 		FindStringSubmatch(p.out.String())
 	if m == nil || m[1] != fmt.Sprint(done) || m[2] != fmt.Sprint(left) {
 		t.Fatalf("what dlq discard said when interrupted (%d discarded, %d left):\n%s", done, left, p.out.String())
@@ -229,4 +236,41 @@ func compactJSON(t *testing.T, s string) string {
 		t.Fatalf("not JSON (%v): %q", err, s)
 	}
 	return b.String()
+}
+
+// jobs cancel --all-matching cancels every unfinished job the filter
+// matches, at the count a person confirmed (required: nothing undoes a
+// cancel), and leaves finished jobs and the jobs it does not match.
+func TestCLIBulkCancel(t *testing.T) {
+	t.Parallel()
+	store, cfg, _ := cliSchema(t)
+	ingestJobs(t, store, 4)
+	killOne(t, store)               // dead: finished
+	testenv.ClaimOne(t, store, "q") // running
+	if code, _, stderr := runCLI("jobs", "cancel", "--config", cfg, "--all-matching", "queue=q"); code != exitUsage || !strings.Contains(stderr, "--expect N") {
+		t.Errorf("jobs cancel --all-matching without --expect: exit %d, %s; want a usage error asking for --expect", code, stderr)
+	}
+	if code, _, stderr := runCLI("jobs", "cancel", "--config", cfg, "--all-matching", "state=dead", "--dry-run"); code != exitUsage ||
+		!strings.Contains(stderr, `"dead" is not a state a job leaves on its own`) {
+		t.Errorf("jobs cancel --all-matching state=dead: exit %d, %s; want a usage error naming the state", code, stderr)
+	}
+	code, stdout, stderr := runCLI("jobs", "cancel", "--config", cfg, "--all-matching", "queue=q", "--dry-run")
+	want := fmt.Sprintf("unfinished jobs matching queue=q now: 3; to cancel them:\n  switchyard jobs cancel --config %s --all-matching queue=q --expect 3\n", cfg)
+	if code != exitOK || stdout != want {
+		t.Errorf("--dry-run: exit %d\n%q\nwant\n%q\n%s", code, stdout, want, stderr)
+	}
+	code, stdout, stderr = runCLI("jobs", "cancel", "--config", cfg, "--all-matching", "queue=q,state=queued", "--expect", "2")
+	if code != exitOK || stdout != "cancelled 2 jobs, 0 failed\n" {
+		t.Errorf("--expect 2: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	got := map[string]int{}
+	for _, st := range []string{"queued", "running", "dead", "cancelled"} {
+		got[st] = testenv.Count(t, store, `SELECT count(*) FROM jobs WHERE state = $1`, st)
+	}
+	if want := map[string]int{"queued": 0, "running": 1, "dead": 1, "cancelled": 2}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("jobs by state after the cancel: %v, want %v", got, want)
+	}
+	if n := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'cancel' AND actor LIKE 'cli:%'`); n != 2 {
+		t.Errorf("%d cancels audited, want 2", n)
+	}
 }

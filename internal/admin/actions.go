@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchyard-dev/switchyard/internal/bulk"
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -78,8 +79,8 @@ func (s *Server) jobEnqueue(w http.ResponseWriter, r *http.Request) error {
 type DLQActions interface {
 	Redrive(ctx context.Context, id int64, by string) (int64, error)
 	Discard(ctx context.Context, id int64, by string) error
-	RedriveMatching(ctx context.Context, b dlq.Bulk) (dlq.BulkResult, error)
-	DiscardMatching(ctx context.Context, b dlq.Bulk) (dlq.BulkResult, error)
+	RedriveMatching(ctx context.Context, b dlq.Bulk) (bulk.Result, error)
+	DiscardMatching(ctx context.Context, b dlq.Bulk) (bulk.Result, error)
 }
 
 func (s *Server) jobCancel(w http.ResponseWriter, r *http.Request) error {

@@ -732,8 +732,23 @@ func TestBrowserConsoleFiltersAndPayloads(t *testing.T) {
 	}
 }
 
+// confirmAll asks for the page's bulk action ("redrive", "discard",
+// "cancel") of all matching, waits for its question (ask), saves a
+// screenshot of it (shot, if named), confirms, and waits for the flash.
+func (p *tab) confirmAll(action, ask, shot, flash string) {
+	p.t.Helper()
+	p.click(`button[data-action="` + action + `-all"]`)
+	p.waitText("#bulk", ask)
+	if shot != "" {
+		p.screenshot(shot)
+	}
+	p.click(`button[data-action="` + action + `-all-confirm"]`)
+	p.waitText("#flash", flash)
+}
+
 // TestBrowserConsoleActions: a re-drive, a re-drive and a discard of all
-// matching (each confirmation states the count), retry-now, a schedule's trigger and a
+// matching entries and a cancel of all matching jobs (each confirmation
+// states the count), retry-now, a schedule's trigger and a
 // queue's pause, each from the page, and each changing what the API says.
 func TestBrowserConsoleActions(t *testing.T) {
 	t.Parallel()
@@ -764,10 +779,7 @@ func TestBrowserConsoleActions(t *testing.T) {
 	// ledger's dead head is in queue ledger.
 	p.goTo("dlq?queue=ledger")
 	p.waitText("#data tbody", "ledger")
-	p.click(`button[data-action="redrive-all"]`)
-	p.waitText("#bulk", "Re-drive all 1 parked entry matching queue = ledger?")
-	p.click(`button[data-action="redrive-all-confirm"]`)
-	p.waitText("#flash", "Re-drove 1 entry.")
+	p.confirmAll("redrive", "Re-drive all 1 parked entry matching queue = ledger?", "", "Re-drove 1 entry.")
 	if s := jobState(t, c.store, c.deadHead); s != "queued" {
 		t.Errorf("the lane's dead head is %s after re-drive all, want queued", s)
 	}
@@ -871,13 +883,22 @@ func TestBrowserConsoleActions(t *testing.T) {
 	seed(t, c.store, nil, tooLarge)
 	p.goTo("dlq?reason=too_large")
 	p.waitText("#data tbody", "too_large")
-	p.click(`button[data-action="discard-all"]`)
-	p.waitText("#bulk", "Discard all 2 parked entries matching reason = too_large? They go for good: their records will not be made jobs again.")
-	p.screenshot("dlq-discard-all")
-	p.click(`button[data-action="discard-all-confirm"]`)
-	p.waitText("#flash", "Discarded 2 entries.")
+	p.confirmAll("discard", "Discard all 2 parked entries matching reason = too_large? They go for good: their records will not be made jobs again.",
+		"dlq-discard-all", "Discarded 2 entries.")
 	if n := testenv.Count(t, c.store, `SELECT count(*) FROM dlq_entries WHERE reason = 'too_large'`); n != 0 {
 		t.Errorf("%d too_large entries after discard all, want 0", n)
+	}
+
+	// A cancel of all matching says it cannot be undone, and states the
+	// count; its no-button keeps them.
+	seed(t, c.store, []pgstore.NewJob{consoleJob("mailer", "mail.send", "mail", "m-1", 0, []byte(`{}`)),
+		consoleJob("mailer", "mail.send", "mail", "m-2", 1, []byte(`{}`))}, nil)
+	p.goTo("jobs?queue=mail")
+	p.waitText("#data tbody", "mail.send")
+	p.confirmAll("cancel", "Cancel all 2 unfinished jobs matching queue = mail? They will never run (running ones are stopped); a cancel cannot be undone.",
+		"jobs-cancel-all", "Cancelled 2 jobs.")
+	if n := testenv.Count(t, c.store, `SELECT count(*) FROM jobs WHERE queue = 'mail' AND state = 'cancelled'`); n != 2 {
+		t.Errorf("%d mail jobs cancelled after cancel all, want 2", n)
 	}
 
 	// A record's key is whatever it carried: a long one is cut in the

@@ -11,13 +11,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/internal/bulk"
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/schedule"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // The endpoints below serve the operator console's pages beyond the
-// lists: retry-now, counted bulk re-drive and discard, lanes and schedules.
+// lists: retry-now, counted bulk re-drive, discard and cancel, lanes and
+// schedules.
 
 // jobRetry: POST /v1/jobs/{id}/retry runs a job that waits for its time
 // (a retry's backoff, a run_at or delay) now.
@@ -71,24 +74,18 @@ func (s *Server) dlqCount(w http.ResponseWriter, r *http.Request) error {
 // a million entries at the pace below.
 const bulkWrite = 30 * time.Minute
 
-// dlqBulk is POST /v1/dlq/redrive?…&expect=N and POST
-// /v1/dlq/discard?…&expect=N: act on every parked entry matching, if N of
-// them match now. The confirmation a person gave was for N entries, and
-// a different number is asked again (409) rather than acted on. The
-// answer counts what was done under the action's name ("redriven",
-// "discarded") and lists the entries that failed.
-func (s *Server) dlqBulk(done string, act func(DLQActions, context.Context, dlq.Bulk) (dlq.BulkResult, error)) apiFunc {
+// bulkAction is a counted bulk action: POST /v1/dlq/redrive?…&expect=N,
+// POST /v1/dlq/discard?…&expect=N, POST /v1/jobs/cancel?…&expect=N act
+// on every item matching, if N of them match now. The confirmation a
+// person gave was for N items, and a different number is asked again
+// (409) rather than acted on. The answer counts what was done under the
+// action's name (done: "redriven", "discarded", "cancelled") and lists
+// the items that failed. act reads its filters from the request.
+func (s *Server) bulkAction(done string, act func(r *http.Request, opt bulk.Options) (bulk.Result, error)) apiFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		if s.cfg.DLQ == nil {
-			return notImplemented(w, r)
-		}
-		f, err := dlqFilter(r)
-		if err != nil {
-			return err
-		}
 		expect, err := strconv.ParseInt(r.URL.Query().Get("expect"), 10, 64)
 		if err != nil || expect < 0 {
-			return badRequest("expect", "expect is required: the number of entries the action was confirmed for (GET /v1/dlq/count)")
+			return badRequest("expect", "expect is required: the number of items the action was confirmed for (their count: GET …/count with the same filters)")
 		}
 		// With workers busy a re-drive goes at some 600 entries a second:
 		// tens of thousands run past the server's WriteTimeout, and the
@@ -99,8 +96,8 @@ func (s *Server) dlqBulk(done string, act func(DLQActions, context.Context, dlq.
 		if err := rc.SetWriteDeadline(time.Now().Add(bulkWrite)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return err
 		}
-		res, err := act(s.cfg.DLQ, r.Context(), dlq.Bulk{Filter: f, Expect: expect, By: caller(r).Name})
-		var changed *dlq.CountChanged
+		res, err := act(r, bulk.Options{Expect: expect})
+		var changed *bulk.CountChanged
 		if errors.As(err, &changed) {
 			return &httpError{status: http.StatusConflict, field: "expect", msg: changed.Error()}
 		}
@@ -108,11 +105,64 @@ func (s *Server) dlqBulk(done string, act func(DLQActions, context.Context, dlq.
 			return err
 		}
 		if res.Failed == nil {
-			res.Failed = []dlq.Failure{}
+			res.Failed = []bulk.Failure{}
 		}
 		s.writeJSON(w, http.StatusOK, map[string]any{done: res.Done, "failed": res.Failed})
 		return nil
 	}
+}
+
+// dlqBulk is bulkAction on the DLQ: act is one of DLQActions' bulk
+// methods.
+func (s *Server) dlqBulk(done string, act func(DLQActions, context.Context, dlq.Bulk) (bulk.Result, error)) apiFunc {
+	return s.bulkAction(done, func(r *http.Request, opt bulk.Options) (bulk.Result, error) {
+		if s.cfg.DLQ == nil {
+			return bulk.Result{}, notImplemented(nil, r)
+		}
+		f, err := dlqFilter(r)
+		if err != nil {
+			return bulk.Result{}, err
+		}
+		return act(s.cfg.DLQ, r.Context(), dlq.Bulk{Filter: f, By: caller(r).Name, Options: opt})
+	})
+}
+
+// jobFilter reads the filters of the jobs' count and bulk cancel: a
+// state, if given, is one a job leaves on its own.
+func jobFilter(r *http.Request) (pgstore.JobFilter, error) {
+	q, err := parseList(r)
+	if err != nil {
+		return pgstore.JobFilter{}, err
+	}
+	if err := oneOf(q, "state", jobstate.Unfinished); err != nil {
+		return pgstore.JobFilter{}, err
+	}
+	return pgstore.JobFilter{State: jobstate.State(q.filters["state"]), Queue: q.filters["queue"],
+		Key: q.filters["key"], Route: q.filters["route"]}, nil
+}
+
+// jobCount: GET /v1/jobs/count, the unfinished jobs a cancel of all
+// matching would take.
+func (s *Server) jobCount(w http.ResponseWriter, r *http.Request) error {
+	f, err := jobFilter(r)
+	if err != nil {
+		return err
+	}
+	n, err := s.store.JobCountUnfinished(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	s.writeJSON(w, http.StatusOK, map[string]int64{"count": n})
+	return nil
+}
+
+// jobCancelMatching is POST /v1/jobs/cancel's action (bulkAction).
+func (s *Server) jobCancelMatching(r *http.Request, opt bulk.Options) (bulk.Result, error) {
+	f, err := jobFilter(r)
+	if err != nil {
+		return bulk.Result{}, err
+	}
+	return s.store.JobCancelMatching(r.Context(), f, caller(r).Name, opt)
 }
 
 // laneList: GET /v1/lanes, blocked lanes first, then the longest.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/bulk"
 	"github.com/switchyard-dev/switchyard/internal/dlq"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/schedule"
@@ -85,7 +86,7 @@ func TestConsoleEndpoints(t *testing.T) {
 	wantError(t, e.do(t, "POST", "/v1/dlq/redrive?queue=bulk", nil, ""), http.StatusBadRequest, "expect")
 	type redriven struct {
 		Redriven int
-		Failed   []dlq.Failure
+		Failed   []bulk.Failure
 	}
 	if r := decode[redriven](t, e.do(t, "POST", "/v1/dlq/redrive?queue=bulk&expect=2", nil, "").must(t, http.StatusOK)); r.Redriven != 2 ||
 		len(r.Failed) != 0 {
@@ -118,7 +119,7 @@ func TestConsoleEndpoints(t *testing.T) {
 	wantError(t, e.do(t, "POST", "/v1/dlq/discard?queue=bulk", nil, ""), http.StatusBadRequest, "expect")
 	type discarded struct {
 		Discarded int
-		Failed    []dlq.Failure
+		Failed    []bulk.Failure
 	}
 	if r := decode[discarded](t, e.do(t, "POST", "/v1/dlq/discard?queue=bulk&expect=2", nil, "").must(t, http.StatusOK)); r.Discarded != 2 ||
 		r.Failed == nil || len(r.Failed) != 0 {
@@ -240,9 +241,9 @@ type slowRedrives struct {
 	took time.Duration
 }
 
-func (d slowRedrives) RedriveMatching(context.Context, dlq.Bulk) (dlq.BulkResult, error) {
+func (d slowRedrives) RedriveMatching(context.Context, dlq.Bulk) (bulk.Result, error) {
 	time.Sleep(d.took)
-	return dlq.BulkResult{Matching: 3, Done: 3}, nil
+	return bulk.Result{Matching: 3, Done: 3}, nil
 }
 
 // A bulk re-drive answers however long it ran: past the server's
@@ -263,5 +264,59 @@ func TestBulkRedriveAnswersPastTheWriteTimeout(t *testing.T) {
 	body, err := io.ReadAll(res.Body)
 	if err != nil || res.StatusCode != http.StatusOK || !strings.Contains(string(body), `"redriven":3`) {
 		t.Fatalf("POST /v1/dlq/redrive past the write timeout: %d %s %v", res.StatusCode, body, err)
+	}
+}
+
+// POST /v1/jobs/cancel cancels every unfinished job matching, at the
+// count GET /v1/jobs/count gave, each as a single cancel does: a running
+// one loses its lease, a cancelled lane head hands its lane to the next
+// job, and finished jobs are never touched.
+func TestBulkCancel(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, true)
+	e := serve(t, Config{Queues: []string{"bulk", "interactive"}}, st, zaptest.NewLogger(t))
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "block", GapTimeout: time.Minute, GapPolicy: "park"}
+	head, next := newJob("interactive", "a", 0), newJob("interactive", "a", 1)
+	head.Lane, next.Lane = lane, lane
+	seed(t, st, []pgstore.NewJob{head, next, newJob("bulk", "b", 2), newJob("bulk", "c", 3), newJob("bulk", "d", 4)}, nil)
+	ids := jobIDs(t, st)
+	kill(t, st, claim(t, st, "bulk", 1)[0]) // finished: dead
+	running := claim(t, st, "bulk", 1)[0]
+
+	type count struct{ Count int64 }
+	for q, want := range map[string]int64{"": 4, "?queue=bulk": 2, "?state=running": 1, "?state=waiting": 1, "?key=a": 2} {
+		if c := decode[count](t, e.get(t, "/v1/jobs/count"+q).must(t, http.StatusOK)); c.Count != want {
+			t.Errorf("GET /v1/jobs/count%s: %d, want %d", q, c.Count, want)
+		}
+	}
+	wantError(t, e.get(t, "/v1/jobs/count?state=dead"), http.StatusBadRequest, "state")
+	wantError(t, e.do(t, "POST", "/v1/jobs/cancel?queue=bulk&expect=3", nil, ""), http.StatusConflict, "expect")
+	wantError(t, e.do(t, "POST", "/v1/jobs/cancel?queue=bulk", nil, ""), http.StatusBadRequest, "expect")
+	type cancelled struct {
+		Cancelled int
+		Failed    []bulk.Failure
+	}
+	if r := decode[cancelled](t, e.do(t, "POST", "/v1/jobs/cancel?queue=bulk&expect=2", nil, "").must(t, http.StatusOK)); r.Cancelled != 2 ||
+		r.Failed == nil || len(r.Failed) != 0 {
+		t.Fatalf("cancel all matching queue=bulk: %+v", r)
+	}
+	if c, err := st.JobCancelled(context.Background(), []pgstore.Lease{running}); err != nil || !c[running.Token] {
+		t.Errorf("the running job's lease is not lost to the cancel: %v %v", c, err)
+	}
+	// The lane's head goes; the job behind it is queued, not cancelled
+	// with it (it was waiting, and state=queued does not match it).
+	if r := decode[cancelled](t, e.do(t, "POST", "/v1/jobs/cancel?key=a&state=queued&expect=1", nil, "").must(t, http.StatusOK)); r.Cancelled != 1 {
+		t.Fatalf("cancel the lane's head: %+v", r)
+	}
+	states := map[int64]string{}
+	for _, id := range ids {
+		states[id] = string(decode[pgstore.JobRow](t, e.get(t, fmt.Sprintf("/v1/jobs/%d", id)).must(t, http.StatusOK)).State)
+	}
+	want := map[int64]string{ids[0]: "cancelled", ids[1]: "queued", ids[2]: "dead", ids[3]: "cancelled", ids[4]: "cancelled"}
+	if fmt.Sprint(states) != fmt.Sprint(want) {
+		t.Errorf("after the cancels: %v, want %v", states, want)
+	}
+	if c := decode[count](t, e.get(t, "/v1/jobs/count").must(t, http.StatusOK)); c.Count != 1 {
+		t.Errorf("unfinished after the cancels: %d, want 1", c.Count)
 	}
 }

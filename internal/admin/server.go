@@ -159,6 +159,8 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/readyz", nil, s.readyz},
 		{"GET", "/v1/jobs", append([]string{"state", "queue", "key", "route"}, listParams...), s.jobList},
 		{"GET", "/v1/jobs/{id}", nil, s.jobGet},
+		{"GET", "/v1/jobs/count", []string{"state", "queue", "key", "route"}, s.jobCount},
+		{"POST", "/v1/jobs/cancel", []string{"state", "queue", "key", "route", "expect"}, s.bulkAction("cancelled", s.jobCancelMatching)},
 		{"GET", "/v1/jobs/{id}/result", nil, s.jobResult},
 		{"POST", "/v1/jobs/{id}/cancel", nil, s.jobCancel},
 		{"POST", "/v1/jobs/{id}/retry", nil, s.jobRetry},

@@ -19,6 +19,7 @@ import (
 var actionOf = map[string]string{
 	"POST /v1/jobs/{id}/cancel":         "cancel",
 	"POST /v1/jobs/{id}/retry":          "retry",
+	"POST /v1/jobs/cancel":              "cancel_matching",
 	"POST /v1/dlq/{id}/redrive":         "redrive",
 	"POST /v1/dlq/{id}/discard":         "discard",
 	"POST /v1/dlq/redrive":              "redrive_matching",

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-dev/switchyard/internal/bulk"
 	"github.com/switchyard-dev/switchyard/internal/ingest"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 )
@@ -85,58 +86,17 @@ func (s *Service) Redrive(ctx context.Context, id int64, by string) (int64, erro
 	return jobID, err
 }
 
-// Failure is an entry that a bulk action could not act on, and why.
-type Failure struct {
-	ID    int64  `json:"id"`
-	Error string `json:"error"`
-}
-
-// Bulk is one action over every parked entry that Filter matches (its
+// Bulk is a bulk action on every parked entry that Filter matches (its
 // State, After, Through and Limit are the action's own), taken for By.
 type Bulk struct {
 	Filter pgstore.DLQFilter
-	// Expect ≥ 0 is the number of entries a person confirmed: the action
-	// takes none (*CountChanged) unless that many match when it starts.
-	Expect int64
 	By     string
-	// Progress, if set, is told of each entry acted on or failed.
-	Progress func(BulkResult)
-	// Stop, once closed, stops the action before its next entry
-	// (ErrStopped). Cancelling the context instead could end an entry's
-	// transaction unsure whether it committed, and the count with it.
-	Stop <-chan struct{}
-}
-
-// ErrStopped is a bulk action that Bulk.Stop ended before its end: the
-// entries it did not reach are still parked.
-var ErrStopped = errors.New("stopped before the end")
-
-// BulkResult is what a bulk action did: Matching entries matched when
-// it started, Done were acted on, Failed could not be.
-type BulkResult struct {
-	Matching int64
-	Done     int
-	Failed   []Failure
-}
-
-// CountChanged refuses a bulk action, which took none: the entries that
-// match now are not as many as a person confirmed.
-type CountChanged struct {
-	Matching, Expected int64
-	Action             string // "re-driven", "discarded"
-}
-
-func (e *CountChanged) Error() string {
-	match := "entries match"
-	if e.Matching == 1 {
-		match = "entry matches"
-	}
-	return fmt.Sprintf("%d %s now, not %d: nothing %s; count them again", e.Matching, match, e.Expected, e.Action)
+	bulk.Options
 }
 
 // RedriveMatching re-drives every entry b matches (Redrive), each once:
 // a job of them that dies again is parked anew, for a later re-drive.
-func (s *Service) RedriveMatching(ctx context.Context, b Bulk) (BulkResult, error) {
+func (s *Service) RedriveMatching(ctx context.Context, b Bulk) (bulk.Result, error) {
 	return s.eachMatching(ctx, b, "re-driven", func(ctx context.Context, id int64) error {
 		_, err := s.Redrive(ctx, id, b.By)
 		return err
@@ -144,7 +104,7 @@ func (s *Service) RedriveMatching(ctx context.Context, b Bulk) (BulkResult, erro
 }
 
 // DiscardMatching discards every entry b matches (Discard).
-func (s *Service) DiscardMatching(ctx context.Context, b Bulk) (BulkResult, error) {
+func (s *Service) DiscardMatching(ctx context.Context, b Bulk) (bulk.Result, error) {
 	return s.eachMatching(ctx, b, "discarded", func(ctx context.Context, id int64) error {
 		return s.Discard(ctx, id, b.By)
 	})
@@ -152,57 +112,33 @@ func (s *Service) DiscardMatching(ctx context.Context, b Bulk) (BulkResult, erro
 
 // eachMatching acts on the entries parked when it starts, never on those
 // parked since (pgstore.DLQLastID): a re-drive's own jobs that die again
-// would otherwise be among them, and it would chase them for as long as
-// the target stays broken. Each entry is its own transaction, so an
-// interrupted action leaves every entry either acted on or parked, and
-// the same action again takes the rest (Bulk.Stop). It reads page by page: entries
-// leave the parked list as they are acted on, and keyset pagination on
-// id never revisits one.
-func (s *Service) eachMatching(ctx context.Context, b Bulk, action string, act func(context.Context, int64) error) (BulkResult, error) {
+// would otherwise be among them (package bulk).
+func (s *Service) eachMatching(ctx context.Context, b Bulk, done string, act func(context.Context, int64) error) (bulk.Result, error) {
 	last, err := s.store.DLQLastID(ctx)
 	if err != nil {
-		return BulkResult{}, err
+		return bulk.Result{}, err
 	}
 	filter := b.Filter
-	filter.State, filter.After, filter.Through, filter.Limit = pgstore.DLQParked, 0, last, 500
-	var res BulkResult
-	if last > 0 {
-		if res.Matching, err = s.store.DLQCount(ctx, filter); err != nil {
-			return res, err
-		}
-	}
-	if b.Expect >= 0 && res.Matching != b.Expect {
-		return BulkResult{}, &CountChanged{Matching: res.Matching, Expected: b.Expect, Action: action}
-	}
-	for res.Matching > 0 {
-		es, err := s.store.DLQList(ctx, filter)
-		if err != nil {
-			return res, err
-		}
-		for _, e := range es {
-			select {
-			case <-b.Stop:
-				return res, ErrStopped
-			default:
+	filter.State, filter.Through = pgstore.DLQParked, last
+	src := bulk.Source{
+		Count: func(ctx context.Context) (int64, error) {
+			if last == 0 {
+				return 0, nil
 			}
-			filter.After = e.ID
-			if err := act(ctx, e.ID); err != nil {
-				if ctx.Err() != nil {
-					return res, ctx.Err()
-				}
-				res.Failed = append(res.Failed, Failure{ID: e.ID, Error: err.Error()})
-			} else {
-				res.Done++
+			return s.store.DLQCount(ctx, filter)
+		},
+		Page: func(ctx context.Context, after int64, limit int) ([]int64, error) {
+			f := filter
+			f.After, f.Limit = after, limit
+			es, err := s.store.DLQList(ctx, f)
+			ids := make([]int64, len(es))
+			for i, e := range es {
+				ids[i] = e.ID
 			}
-			if b.Progress != nil {
-				b.Progress(res)
-			}
-		}
-		if len(es) < filter.Limit {
-			break
-		}
+			return ids, err
+		},
 	}
-	return res, nil
+	return bulk.Run(ctx, src, b.Options, bulk.Entries, done, act)
 }
 
 // record is the parked record of an entry: as the entry keeps it, or

@@ -659,8 +659,12 @@ const cancellable = ["waiting", "queued", "running", "retrying"];
 const jobsPage = {
   setup(v) {
     if (v.id) return null;
-    return [el("h1", { text: "Jobs" }), filterForm("jobs", v, [
-      { name: "state", options: jobStates }, { name: "queue" }, { name: "route" }, { name: "key" }])];
+    const confirm = el("div", { id: "bulk" });
+    const f = filterForm("jobs", v, [
+      { name: "state", options: jobStates }, { name: "queue" }, { name: "route" }, { name: "key" }]);
+    const state = v.params.get("state") || "";
+    if (canOperate() && (state === "" || cancellable.includes(state))) f.append(bulkButton(v, confirm, bulkActions.cancel));
+    return [el("h1", { text: "Jobs" }), f, confirm];
   },
   async load(v) {
     const f = filtersOf(v, ["state", "queue", "route", "key"]);
@@ -766,9 +770,7 @@ const dlqPage = {
       { name: "state", options: ["parked", "redriven", "all"], fallback: "parked", label: "state" }]);
     const state = v.params.get("state") || "parked";
     if (canOperate() && state === "parked") {
-      for (const b of bulkActions) {
-        f.append(el("button", { type: "button", class: "danger", "data-action": b.path + "-all", onclick: () => bulkAsk(v, confirm, b) }, b.verb + " all matching…"));
-      }
+      for (const b of [bulkActions.redrive, bulkActions.discard]) f.append(bulkButton(v, confirm, b));
     }
     return [el("h1", { text: "Dead-letter queue" }), f, confirm];
   },
@@ -817,44 +819,57 @@ const dlqPage = {
   },
 };
 
-// The bulk actions on the DLQ page: POST v1/dlq/<path> answers the
-// count done under key.
-const bulkActions = [
-  { path: "redrive", verb: "Re-drive", past: "Re-drove", key: "redriven", warn: "" },
-  { path: "discard", verb: "Discard", past: "Discarded", key: "discarded", warn: " They go for good: their records will not be made jobs again." },
-];
+// The bulk actions: each counts the items its filters match with GET
+// <count>, acts with POST <post>?…&expect=N, and answers the number done
+// under key.
+const bulkActions = {
+  redrive: { name: "redrive", count: "v1/dlq/count", post: "v1/dlq/redrive", filters: ["queue", "reason", "route"],
+    verb: "Re-drive", past: "Re-drove", key: "redriven", what: "parked", one: "entry", many: "entries", warn: "", no: "Cancel" },
+  discard: { name: "discard", count: "v1/dlq/count", post: "v1/dlq/discard", filters: ["queue", "reason", "route"],
+    verb: "Discard", past: "Discarded", key: "discarded", what: "parked", one: "entry", many: "entries",
+    warn: " They go for good: their records will not be made jobs again.", no: "Cancel" },
+  cancel: { name: "cancel", count: "v1/jobs/count", post: "v1/jobs/cancel", filters: ["state", "queue", "route", "key"],
+    verb: "Cancel", past: "Cancelled", key: "cancelled", what: "unfinished", one: "job", many: "jobs",
+    warn: " They will never run (running ones are stopped); a cancel cannot be undone.", no: "Keep them" },
+};
 
-// bulkAsk counts the parked entries matching the filters, and asks for a
+// bulkButton is the filter bar's button that asks for bulk action b.
+function bulkButton(v, box, b) {
+  return el("button", { type: "button", class: "danger", "data-action": b.name + "-all", onclick: () => bulkAsk(v, box, b) },
+    b.verb + " all matching…");
+}
+
+// bulkAsk counts the items matching the filters, and asks for a
 // confirmation that states the count; the action sends it as expect, so
 // that the server refuses if the number changed meanwhile.
 async function bulkAsk(v, box, b) {
-  const f = filtersOf(v, ["queue", "reason", "route"]);
+  const f = filtersOf(v, b.filters);
   box.replaceChildren(el("div", { class: "confirm", text: "Counting…" }));
   let n;
   try {
-    n = (await api("GET", "v1/dlq/count" + query(f))).count;
+    n = (await api("GET", b.count + query(f))).count;
   } catch (err) {
     const na = err instanceof APIError && (err.unavailable || err.field === "id");
     box.replaceChildren(el("div", { class: "confirm", text: na ? b.verb + " all is not available on this server." : "Failed: " + err.message }));
     return;
   }
   const desc = Object.entries(f).filter(([, x]) => x).map(([k, x]) => k + " = " + x).join(", ");
+  const items = (k) => k + " " + (k === 1 ? b.one : b.many);
   if (n === 0) {
-    box.replaceChildren(el("div", { class: "confirm", text: "No parked entries match" + (desc ? " (" + desc + ")" : "") + "." }));
+    box.replaceChildren(el("div", { class: "confirm", text: "No " + b.what + " " + b.many + " match" + (desc ? " (" + desc + ")" : "") + "." }));
     return;
   }
-  const entries = (k) => k + (k === 1 ? " entry" : " entries");
   box.replaceChildren(el("div", { class: "confirm", "data-count": n },
-    el("span", { text: b.verb + " all " + n + " parked " + (n === 1 ? "entry" : "entries") + (desc ? " matching " + desc : "") + "?" + b.warn }),
+    el("span", { text: b.verb + " all " + n + " " + b.what + " " + (n === 1 ? b.one : b.many) + (desc ? " matching " + desc : "") + "?" + b.warn }),
     el("button", {
-      class: "danger", "data-action": b.path + "-all-confirm",
+      class: "danger", "data-action": b.name + "-all-confirm",
       onclick: async (e) => {
         e.currentTarget.disabled = true;
         try {
-          const r = await api("POST", "v1/dlq/" + b.path + query({ ...f, expect: n }));
+          const r = await api("POST", b.post + query({ ...f, expect: n }));
           box.replaceChildren();
           const failed = r.failed || [];
-          flash(b.past + " " + entries(r[b.key]) +
+          flash(b.past + " " + items(r[b.key]) +
             (failed.length ? "; " + failed.length + " failed: " + failed.map((x) => x.id + " (" + x.error + ")").join(", ") : "."), failed.length > 0);
           refresh();
         } catch (err) {
@@ -866,7 +881,7 @@ async function bulkAsk(v, box, b) {
         }
       },
     }, b.verb + " " + n),
-    el("button", { class: "secondary", onclick: () => box.replaceChildren() }, "Cancel")));
+    el("button", { class: "secondary", onclick: () => box.replaceChildren() }, b.no)));
 }
 
 // ---------------------------------------------------------------------
