@@ -217,12 +217,16 @@ routes: [{topic: t, kind: k, queue: q, target: {go: true}}]
 	if err := eng.Stop(ctx); err != nil {
 		t.Errorf("Stop during Start: %v", err)
 	}
+	// Start's last act is to close what Stop waits for; returning its
+	// error to the goroutine above comes after, so Start may not have
+	// returned yet, but it must be about to: a Start that Stop did not
+	// wait for would still be waiting for the silent database.
 	select {
 	case err := <-started:
 		if err == nil || !strings.Contains(err.Error(), "Stop was called") {
 			t.Errorf("Start stopped while it ran: %v, want it to say so", err)
 		}
-	default:
+	case <-time.After(10 * time.Second):
 		silent.Close() // let it end, and the leak check pass
 		<-started
 		t.Fatal("Stop returned while Start still ran: what Start went on to start would run after it")
