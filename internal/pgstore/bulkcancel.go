@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/jackc/pgx/v5"
 
@@ -42,13 +43,13 @@ func (s *Store) JobCancelMatching(ctx context.Context, f JobFilter, by string, o
 // JobCountUnfinished counts the unfinished jobs that f matches: what
 // JobCancelMatching would cancel now.
 func (s *Store) JobCountUnfinished(ctx context.Context, f JobFilter) (n int64, err error) {
-	from, args := unfinishedSQL(f, 0)
+	from, args := unfinishedSQL(f, math.MaxInt64)
 	err = s.pool.QueryRow(ctx, `SELECT count(*) `+from, args...).Scan(&n)
 	return n, err
 }
 
 // unfinishedSQL is the FROM and WHERE of the unfinished jobs that f
-// matches, up to id through (0: any), and its parameters. The states are
+// matches, up to id through, and its parameters. The states are
 // spelled out, so that the count reads jobs_active_idx, whose predicate
 // they are. A page reads the primary key on from the last id, filtering,
 // so that all pages together read the table once (EXPLAIN ANALYZE with
@@ -57,7 +58,7 @@ func (s *Store) JobCountUnfinished(ctx context.Context, f JobFilter) (n int64, e
 func unfinishedSQL(f JobFilter, through int64) (string, []any) {
 	sql := `FROM jobs j WHERE j.state IN ('waiting', 'queued', 'running', 'retrying')
 		AND ($1::text IS NULL OR j.state = $1) AND ($2::text IS NULL OR j.queue = $2) AND ($3::text IS NULL OR j.route = $3)
-		AND ($4::bigint = 0 OR j.id <= $4)`
+		AND j.id <= $4`
 	args := []any{nullable(string(f.State)), nullable(f.Queue), nullable(f.Route), through}
 	if f.Key != "" {
 		sql += ` AND j.id IN (SELECT job_id FROM job_keys WHERE key = $5)`
