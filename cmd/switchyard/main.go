@@ -60,14 +60,14 @@ func verbList() []verb {
 		{name: "jobs", run: runJobs, subs: []sub{
 			{"list", "", "list jobs by --state, --queue, --route, --key; a page at a time"},
 			{"get", "ID", "show a job, with its result"},
-			{"cancel", "ID", "cancel a job that has not finished"},
+			{"cancel", "ID", "cancel a job that has not finished (or --all-matching F --expect N)"},
 			{"retry", "ID", "run a job waiting for a retry or its run_at now"},
 		}},
 		{name: "dlq", run: runDLQ, subs: []sub{
 			{"list", "", "list dead-letter entries by --reason, --queue, --route"},
 			{"show", "ID", "show an entry, with its payload decoded"},
 			{"redrive", "ID", "put an entry back to work (or --all-matching F)"},
-			{"discard", "ID", "drop an entry for good"},
+			{"discard", "ID", "drop an entry for good (or --all-matching F --expect N)"},
 		}},
 		{name: "queues", run: runQueues, subs: []sub{
 			{"list", "", "the config's queues: depth, oldest runnable job, paused"},
