@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -127,6 +128,10 @@ type Consumer struct {
 
 	holdMu sync.Mutex
 	held   map[string]string // topic → why its fetching is held: hold.why
+
+	// rebalanceWaiting is set while a rebalance waits for the polls in
+	// hand to be stored (pollahead.go).
+	rebalanceWaiting atomic.Bool
 }
 
 // New validates cfg and builds a consumer; Start connects.
@@ -193,6 +198,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 		kgo.AdjustFetchOffsetsFn(c.adjustOffsets),
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
+		kgo.OnPartitionsCallbackBlocked(func(context.Context, *kgo.Client) { c.rebalanceWaiting.Store(true) }),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// A transaction's marker takes an offset but holds no record, and
 		// follows an aborted transaction's records, which read committed
@@ -376,10 +382,17 @@ func (c *Consumer) loop(ctx context.Context) error {
 	// longer before the next, so a lasting fault is retried, and logged,
 	// at a bounded rate rather than at full speed.
 	failures := 0
+	// next is the poll taken while the last one was being stored
+	// (pollahead.go), chained since the rebalances were last allowed.
+	var next *polled
+	var chained time.Time
 	for {
-		// The last batch may have taken a queue to its max_depth.
-		c.ApplyHolds()
-		fetches := c.cl.PollRecords(ctx, c.cfg.Kafka.FetchMaxRecords)
+		cur := next
+		if cur == nil {
+			cur = c.poll(ctx)
+			chained = time.Now()
+		}
+		next = nil
 		if ctx.Err() != nil {
 			c.cl.AllowRebalance()
 			return nil
@@ -391,15 +404,31 @@ func (c *Consumer) loop(ctx context.Context) error {
 			c.cl.AllowRebalance()
 			return fatal
 		}
-		fetches.EachError(func(t string, p int32, err error) {
-			c.log.Warn("fetch error", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
-		})
-		err := c.process(ctx, fetches)
+		var ahead func() *polled
+		if c.mayPollAhead(chained) {
+			ahead = c.pollAhead(ctx)
+		}
+		reread, err := c.process(ctx, cur)
+		if ahead != nil {
+			next = ahead()
+		}
 		if errors.Is(err, errSimulatedCrash) {
 			c.cl.AllowRebalance()
 			return nil
 		}
-		c.cl.AllowRebalance()
+		// The batch may have taken a queue to its max_depth: hold its
+		// topics before the next poll, and drop what was taken ahead of
+		// them (Start applied the holds before the first poll).
+		c.ApplyHolds()
+		var rewind map[tp]int64
+		next, rewind = c.keepAhead(next, reread)
+		c.seek(rewind)
+		if len(reread) > 0 && err == nil {
+			err = c.reseek(ctx, reread)
+		}
+		if next == nil {
+			c.allowRebalance()
+		}
 		if err == nil || ctx.Err() != nil {
 			failures = 0
 			continue
@@ -440,24 +469,30 @@ func (c *Consumer) Ready() error {
 
 // process stores one poll. Transient database errors are retried with the
 // same batch until they pass or the consumer stops; records already
-// polled are never skipped.
-func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
-	batch, commits, counts, stamps, unknown := c.build(fetches)
-	if len(unknown) > 0 {
-		c.log.Warn("records for partitions with no known stored position; re-seeking them", zap.Int("partitions", len(unknown)))
-		if err := c.reseek(ctx, unknown); err != nil {
-			return err
-		}
+// polled are never skipped. It returns the partitions to read again from
+// their stored positions (falling back to the offset given where none is
+// stored): the poll's records of partitions this member does not know,
+// or all of its partitions when the fence refused it.
+func (c *Consumer) process(ctx context.Context, p *polled) (reread map[tp]int64, err error) {
+	batch := &p.batch
+	reread = p.unknown
+	if len(reread) > 0 {
+		c.log.Warn("records for partitions with no known stored position; re-seeking them", zap.Int("partitions", len(reread)))
 	}
 	if len(batch.Offsets) == 0 {
-		return nil
+		return reread, nil
 	}
+	c.mu.Lock()
+	for i, o := range batch.Offsets {
+		batch.Offsets[i].Expected = c.expected[tp{o.Topic, o.Partition}]
+	}
+	c.mu.Unlock()
 	began := time.Now()
 	c.setPending(began)
 	defer c.setPending(time.Time{})
 	var span trace.Span
 	if c.cfg.Tracer != nil {
-		ctx, span = startBatch(ctx, c.cfg.Tracer, fetches, batch, counts)
+		ctx, span = startBatch(ctx, c.cfg.Tracer, p.fetches, *batch, p.counts)
 		defer span.End()
 	}
 	for attempt := 1; ; attempt++ {
@@ -468,7 +503,7 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 		if c.cfg.Claims != nil && batch.CarriesClaims() {
 			batch.Claims = c.cfg.Claims(batch.Queues())
 		}
-		res, err := c.store.IngestCommit(txCtx, batch)
+		res, err := c.store.IngestCommit(txCtx, *batch)
 		cancel()
 		if len(batch.Claims) > 0 {
 			c.cfg.Claimed(batch.Claims)
@@ -481,26 +516,29 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 		}
 		if err == nil {
 			if c.crashAfterStore != nil && c.crashAfterStore() {
-				return errSimulatedCrash
+				return nil, errSimulatedCrash
 			}
 			if c.metrics != nil {
 				c.metrics.IngestBatch.Observe(time.Since(began).Seconds())
 			}
-			c.committed(ctx, batch, commits, counts, stamps, res)
-			return nil
+			c.committed(ctx, *batch, p.commits, p.counts, p.stamps, res)
+			return reread, nil
 		}
 		if errors.Is(err, pgstore.ErrOffsetFenced) {
 			c.log.Warn("stored offsets moved under this member; re-seeking", zap.Error(err))
-			parts := map[tp]int64{}
+			reread = maps.Clone(reread)
+			if reread == nil {
+				reread = map[tp]int64{}
+			}
 			for _, o := range batch.Offsets {
 				// A fenced partition has a row unless an operator just
 				// reset it; then re-read from where this batch began.
-				parts[tp{o.Topic, o.Partition}] = max(o.Expected, 0)
+				reread[tp{o.Topic, o.Partition}] = max(o.Expected, 0)
 			}
-			return c.reseek(ctx, parts)
+			return reread, nil
 		}
 		if c.metrics != nil {
-			for topic := range counts {
+			for topic := range p.counts {
 				c.metrics.IngestErrors.WithLabelValues(topic).Inc()
 			}
 		}
@@ -508,7 +546,7 @@ func (c *Consumer) process(ctx context.Context, fetches kgo.Fetches) error {
 		c.log.Warn("storing batch failed; retrying", zap.Error(err), zap.Int("attempt", attempt), zap.Duration("backoff", backoff))
 		select {
 		case <-ctx.Done():
-			return err
+			return reread, err
 		case <-time.After(backoff):
 		}
 	}
@@ -558,16 +596,23 @@ func (c *Consumer) setPending(t time.Time) {
 	c.mu.Unlock()
 }
 
-func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commits map[tp]kgo.EpochOffset,
-	counts map[string]*Decoded, stamps map[tp]time.Time, unknown map[tp]int64) {
+// build decodes a poll. Each partition's advance is left without its
+// expected offset, which process reads when it stores the batch: a poll
+// taken ahead is built while the batch before it is still being stored.
+// A partition's ownership, read here, cannot change until the poll is
+// stored, because BlockRebalanceOnPoll holds the revokes until then.
+func (c *Consumer) build(fetches kgo.Fetches) *polled {
 	// Sized for one job a record, as most topics' one route makes: a
 	// NewJob is large, and growing the slice by appending was a third of
 	// decoding a poll (bench --only ingest --cpuprofile).
-	batch = pgstore.IngestBatch{Group: c.cfg.Kafka.Group, Jobs: make([]pgstore.NewJob, 0, fetches.NumRecords())}
-	unknown = map[tp]int64{}
-	stamps = map[tp]time.Time{}
-	commits = map[tp]kgo.EpochOffset{}
-	counts = map[string]*Decoded{}
+	p := &polled{
+		fetches: fetches,
+		batch:   pgstore.IngestBatch{Group: c.cfg.Kafka.Group, Jobs: make([]pgstore.NewJob, 0, fetches.NumRecords())},
+		unknown: map[tp]int64{},
+		stamps:  map[tp]time.Time{},
+		commits: map[tp]kgo.EpochOffset{},
+		counts:  map[string]*Decoded{},
+	}
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -575,7 +620,7 @@ func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commit
 		if len(fp.Records) == 0 {
 			return
 		}
-		exp, owned := c.expected[tp{fp.Topic, fp.Partition}]
+		_, owned := c.expected[tp{fp.Topic, fp.Partition}]
 		routes := c.topics[fp.Topic]
 		if routes == nil {
 			return
@@ -584,25 +629,24 @@ func (c *Consumer) build(fetches kgo.Fetches) (batch pgstore.IngestBatch, commit
 			// Not expected with BlockRebalanceOnPoll; if it ever happens,
 			// storing nothing and re-reading from the stored position is
 			// the safe answer.
-			unknown[tp{fp.Topic, fp.Partition}] = fp.Records[0].Offset
+			p.unknown[tp{fp.Topic, fp.Partition}] = fp.Records[0].Offset
 			return
 		}
-		cnt := counts[fp.Topic]
+		cnt := p.counts[fp.Topic]
 		if cnt == nil {
 			cnt = &Decoded{}
-			counts[fp.Topic] = cnt
+			p.counts[fp.Topic] = cnt
 		}
-		n := decodeInto(&batch, routes, dataRecords(fp.Records), now)
+		n := decodeInto(&p.batch, routes, dataRecords(fp.Records), now)
 		cnt.Jobs += n.Jobs
 		cnt.Poison += n.Poison
 		cnt.Filtered += n.Filtered
 		last := fp.Records[len(fp.Records)-1]
-		batch.Offsets = append(batch.Offsets, pgstore.OffsetAdvance{
-			Topic: fp.Topic, Partition: fp.Partition, Expected: exp, Next: last.Offset + 1})
-		commits[tp{fp.Topic, fp.Partition}] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
-		stamps[tp{fp.Topic, fp.Partition}] = last.Timestamp
+		p.batch.Offsets = append(p.batch.Offsets, pgstore.OffsetAdvance{Topic: fp.Topic, Partition: fp.Partition, Next: last.Offset + 1})
+		p.commits[tp{fp.Topic, fp.Partition}] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+		p.stamps[tp{fp.Topic, fp.Partition}] = last.Timestamp
 	})
-	return batch, commits, counts, stamps, unknown
+	return p
 }
 
 // dataRecords leaves out a fetch's transaction markers (control records),
@@ -798,7 +842,7 @@ func (c *Consumer) reseek(ctx context.Context, parts map[tp]int64) error {
 	if err != nil {
 		return err
 	}
-	seek := map[string]map[int32]kgo.EpochOffset{}
+	to := make(map[tp]int64, len(parts))
 	c.mu.Lock()
 	for p, fallback := range parts {
 		next, ok := stored[p.topic][p.partition]
@@ -806,14 +850,27 @@ func (c *Consumer) reseek(ctx context.Context, parts map[tp]int64) error {
 		if !ok {
 			next, c.expected[p] = fallback, -1
 		}
-		if seek[p.topic] == nil {
-			seek[p.topic] = map[int32]kgo.EpochOffset{}
-		}
-		seek[p.topic][p.partition] = kgo.EpochOffset{Epoch: -1, Offset: next}
+		to[p] = next
 	}
 	c.mu.Unlock()
-	c.cl.SetOffsets(seek)
+	c.seek(to)
 	return nil
+}
+
+// seek moves partitions' fetch positions to the offsets given; what the
+// client buffered of them is dropped.
+func (c *Consumer) seek(to map[tp]int64) {
+	if len(to) == 0 {
+		return
+	}
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	for p, at := range to {
+		if offsets[p.topic] == nil {
+			offsets[p.topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[p.topic][p.partition] = kgo.EpochOffset{Epoch: -1, Offset: at}
+	}
+	c.cl.SetOffsets(offsets)
 }
 
 // Ping checks a broker answers, for /readyz.

@@ -40,6 +40,32 @@
 // offsets itself; the lost callback drops them. So no commit is ever sent
 // for a partition this member no longer owns.
 //
+// # The next poll decoded while a batch is stored
+//
+// A poll is taken and decoded while the one before it is stored
+// (pollahead.go): the transaction waits on Postgres, and the other core
+// decodes the next records meanwhile (docs/performance.md, "The next
+// poll decoded while a batch is stored"). The batches are still stored
+// one at a time, in poll order, each fenced on the offsets the one
+// before it stored, which process reads only when it stores a batch.
+//
+// The poll taken ahead is held like the one in hand: BlockRebalanceOnPoll
+// counts both, and the rebalances are allowed only once nothing polled is
+// unstored. A waiting rebalance ends the chain of polls taken ahead
+// (OnPartitionsCallbackBlocked), and so does aheadChainMax should that
+// signal ever be missed: a rebalance waits for the batch in hand and at
+// most the one taken ahead of it, a fraction of a second under a backlog.
+//
+// The records taken ahead continue each partition's fetch position from
+// the batch in hand. So when that batch ends in a re-seek (the fence
+// refused it, or it held records of a partition this member has no
+// position for), the records taken ahead of the re-sought partitions are
+// dropped with it and read again from the stored position; stored, they
+// would have moved the position past the records of the refused batch.
+// The records taken ahead of a topic whose fetching the batch held (its
+// queue reached max_depth) or an operator paused are dropped too, so a
+// hold lets in no more than one poll after it, as before.
+//
 // # Any record moves its partition on (I6)
 //
 // Decode turns every record, for each route of its topic that takes it,
