@@ -405,7 +405,7 @@ func (c *Consumer) loop(ctx context.Context) error {
 			return fatal
 		}
 		var ahead func() *polled
-		if c.mayPollAhead(chained) {
+		if c.mayPollAhead(cur, chained) {
 			ahead = c.pollAhead(ctx)
 		}
 		reread, err := c.process(ctx, cur)

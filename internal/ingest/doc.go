@@ -42,10 +42,12 @@
 //
 // # The next poll decoded while a batch is stored
 //
-// A poll is taken and decoded while the one before it is stored
-// (pollahead.go): the transaction waits on Postgres, and the other core
-// decodes the next records meanwhile (docs/performance.md, "The next
-// poll decoded while a batch is stored"). The batches are still stored
+// Under a backlog (a poll of aheadMinRecords or more), a poll is taken
+// and decoded while the one before it is stored (pollahead.go): the
+// transaction waits on Postgres, and the other core decodes the next
+// records meanwhile (docs/performance.md, "The next poll decoded while a
+// batch is stored"). At a low load a poll taken during each commit only
+// made the broker answer more, smaller fetches. The batches are still stored
 // one at a time, in poll order, each fenced on the offsets the one
 // before it stored, which process reads only when it stores a batch.
 //
