@@ -854,13 +854,14 @@ async function bulkAsk(v, box, b) {
     return;
   }
   const desc = Object.entries(f).filter(([, x]) => x).map(([k, x]) => k + " = " + x).join(", ");
-  const items = (k) => k + " " + (k === 1 ? b.one : b.many);
+  const noun = (k) => (k === 1 ? b.one : b.many);
+  const items = (k) => k + " " + noun(k);
   if (n === 0) {
     box.replaceChildren(el("div", { class: "confirm", text: "No " + b.what + " " + b.many + " match" + (desc ? " (" + desc + ")" : "") + "." }));
     return;
   }
   box.replaceChildren(el("div", { class: "confirm", "data-count": n },
-    el("span", { text: b.verb + " all " + n + " " + b.what + " " + (n === 1 ? b.one : b.many) + (desc ? " matching " + desc : "") + "?" + b.warn }),
+    el("span", { text: b.verb + " all " + n + " " + b.what + " " + noun(n) + (desc ? " matching " + desc : "") + "?" + b.warn }),
     el("button", {
       class: "danger", "data-action": b.name + "-all-confirm",
       onclick: async (e) => {
