@@ -475,7 +475,7 @@ func (c *Consumer) Ready() error {
 // or all of its partitions when the fence refused it.
 func (c *Consumer) process(ctx context.Context, p *polled) (reread map[tp]int64, err error) {
 	batch := &p.batch
-	reread = p.unknown
+	reread = p.unknown // the poll's own: added to if the fence refuses it
 	if len(reread) > 0 {
 		c.log.Warn("records for partitions with no known stored position; re-seeking them", zap.Int("partitions", len(reread)))
 	}
@@ -526,10 +526,6 @@ func (c *Consumer) process(ctx context.Context, p *polled) (reread map[tp]int64,
 		}
 		if errors.Is(err, pgstore.ErrOffsetFenced) {
 			c.log.Warn("stored offsets moved under this member; re-seeking", zap.Error(err))
-			reread = maps.Clone(reread)
-			if reread == nil {
-				reread = map[tp]int64{}
-			}
 			for _, o := range batch.Offsets {
 				// A fenced partition has a row unless an operator just
 				// reset it; then re-read from where this batch began.
