@@ -101,6 +101,9 @@ type Consumer struct {
 	// right after the Postgres commit, before the Kafka commit, as a crash
 	// there would: tests use it to hit that exact point.
 	crashAfterStore func() bool
+	// splitPolls counts the polls stored in two halves (split), for
+	// tests to see that they were.
+	splitPolls atomic.Int64
 
 	cl     *kgo.Client
 	cancel context.CancelFunc
@@ -472,7 +475,15 @@ func (c *Consumer) Ready() error {
 // polled are never skipped. It returns the partitions to read again from
 // their stored positions (falling back to the offset given where none is
 // stored): the poll's records of partitions this member does not know,
-// or all of its partitions when the fence refused it.
+// or the partitions of what the fence refused.
+//
+// A large poll is stored in two transactions at once
+// (pgstore.IngestSplit), the second committing after the first. Of the
+// parts an attempt leaves unstored, the earliest decides what follows:
+// refused by the fence, their partitions are re-read (a later part's
+// fence fails whenever an earlier part's transaction did, so it speaks
+// for nothing); failed, they are tried again, without the parts that
+// committed.
 func (c *Consumer) process(ctx context.Context, p *polled) (reread map[tp]int64, err error) {
 	batch := &p.batch
 	reread = p.unknown // the poll's own: added to if the fence refuses it
@@ -483,8 +494,10 @@ func (c *Consumer) process(ctx context.Context, p *polled) (reread map[tp]int64,
 		return reread, nil
 	}
 	c.mu.Lock()
+	expected := make(map[tp]int64, len(batch.Offsets))
 	for i, o := range batch.Offsets {
 		batch.Offsets[i].Expected = c.expected[tp{o.Topic, o.Partition}]
+		expected[tp{o.Topic, o.Partition}] = batch.Offsets[i].Expected
 	}
 	c.mu.Unlock()
 	began := time.Now()
@@ -495,57 +508,142 @@ func (c *Consumer) process(ctx context.Context, p *polled) (reread map[tp]int64,
 		ctx, span = startBatch(ctx, c.cfg.Tracer, p.fetches, *batch, p.counts)
 		defer span.End()
 	}
+	pending := c.split(p)
 	for attempt := 1; ; attempt++ {
-		// The transaction runs on a context that Stop does not cancel:
-		// a batch in hand finishes (or fails) on its own, bounded.
-		txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
-		batch.Claims = nil
-		if c.cfg.Claims != nil && batch.CarriesClaims() {
-			batch.Claims = c.cfg.Claims(batch.Queues())
-		}
-		res, err := c.store.IngestCommit(txCtx, *batch)
-		cancel()
-		if len(batch.Claims) > 0 {
-			c.cfg.Claimed(batch.Claims)
-		}
-		if span != nil {
-			span.SetAttributes(tracing.AttrIngestTries.Int(attempt))
-			if err != nil {
-				span.RecordError(err)
+		results, errs := c.storeParts(ctx, pending)
+		var left []*polled
+		var failed error
+		for i, part := range pending {
+			if errs[i] != nil {
+				left = append(left, part)
+				if failed == nil {
+					failed = errs[i]
+				}
+				continue
 			}
-		}
-		if err == nil {
 			if c.crashAfterStore != nil && c.crashAfterStore() {
 				return nil, errSimulatedCrash
 			}
+			c.committed(ctx, part.batch, part.commits, part.counts, part.stamps, results[i])
+		}
+		if span != nil {
+			span.SetAttributes(tracing.AttrIngestTries.Int(attempt))
+			if failed != nil {
+				span.RecordError(failed)
+			}
+		}
+		if failed == nil {
 			if c.metrics != nil {
 				c.metrics.IngestBatch.Observe(time.Since(began).Seconds())
 			}
-			c.committed(ctx, *batch, p.commits, p.counts, p.stamps, res)
 			return reread, nil
 		}
-		if errors.Is(err, pgstore.ErrOffsetFenced) {
-			c.log.Warn("stored offsets moved under this member; re-seeking", zap.Error(err))
-			for _, o := range batch.Offsets {
-				// A fenced partition has a row unless an operator just
-				// reset it; then re-read from where this batch began.
-				reread[tp{o.Topic, o.Partition}] = max(o.Expected, 0)
+		if errors.Is(failed, pgstore.ErrOffsetFenced) {
+			c.log.Warn("stored offsets moved under this member; re-seeking", zap.Error(failed))
+			for _, part := range left {
+				for _, o := range part.batch.Offsets {
+					// A fenced partition has a row unless an operator just
+					// reset it; then re-read from where this poll began.
+					reread[tp{o.Topic, o.Partition}] = max(expected[tp{o.Topic, o.Partition}], 0)
+				}
 			}
 			return reread, nil
 		}
+		pending = left
 		if c.metrics != nil {
 			for topic := range p.counts {
 				c.metrics.IngestErrors.WithLabelValues(topic).Inc()
 			}
 		}
 		backoff := retryBackoff(attempt)
-		c.log.Warn("storing batch failed; retrying", zap.Error(err), zap.Int("attempt", attempt), zap.Duration("backoff", backoff))
+		c.log.Warn("storing batch failed; retrying", zap.Error(failed), zap.Int("attempt", attempt), zap.Duration("backoff", backoff))
 		select {
 		case <-ctx.Done():
-			return reread, err
+			return reread, failed
 		case <-time.After(backoff):
 		}
 	}
+}
+
+// storeParts stores each part in its own transaction, all at once (the
+// second of a split commits after the first: IngestBatch.Continues).
+func (c *Consumer) storeParts(ctx context.Context, parts []*polled) ([]pgstore.IngestResult, []error) {
+	results := make([]pgstore.IngestResult, len(parts))
+	errs := make([]error, len(parts))
+	if len(parts) == 1 {
+		results[0], errs[0] = c.storeOne(ctx, &parts[0].batch)
+		return results, errs
+	}
+	var wg sync.WaitGroup
+	for i, part := range parts {
+		wg.Go(func() { results[i], errs[i] = c.storeOne(ctx, &part.batch) })
+	}
+	wg.Wait()
+	return results, errs
+}
+
+// storeOne stores one batch in one transaction, with claims for this
+// process's idle workers where it carries them.
+func (c *Consumer) storeOne(ctx context.Context, b *pgstore.IngestBatch) (pgstore.IngestResult, error) {
+	// The transaction runs on a context that Stop does not cancel: a
+	// batch in hand finishes (or fails) on its own, bounded.
+	txCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	defer cancel()
+	b.Claims = nil
+	if c.cfg.Claims != nil && b.CarriesClaims() {
+		b.Claims = c.cfg.Claims(b.Queues())
+	}
+	res, err := c.store.IngestCommit(txCtx, *b)
+	if len(b.Claims) > 0 {
+		c.cfg.Claimed(b.Claims)
+	}
+	return res, err
+}
+
+// split is p's batch as pgstore.IngestSplit divides it, each half with
+// its share of p's bookkeeping, or p alone when it is stored whole.
+func (c *Consumer) split(p *polled) []*polled {
+	first, second, ok := c.store.IngestSplit(p.batch)
+	if !ok {
+		return []*polled{p}
+	}
+	c.splitPolls.Add(1)
+	return []*polled{p.part(first, true), p.part(second, false)}
+}
+
+// part is the share of p that b, a half of p's batch, holds: the Kafka
+// commits and record times of its partitions (a partition split between
+// the halves ends at the split point in the first, which leaves its time
+// to the second), and its counts, the poll's filtered records counted
+// with the first half.
+func (p *polled) part(b pgstore.IngestBatch, first bool) *polled {
+	q := &polled{batch: b, commits: map[tp]kgo.EpochOffset{}, stamps: map[tp]time.Time{}, counts: map[string]*Decoded{}}
+	for _, o := range b.Offsets {
+		k := tp{o.Topic, o.Partition}
+		end := p.commits[k]
+		q.commits[k] = kgo.EpochOffset{Epoch: end.Epoch, Offset: o.Next}
+		if o.Next == end.Offset {
+			q.stamps[k] = p.stamps[k]
+		}
+	}
+	count := func(topic string) *Decoded {
+		if q.counts[topic] == nil {
+			q.counts[topic] = &Decoded{}
+		}
+		return q.counts[topic]
+	}
+	for i := range b.Jobs {
+		count(b.Jobs[i].Topic).Jobs++
+	}
+	for i := range b.Poison {
+		count(b.Poison[i].Topic).Poison++
+	}
+	if first {
+		for topic, n := range p.counts {
+			count(topic).Filtered += n.Filtered
+		}
+	}
+	return q
 }
 
 // startBatch starts the span of a batch stored in one transaction: a new

@@ -152,6 +152,13 @@ type IngestBatch struct {
 	// the batch's transaction when it commits in one round trip (see
 	// IngestClaim).
 	Claims []*IngestClaim
+	// Continues marks the second half of an IngestSplit, stored beside
+	// the first: its offsets move last in its transaction instead of
+	// first, after it locks their rows, which waits for the first half's
+	// transaction where the two share a partition. Its fence then sees
+	// where the first half left that partition, so it commits only after
+	// the first half did.
+	Continues bool
 }
 
 // CarriesClaims says whether the batch's Claims would run: it commits in
@@ -284,10 +291,12 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 	var res IngestResult
 	// Offsets first: a fenced zombie fails before writing anything.
 	first := &pgx.Batch{}
-	queueOffsets(first, b.Group, b.Offsets)
+	if !b.Continues {
+		queueOffsets(first, b.Group, b.Offsets)
+	}
 	var ids []int64
 	var now time.Time
-	small := direct && len(b.Jobs) <= smallBatch
+	small := direct && len(b.Jobs) <= smallBatch && !b.Continues
 	if direct && len(b.Jobs) > 0 {
 		all := insertedAll(b.Jobs)
 		if small {
@@ -310,7 +319,7 @@ func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestR
 	}
 	var err error
 	switch {
-	case first.Len() == 0 && len(b.Jobs) == 0 && len(b.Poison) == 0:
+	case first.Len() == 0 && len(b.Jobs) == 0 && len(b.Poison) == 0 && !b.Continues:
 		return res, nil
 	case small && len(b.Poison) == 0:
 		// The first batch is the whole transaction: sent alone it is one
@@ -401,6 +410,12 @@ func (s *Store) ingestRest(ctx context.Context, tx pgx.Tx, b IngestBatch, direct
 		if _, err := tx.Exec(ctx, notifySQL, s.Channel(), res.Queues); err != nil {
 			return err
 		}
+	}
+	if b.Continues {
+		last := &pgx.Batch{}
+		queueLockOffsets(last, b.Group, b.Offsets)
+		queueOffsets(last, b.Group, b.Offsets)
+		return sendBatch(ctx, tx, last)
 	}
 	return nil
 }
@@ -963,6 +978,20 @@ func queueOffsets(b *pgx.Batch, group string, advs []OffsetAdvance) {
 			SELECT offsets_check(count(*), $5) FROM i`,
 			group, iTopic, iPart, iNext, len(iTopic))
 	}
+}
+
+// queueLockOffsets queues, in b, the locking of the stored offsets of
+// advs' partitions, in (topic, partition) order: it waits for any
+// transaction that is moving one, so that the fence after it, a
+// statement of its own, sees where that transaction left it.
+func queueLockOffsets(b *pgx.Batch, group string, advs []OffsetAdvance) {
+	topics, parts := make([]string, len(advs)), make([]int32, len(advs))
+	for i, a := range advs {
+		topics[i], parts[i] = a.Topic, a.Partition
+	}
+	b.Queue(`SELECT FROM kafka_offsets o JOIN unnest($2::text[], $3::int[]) AS u(topic, part)
+		ON o.group_id = $1 AND o.topic = u.topic AND o.partition = u.part
+		ORDER BY o.topic, o.partition FOR UPDATE OF o`, group, topics, parts)
 }
 
 // isOffsetsMoved reports whether err is offsets_check's.
