@@ -239,6 +239,77 @@ func TestFaultKill9WhileProducing(t *testing.T) {
 		cycles, consuming, len(recs), len(rows), redelivered, extra)
 }
 
+// TestFaultKill9DuringIngestBacklog checks I1 and I2 where ingest stores
+// large polls, each in two transactions at once (pgstore.IngestSplit):
+// the process is killed with SIGKILL at random moments while it works
+// through a backlog, and after each kill every record below each
+// partition's stored offset has its job row, so that a second half never
+// committed without its first. The last process drains the rest; every
+// record ends as exactly one job.
+func TestFaultKill9DuringIngestBacklog(t *testing.T) {
+	t.Parallel()
+	const (
+		partitions = 2
+		records    = 60000
+		poll       = 4000
+	)
+	cycles := faultCycles(t, 5)
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, partitions)
+	group := testenv.Name("g")
+	tg := newTarget(t)
+	cfg := writeConfig(t, testConfig{Topic: topic, Group: group, Schema: schema, TargetURL: tg.URL(), Dedupe: true,
+		KafkaExtra: fmt.Sprintf(", fetch_max_records: %d", poll)})
+	recs, err := produceInBursts(topic, testenv.Brokers(t), partitions, records, 2000, time.Millisecond, nil)
+	if err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+
+	consuming := 0 // kills of a process that had stored records
+	for i := 0; i < cycles; i++ {
+		p := startRun(t, fmt.Sprintf("run-%d", i), cfg)
+		before := testenv.Count(t, store, `SELECT count(*) FROM job_keys`)
+		testenv.Eventually(t, time.Minute, "records stored", func() bool {
+			return testenv.Count(t, store, `SELECT count(*) FROM job_keys`) > before
+		})
+		time.Sleep(rand.N(400 * time.Millisecond))
+		p.kill()
+		if testenv.Count(t, store, `SELECT count(*) FROM job_keys`) < records {
+			consuming++
+		}
+		checkStoredPrefix(t, store, group, topic)
+		evictMembers(t, group, p)
+	}
+	if consuming < 2 {
+		t.Fatalf("only %d of %d kills came while the backlog was stored: the test proves little", consuming, cycles)
+	}
+	startRun(t, "run-last", cfg)
+	end := endOffsets(t, testenv.Admin(t), topic)
+	testenv.Eventually(t, 2*time.Minute, "stored offsets at the end offsets", func() bool {
+		return offsetsCovered(storedOffsets(t, store, group, topic), end)
+	})
+	checkStoredPrefix(t, store, group, topic)
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs`); n != records {
+		t.Errorf("%d jobs for %d records", n, records)
+	}
+	if n := testenv.Count(t, store, `SELECT count(DISTINCT (src_partition, src_offset)) FROM all_jobs`); n != len(recs) {
+		t.Errorf("I2: %d records with jobs, %d produced", n, len(recs))
+	}
+	// The polls were split: an ingest transaction (a job_keys row's
+	// xmin) stored half a poll of the backlog, and a whole one only where
+	// its partition had no stored offset yet, which a split needs.
+	sizes := `SELECT count(*) AS n FROM job_keys GROUP BY xmin::text`
+	halves := testenv.Count(t, store, `SELECT count(*) FROM (`+sizes+`) t WHERE n BETWEEN $1 AND $2`, poll/4, poll/2+1)
+	wholes := testenv.Count(t, store, `SELECT count(*) FROM (`+sizes+`) t WHERE n > $1`, poll/2+1)
+	if halves < 10 || wholes > 2*partitions {
+		t.Errorf("%d ingest transactions of half a poll (%d–%d jobs), %d larger: the polls of %d were not stored in halves",
+			halves, poll/4, poll/2+1, wholes, poll)
+	}
+	t.Logf("%d kill cycles (%d while the backlog was stored); %d ingest transactions of half a poll, %d of a whole one",
+		cycles, consuming, halves, wholes)
+}
+
 // TestFaultJobKillsWorker checks I5: a job whose every attempt kills its
 // process still uses up its attempts, and after max_attempts ends dead in
 // the DLQ instead of being retried forever.
