@@ -1,9 +1,20 @@
 package pgstore
 
-// SplitMinJobs is the fewest jobs each half of an IngestSplit holds.
-// Below a few thousand jobs a batch's transaction is a few milliseconds,
-// and a second one beside it buys little for a second connection.
-const SplitMinJobs = 1000
+// An IngestSplit's halves each hold at least SplitMinJobs jobs or
+// SplitMinBytes of payloads. Below that a half's transaction is a few
+// milliseconds, and a second one beside it buys little for a second
+// connection. The bytes count too because a COPY's cost follows them: a
+// poll of large records holds few (the fetch's bytes bound it), and its
+// COPY is as long as one of thousands of small ones.
+const (
+	SplitMinJobs  = 1000
+	SplitMinBytes = 1 << 20
+)
+
+// splitRowBytes is what a row costs a COPY beside its payload, in bytes
+// of payload (its other columns, tuple and index entries), for cutting a
+// batch where its halves cost about the same.
+const splitRowBytes = 256
 
 // splitMinConns is the smallest pool that IngestSplit splits for: the
 // halves take two of its connections at once.
@@ -15,12 +26,13 @@ const splitMinConns = 4
 // store a backlog faster (docs/performance.md, "A large poll stored in
 // two transactions at once"). ok is false when b is stored whole.
 //
-// The halves split b's jobs in the middle, a record's jobs together; the
-// one partition whose records fall on both sides moves to the split
-// point in the first half and on from there in the second. Each other
-// partition, with its poison entries, goes with the half that holds its
-// jobs (the first when it has none). The second half Continues the
-// first: it writes its rows beside the first's, then locks its
+// The halves split b's jobs where they cost about the same to store (by
+// their payloads' bytes and a fixed cost a row), a record's jobs
+// together; the one partition whose records fall on both sides moves to
+// the split point in the first half and on from there in the second.
+// Each other partition, with its poison entries, goes with the half that
+// holds its jobs (the first when it has none). The second half Continues
+// the first: it writes its rows beside the first's, then locks its
 // partitions' stored offsets, which waits for the first half's
 // transaction, and fences them last. Its fence expects the split point,
 // which only the first half's commit stores: the second commits only
@@ -35,7 +47,8 @@ const splitMinConns = 4
 // and broken by Postgres, and retried like any failed batch. Even so the
 // halves must not wait for each other's locks, which would make that the
 // rule rather than the exception. So a batch is stored whole when:
-//   - it has fewer than 2 × SplitMinJobs jobs, or claims to carry;
+//   - a half would hold fewer than SplitMinJobs jobs and SplitMinBytes of
+//     payloads, or it has claims to carry;
 //   - a job of it is of an ordered route (its lane rows are locked, by
 //     any batch that touches the lane) or of a coalescing one (which
 //     updates the key's unstarted jobs);
@@ -49,14 +62,21 @@ const splitMinConns = 4
 //   - the pool has fewer than splitMinConns connections.
 func (s *Store) IngestSplit(b IngestBatch) (first, second IngestBatch, ok bool) {
 	n := len(b.Jobs)
-	if n < 2*SplitMinJobs || len(b.Claims) > 0 || b.Continues || s.pool.Config().MaxConns < splitMinConns {
+	if n < 2 || len(b.Claims) > 0 || b.Continues || s.pool.Config().MaxConns < splitMinConns {
 		return first, second, false
 	}
-	m := n / 2
-	for m > 0 && b.Jobs[m-1].recordRoute().sameRecord(b.Jobs[m].recordRoute()) {
+	var total int
+	for i := range b.Jobs {
+		total += splitRowBytes + len(b.Jobs[i].Payload)
+	}
+	m, cum := 0, 0 // the cut: the first job past half the batch's cost
+	for ; m < n && 2*cum < total; m++ {
+		cum += splitRowBytes + len(b.Jobs[m].Payload)
+	}
+	for m > 0 && m < n && b.Jobs[m-1].recordRoute().sameRecord(b.Jobs[m].recordRoute()) {
 		m--
 	}
-	if m < SplitMinJobs || n-m < SplitMinJobs {
+	if !bigEnough(b.Jobs[:m]) || !bigEnough(b.Jobs[m:]) {
 		return first, second, false
 	}
 	type dedupe struct{ route, origin, key string }
@@ -126,6 +146,18 @@ func (s *Store) IngestSplit(b IngestBatch) (first, second IngestBatch, ok bool) 
 		}
 	}
 	return first, second, true
+}
+
+// bigEnough says whether jobs make a half of an IngestSplit.
+func bigEnough(jobs []NewJob) bool {
+	if len(jobs) >= SplitMinJobs {
+		return true
+	}
+	var bytes int
+	for i := range jobs {
+		bytes += len(jobs[i].Payload)
+	}
+	return bytes >= SplitMinBytes
 }
 
 // partition is a topic's partition.

@@ -89,6 +89,29 @@ func TestIngestSplit(t *testing.T) {
 		second: half{2000, []adv{{Topic: "t", Partition: 1, Expected: 800, Next: 1800},
 			{Topic: "t", Partition: 2, Expected: 0, Next: 1000}}, []int64{1000}},
 	}, {
+		name: "few jobs of large payloads, cut by their bytes",
+		batch: func() pgstore.IngestBatch {
+			b := pgstore.IngestBatch{Jobs: splitJobs(0, 0, 30, "a"), Offsets: []adv{{Topic: "t", Expected: 0, Next: 30}}}
+			for i := range b.Jobs {
+				b.Jobs[i].Payload = make([]byte, 100<<10)
+				if i < 10 {
+					b.Jobs[i].Payload = make([]byte, 210<<10) // the first ten weigh a little more than the next twenty
+				}
+			}
+			return b
+		}(),
+		first:  half{10, []adv{{Topic: "t", Expected: 0, Next: 10}}, nil},
+		second: half{20, []adv{{Topic: "t", Expected: 10, Next: 30}}, nil},
+	}, {
+		name: "few jobs of small payloads",
+		batch: func() pgstore.IngestBatch {
+			b := pgstore.IngestBatch{Jobs: splitJobs(0, 0, 30, "a"), Offsets: []adv{{Topic: "t", Expected: 0, Next: 30}}}
+			for i := range b.Jobs {
+				b.Jobs[i].Payload = make([]byte, 60<<10) // 900 KiB a half
+			}
+			return b
+		}(),
+	}, {
 		name:  "too small",
 		batch: pgstore.IngestBatch{Jobs: splitJobs(0, 0, 1999, "a"), Offsets: []adv{{Topic: "t", Expected: 0, Next: 1999}}},
 	}, {
