@@ -62,7 +62,7 @@ const splitMinConns = 4
 //   - the pool has fewer than splitMinConns connections.
 func (s *Store) IngestSplit(b IngestBatch) (first, second IngestBatch, ok bool) {
 	n := len(b.Jobs)
-	if n < 2 || len(b.Claims) > 0 || b.Continues || s.pool.Config().MaxConns < splitMinConns {
+	if n < 2 || len(b.Claims) > 0 || b.Continues || !s.splits {
 		return first, second, false
 	}
 	var total int

@@ -49,6 +49,7 @@ type Store struct {
 	groupCursors map[string]string // see groupCursor
 
 	ingestCareful atomic.Bool // the last batch needed IngestCommit's careful path
+	splits        bool        // the pool is large enough for IngestSplit's two connections
 
 	depthMu    sync.Mutex
 	depth      depthCount                             // QueueStats' last count of the jobs by state
@@ -112,7 +113,7 @@ func open(ctx context.Context, cfg Config, settings map[string]string) (*Store, 
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", redact(err))
 	}
-	return &Store{pool: pool, schema: cfg.Schema, depthReuse: depthReuse}, nil
+	return &Store{pool: pool, schema: cfg.Schema, depthReuse: depthReuse, splits: cfg.MaxConns >= splitMinConns}, nil
 }
 
 // Unavailable reports whether err means the database cannot be reached
