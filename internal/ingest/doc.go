@@ -71,10 +71,11 @@
 //
 // # A large poll stored in two transactions at once
 //
-// A COPY keeps one Postgres backend busy. A poll of at least 2 ×
-// pgstore.SplitMinJobs jobs is stored in two transactions on two
-// connections at once, where pgstore.IngestSplit can divide it: its
-// first half, fenced first as any batch, and its second, which writes
+// A COPY keeps one Postgres backend busy. A poll whose halves would each
+// hold pgstore.SplitMinJobs jobs or SplitMinBytes of payloads is stored
+// in two transactions on two connections at once, where
+// pgstore.IngestSplit can divide it: its first half, fenced first as any
+// batch, and its second, which writes
 // its rows beside the first's and fences its offsets last, after
 // locking them, so that it commits only after the first half (a
 // partition cut between the halves is stored to the cut by the first and
@@ -87,7 +88,7 @@
 // whenever the first half failed: it then speaks for nothing.)
 // IngestSplit stores a poll whole where the halves could wait for each
 // other's locks (lanes, coalescing, a dedupe key on both sides) or the
-// cut partition has no stored offset yet. The gain, measured: a fifth
+// cut partition has no stored offset yet. The gain, measured: a sixth
 // more records a second under a backlog (docs/performance.md, "A large
 // poll stored in two transactions at once").
 //
