@@ -254,3 +254,40 @@ func TestIngestSplitSecondHalfWaitsForTheFirst(t *testing.T) {
 		})
 	}
 }
+
+// I6 across the halves: a batch's poison records are parked by the half
+// that holds their partition's records (of the partition cut in two, by
+// which side of the cut they are on), and the halves, stored in turn,
+// store every job and every poison entry and move the offset to the end.
+func TestIngestSplitHalvesParkTheirPoison(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO kafka_offsets (group_id, topic, partition, next_offset) VALUES ('g', 't', 0, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	// Records 0..3003 of partition 0: jobs, but for poison at 10, 2000 and 3003.
+	b := pgstore.IngestBatch{Group: "g", Offsets: []pgstore.OffsetAdvance{{Topic: "t", Expected: 0, Next: 3004}}}
+	for _, j := range splitJobs(0, 0, 3004, "a") {
+		if j.Offset == 10 || j.Offset == 2000 || j.Offset == 3003 {
+			b.Poison = append(b.Poison, pgstore.Poison{Reason: "decode", Route: "a", Queue: "q", Error: "not JSON",
+				Topic: "t", Offset: j.Offset})
+			continue
+		}
+		b.Jobs = append(b.Jobs, j)
+	}
+	first, second, ok := s.IngestSplit(b)
+	if !ok || len(first.Poison) != 1 || len(second.Poison) != 2 {
+		t.Fatalf("split %v, poison %d and %d; want 1 and 2", ok, len(first.Poison), len(second.Poison))
+	}
+	for _, half := range []pgstore.IngestBatch{first, second} {
+		if _, err := s.IngestCommit(ctx, half); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs, parked := testenv.Count(t, s, `SELECT count(*) FROM jobs`), testenv.Count(t, s, `SELECT count(*) FROM dlq_entries`)
+	next := testenv.Count(t, s, `SELECT next_offset FROM kafka_offsets WHERE topic = 't'`)
+	if jobs != 3001 || parked != 3 || next != 3004 {
+		t.Fatalf("%d jobs, %d parked, stored offset %d; want 3001, 3, 3004", jobs, parked, next)
+	}
+}
