@@ -289,7 +289,8 @@ var errNeedsCare = errors.New("ingest: the batch needs the careful path")
 // ingest is one transaction of IngestCommit, direct or careful.
 func (s *Store) ingest(ctx context.Context, b IngestBatch, direct bool) (IngestResult, error) {
 	var res IngestResult
-	// Offsets first: a fenced zombie fails before writing anything.
+	// Offsets first: a fenced zombie fails before writing anything. (A
+	// second half moves them last, at the end of ingestRest: Continues.)
 	first := &pgx.Batch{}
 	if !b.Continues {
 		queueOffsets(first, b.Group, b.Offsets)
