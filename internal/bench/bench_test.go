@@ -55,6 +55,18 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
+func TestSlowestAveragesTheTailsParts(t *testing.T) {
+	lat := []time.Duration{5, 40, 10, 30, 20}
+	parts := []latencyParts{{5, 0, 0}, {10, 20, 10}, {10, 0, 0}, {0, 0, 30}, {20, 0, 0}}
+	got := slowest(lat, parts, 0.4) // 40 and 30
+	if want := (tailParts{n: 2, mean: latencyParts{5, 10, 20}}); got != want {
+		t.Errorf("slowest 40 %% = %+v, want %+v", got, want)
+	}
+	if got := slowest(lat, parts, 0.01); got.n != 1 || got.mean != parts[1] {
+		t.Errorf("slowest 1 %% of 5 = %+v, want the slowest record's parts %v", got, parts[1])
+	}
+}
+
 func TestValidate(t *testing.T) {
 	c := Config{DatabaseURL: "postgres://x", Brokers: []string{"b:9092"}, Records: -1}
 	c.setDefaults()

@@ -36,14 +36,15 @@ const stallAfter = time.Minute
 // schema, with the admin server off. It is the production wiring: the
 // config goes through defaults and validation as a YAML file would, and
 // the engine builds the consumer, dispatcher and targets from it.
-func (e *env) startEngine(ctx context.Context, role string, route config.Route, h workers.Handler) (*switchyard.Engine, error) {
-	return e.startEngineFor(ctx, role, []config.Route{route}, e.cfg.Concurrency, h)
+func (e *env) startEngine(ctx context.Context, role string, route config.Route, h workers.Handler,
+	kopts ...kgo.Opt) (*switchyard.Engine, error) {
+	return e.startEngineFor(ctx, role, []config.Route{route}, e.cfg.Concurrency, h, kopts...)
 }
 
 // startEngineFor is startEngine for several routes, every queue they name
 // with the given concurrency, and h registered for every Go kind.
 func (e *env) startEngineFor(ctx context.Context, role string, routes []config.Route, concurrency int,
-	h workers.Handler) (*switchyard.Engine, error) {
+	h workers.Handler, kopts ...kgo.Opt) (*switchyard.Engine, error) {
 	queues := map[string]config.Queue{}
 	for _, r := range routes {
 		// The bench's jobs are fast and uniform: a local queue of
@@ -63,7 +64,8 @@ func (e *env) startEngineFor(ctx context.Context, role string, routes []config.R
 		return nil, err
 	}
 	e.registry = prometheus.NewRegistry()
-	eng, err := switchyard.New(cfg, switchyard.Options{Logger: e.cfg.Log, Role: role, Registry: e.registry})
+	eng, err := switchyard.New(cfg, switchyard.Options{Logger: e.cfg.Log, Role: role, Registry: e.registry,
+		KafkaOpts: kopts})
 	if err != nil {
 		return nil, err
 	}
