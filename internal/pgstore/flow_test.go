@@ -78,6 +78,50 @@ func TestGroupedClaimTakesEachGroupsRoom(t *testing.T) {
 	}
 }
 
+// A running job whose attempt ended in the claiming process (its outcome
+// on the way to the completer: JobClaimParams.Ended) leaves its group's
+// room to the next job, in the window's claim and in the walk of the
+// groups alike; any other running job holds it.
+func TestGroupedClaimDoesNotCountEndedAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	groupedJobs(ctx, t, s, 5, "a", "b")
+	p := pgstore.JobClaimParams{Queue: "q", Limit: 50, Lease: time.Minute, MaxRuntime: time.Hour,
+		Limits: map[string]pgstore.FlowLimit{"r": {GroupMaxRunning: 1}}}
+	first, _, err := s.JobClaim(ctx, p)
+	if err != nil || len(first) != 2 {
+		t.Fatalf("claimed %d jobs (%v), want the first of each group", len(first), err)
+	}
+	groupOf := func(id int64) string {
+		var g string
+		if err := s.Pool().QueryRow(ctx, `SELECT grp FROM jobs WHERE id = $1`, id).Scan(&g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	ended := []int64{first[0].Token}
+	endedGroup := groupOf(first[0].ID)
+	for _, pass := range []struct {
+		name  string
+		after pgstore.ClaimPosition // past every job: the window finds none and the walk claims
+	}{{"window", pgstore.ClaimPosition{}}, {"walk", pgstore.ClaimPosition{ScheduledAt: time.Now().Add(time.Hour)}}} {
+		q := p
+		q.After = pass.after
+		if jobs, _, err := s.JobClaim(ctx, q); err != nil || len(jobs) != 0 {
+			t.Fatalf("%s: with no attempt ended, a claim took %d jobs (%v), want none", pass.name, len(jobs), err)
+		}
+		q.Ended = ended
+		jobs, _, err := s.JobClaim(ctx, q)
+		if err != nil || len(jobs) != 1 || groupOf(jobs[0].ID) != endedGroup {
+			t.Fatalf("%s: with group %s's attempt ended, a claim took %d jobs (%v), want one of that group",
+				pass.name, endedGroup, len(jobs), err)
+		}
+		// Its attempt ends too, for the next pass.
+		ended = append(ended, jobs[0].Token)
+	}
+}
+
 // Grouped claims from two stores (two processes' pools), eight claimers
 // at once from all over the claim order, never hold more of a group than
 // its max_running: each claim counts under the route's lock, so no two

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -184,8 +185,12 @@ func TestClaimPlanWalksTheClaimIndex(t *testing.T) {
 
 // A limited route's claims, like the queue's, update the rows their
 // candidates locked by ctid (pgstore's claimStatement says why), through
-// a Tid Scan per candidate, and read no table whole.
+// a Tid Scan per candidate, and read no table whole; and they pass over
+// the process's ended attempts by a hash of their tokens, not by
+// comparing each running job with every one (runningNotEnded).
 func TestLimitedClaimsUpdateWhatTheyLocked(t *testing.T) {
+	// A read of the running jobs, filtered by a hash of the ended tokens.
+	endedByHash := regexp.MustCompile(`jobs_group_running_idx on jobs r[^\n]*\n[^\n]*Index Cond[^\n]*\n\s*Filter: \(NOT \(hashed SubPlan`)
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
@@ -205,6 +210,10 @@ func TestLimitedClaimsUpdateWhatTheyLocked(t *testing.T) {
 		}
 		if strings.Contains(p, "Seq Scan") {
 			t.Errorf("the %s claim's plan has a Seq Scan:\n%s", name, p)
+		}
+		scans := strings.Count(p, "jobs_group_running_idx on jobs r")
+		if scans == 0 || len(endedByHash.FindAllString(p, -1)) != scans {
+			t.Errorf("the %s claim does not look its ended attempts up in a hash:\n%s", name, p)
 		}
 	}
 }
