@@ -254,3 +254,46 @@ func BenchmarkQueueStats(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGroupedClaimBesideEndedAttempts: a grouped route of 4,000
+// groups (max_running 1) holds one running job in each, and the claiming
+// process has ended 3,600 of those attempts, their outcomes not yet
+// written (JobClaimParams.Ended: a pool of thousands of workers). Each
+// claim takes 100 of the ended groups' next jobs, under the route's lock;
+// they are given back between claims, untimed.
+func BenchmarkGroupedClaimBesideEndedAttempts(b *testing.B) {
+	const groups, ended, batch = 4000, 3600, 100
+	s := testenv.MigratedStore(b)
+	ctx := context.Background()
+	names := make([]string, groups)
+	for g := range names {
+		names[g] = fmt.Sprintf("g%04d", g)
+	}
+	groupedJobs(ctx, b, s, 2, names...)
+	p := pgstore.JobClaimParams{Queue: "q", Limit: groups, Lease: time.Minute, MaxRuntime: time.Hour,
+		Limits: map[string]pgstore.FlowLimit{"r": {GroupMaxRunning: 1}}}
+	running, _, err := s.JobClaim(ctx, p)
+	if err != nil || len(running) != groups {
+		b.Fatalf("claimed %d jobs (%v), want one of each of %d groups", len(running), err, groups)
+	}
+	for _, j := range running[:ended] {
+		p.Ended = append(p.Ended, j.Token)
+	}
+	p.Limit = batch
+	b.ResetTimer()
+	for range b.N {
+		jobs, _, err := s.JobClaim(ctx, p)
+		if err != nil || len(jobs) != batch {
+			b.Fatalf("claimed %d jobs (%v), want %d of the ended groups", len(jobs), err, batch)
+		}
+		b.StopTimer()
+		leases := make([]pgstore.Lease, len(jobs))
+		for i, j := range jobs {
+			leases[i] = pgstore.Lease{ID: j.ID, Token: j.Token}
+		}
+		if _, err := s.JobRelease(ctx, leases); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}

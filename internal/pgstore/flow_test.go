@@ -13,7 +13,7 @@ import (
 )
 
 // groupedJobs ingests n queued jobs of route r for each group value.
-func groupedJobs(ctx context.Context, t *testing.T, s *pgstore.Store, n int, groups ...string) {
+func groupedJobs(ctx context.Context, t testing.TB, s *pgstore.Store, n int, groups ...string) {
 	t.Helper()
 	var batch pgstore.IngestBatch
 	for _, g := range groups {
