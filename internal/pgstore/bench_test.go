@@ -270,8 +270,10 @@ func BenchmarkGroupedClaimBesideEndedAttempts(b *testing.B) {
 		names[g] = fmt.Sprintf("g%04d", g)
 	}
 	groupedJobs(ctx, b, s, 2, names...)
+	// LimitedOnly: the queue holds only the route's jobs, and its pool
+	// claims no others (dispatch's Queue.AllLimited).
 	p := pgstore.JobClaimParams{Queue: "q", Limit: groups, Lease: time.Minute, MaxRuntime: time.Hour,
-		Limits: map[string]pgstore.FlowLimit{"r": {GroupMaxRunning: 1}}}
+		Limits: map[string]pgstore.FlowLimit{"r": {GroupMaxRunning: 1}}, LimitedOnly: true}
 	running, _, err := s.JobClaim(ctx, p)
 	if err != nil || len(running) != groups {
 		b.Fatalf("claimed %d jobs (%v), want one of each of %d groups", len(running), err, groups)

@@ -533,8 +533,9 @@ func claimLimitedStatement(candidates, left string) string {
 // the array is a parameter that <> ALL compares every row's token with
 // one element at a time, a cost of running × ended under the route's
 // lock; NOT IN a subquery is one hash probe a row. With 4,000 running and
-// 3,600 of them ended (a pool of thousands of workers), 30 ms against
-// 1.5 ms a claim; at bench grouped's 430 and 383, 0.36–0.56 against
+// 3,600 of them ended (a pool of thousands of workers), a claim of 100
+// took 39–44 ms against 9–10.5 (BenchmarkGroupedClaimBesideEndedAttempts);
+// at bench grouped's 430 and 383, the filter alone 0.36–0.56 against
 // 0.12–0.20 ms (docs/performance.md). Tokens are never NULL, so NOT IN
 // means what <> ALL did.
 const runningNotEnded = `r.token NOT IN (SELECT unnest($10::bigint[]))`
