@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -483,5 +484,52 @@ func TestParkedCountReadsTheParkedIndex(t *testing.T) {
 	}
 	if parked != 18000 {
 		t.Fatalf("QueueStats counts %d parked entries, want 18000", parked)
+	}
+}
+
+// A store's connections plan no statement for JIT compilation, unless
+// the URL asks for it: Postgres compiles a plan costed past
+// jit_above_cost at every execution, and a claim's generic plan on a
+// backlog of 600,000 jobs was (pgstore.Open says what it cost).
+func TestConnectionsCompileNoStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// Costed at about 150,000, past the default jit_above_cost of 100,000.
+	const costly = `EXPLAIN SELECT count(*) FROM generate_series(1, 10000000) g WHERE g % 7 = 1`
+	for _, c := range []struct {
+		jit  string // the URL's jit parameter, if any
+		want bool
+	}{{"", false}, {"on", true}} {
+		u, err := url.Parse(testenv.DatabaseURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.jit != "" {
+			q := u.Query()
+			q.Set("jit", c.jit)
+			u.RawQuery = q.Encode()
+		}
+		s, err := pgstore.Open(ctx, pgstore.Config{URL: u.String(), Schema: "public", MaxConns: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var available bool
+		if err := s.Pool().QueryRow(ctx, `SELECT pg_jit_available()`).Scan(&available); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := s.Pool().Query(ctx, costly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		if got := strings.Contains(plan, "JIT:"); got != (c.want && available) {
+			t.Errorf("with jit=%q in the URL (JIT available: %v), the plan compiles: %v, want %v:\n%s",
+				c.jit, available, got, c.want && available, plan)
+		}
 	}
 }

@@ -102,6 +102,18 @@ func open(ctx context.Context, cfg Config, settings map[string]string) (*Store, 
 	rp["application_name"] = "switchyard"
 	rp["statement_timeout"] = fmt.Sprint(cfg.StatementTimeoutMS)
 	rp["idle_in_transaction_session_timeout"] = "60000"
+	// No JIT compilation, unless the URL asks for it (?jit=on). Postgres
+	// compiles a statement whose plan costs more than jit_above_cost at
+	// every execution, and a claim's generic plan is costed as a walk of
+	// the whole claim index (it cannot know its LIMIT will stop early):
+	// past about 600,000 runnable jobs in a queue, every claim compiled
+	// 23 functions, a sixth of the database's CPU in LLVM (perf, bench
+	// --only work --jobs 600000: 36.9-42.5k jobs/s against 50-53k with
+	// 200,000; docs/performance.md). Nothing Switchyard runs is long
+	// enough to win it back.
+	if _, set := rp["jit"]; !set {
+		rp["jit"] = "off"
+	}
 	for k, v := range settings {
 		rp[k] = v
 	}
