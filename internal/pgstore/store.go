@@ -107,10 +107,11 @@ func open(ctx context.Context, cfg Config, settings map[string]string) (*Store, 
 	// every execution, and a claim's generic plan is costed as a walk of
 	// the whole claim index (it cannot know its LIMIT will stop early):
 	// past about 600,000 runnable jobs in a queue, every claim compiled
-	// 23 functions, a sixth of the database's CPU in LLVM (perf, bench
-	// --only work --jobs 600000: 36.9-42.5k jobs/s against 50-53k with
-	// 200,000; docs/performance.md). Nothing Switchyard runs is long
-	// enough to win it back.
+	// 23 functions, a sixth of the database's CPU in LLVM (perf). bench
+	// --only work --jobs 600000, in turn: 36.9k and 43.5k jobs/s with it,
+	// 48.7k and 47.4k without, as fast as with 200,000 jobs
+	// (docs/performance.md). Nothing Switchyard runs is long enough to
+	// win the compilation back.
 	if _, set := rp["jit"]; !set {
 		rp["jit"] = "off"
 	}
