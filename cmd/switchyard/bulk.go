@@ -42,7 +42,8 @@ var (
 // bulkNote is what the help of every bulk action says of a long one.
 const bulkNote = `
 On a terminal a bulk action shows its progress; Ctrl-C stops it between
-two items and says how many it took and the command for the rest.
+two chunks (up to 100 items, each chunk one transaction) and says how
+many it took and the command for the rest.
 `
 
 // bulkFlags are the flags of a verb that acts on one item by id or, with
@@ -98,11 +99,11 @@ func (b bulkFlags) parse(fs *flag.FlagSet, required bool) (map[string]string, er
 }
 
 // run is the bulk action: with --dry-run it prints the count (count) and
-// the command that takes them; else it acts (act). Each item is its own
-// transaction, so the first SIGINT or SIGTERM stops it between two (the
-// one under way completes), and it says how many it took and the command
-// that takes the rest; the next signal has its default effect, exiting
-// at once.
+// the command that takes them; else it acts (act). Each chunk of items
+// is one transaction, so the first SIGINT or SIGTERM stops it between two
+// (the one under way completes), and it says how many it took and the
+// command that takes the rest; the next signal has its default effect,
+// exiting at once.
 func (b bulkFlags) run(ctx context.Context, fs *flag.FlagSet, count func(context.Context) (int64, error),
 	act func(context.Context, bulk.Options) (bulk.Result, error), asJSON bool, stdout, stderr io.Writer) error {
 	verb := b.verb

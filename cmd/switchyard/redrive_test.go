@@ -189,27 +189,48 @@ func TestCLIBulkDiscard(t *testing.T) {
 	}
 }
 
-// Ctrl-C stops a bulk action between two entries: what it did stays done,
+// Ctrl-C stops a bulk action between two chunks: what it did stays done,
 // the rest stay parked, and it says how many it took and prints the
 // command that takes the rest, which does. The process used to die at
 // once, saying nothing of how far it had got.
 func TestCLIBulkActionInterrupted(t *testing.T) {
 	t.Parallel()
 	store, cfg, _ := cliSchema(t)
-	const n = 3000 // seconds of work: the signal comes well before the end
+	const n = 3000
 	parkPoison(t, store, n)
+	// A transaction holding the 1,501st entry holds the discard in its
+	// sixteenth chunk until the signal has come: the chunk under way
+	// completes, and the action stops before the next one.
+	ctx := context.Background()
+	tx, err := store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op once rolled back
+	// (By id: FOR UPDATE under an OFFSET locks the rows it passes over too.)
+	if err := tx.QueryRow(ctx, `SELECT id FROM dlq_entries
+		WHERE id = (SELECT id FROM dlq_entries ORDER BY id OFFSET 1500 LIMIT 1) FOR UPDATE`).Scan(new(int64)); err != nil {
+		t.Fatal(err)
+	}
 	p := start(t, "discard", nil, "dlq", "discard", "--config", cfg, "--all-matching", "route=t", "--expect", fmt.Sprint(n))
-	testenv.Eventually(t, time.Minute, "the first discards", func() bool {
-		return testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'discard'`) > 0
+	testenv.Eventually(t, time.Minute, "the discard to wait for the held entry", func() bool {
+		var waiting bool
+		err := store.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%dlq_entries%' AND datname = current_database())`).Scan(&waiting)
+		return err == nil && waiting
 	})
 	p.signal(os.Interrupt)
+	time.Sleep(500 * time.Millisecond) // for the signal to reach the action's stop
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if code := p.wait(30 * time.Second); code != exitFailure {
 		t.Fatalf("dlq discard interrupted: exit %d, want %d\n%s%s", code, exitFailure, p.out.String(), p.log.String())
 	}
 	done := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'discard'`)
 	left := testenv.Count(t, store, `SELECT count(*) FROM dlq_entries`)
-	if done+left != n || left == 0 {
-		t.Fatalf("after Ctrl-C: %d discarded and %d parked, want %d in all and some left", done, left, n)
+	if done != 1600 || left != n-1600 {
+		t.Fatalf("after Ctrl-C: %d discarded and %d parked, want the sixteen chunks up to the held entry's, 1,600, and the rest", done, left)
 	}
 	m := regexp.MustCompile(`(?m)^interrupted: discarded (\d+) of 3000 entries matching, 0 failed; the other (\d+) are as they were\. To discard them:\n  (switchyard dlq discard .*)\n$`).
 		FindStringSubmatch(p.out.String())

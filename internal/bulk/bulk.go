@@ -1,9 +1,11 @@
 package bulk
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Source is what an action reads: the items matching its filter that
@@ -22,11 +24,11 @@ type Options struct {
 	// Expect ≥ 0 is the number of items a person confirmed: the action
 	// takes none (*CountChanged) unless that many match when it starts.
 	Expect int64
-	// Stop, once closed, stops the action before its next item
-	// (ErrStopped). Cancelling the context instead could end an item's
+	// Stop, once closed, stops the action before its next chunk
+	// (ErrStopped). Cancelling the context instead could end a chunk's
 	// transaction unsure whether it committed, and the count with it.
 	Stop <-chan struct{}
-	// Progress, if set, is told of each item acted on or failed.
+	// Progress, if set, is told what the action did after each chunk.
 	Progress func(Result)
 }
 
@@ -84,9 +86,66 @@ var ErrStopped = errors.New("stopped before the end")
 // page is how many ids an action reads at a time.
 const page = 500
 
-// Run acts on every item of src (act, one item at a time).
+// Chunk is how many items an action takes in one transaction. A hundred:
+// a bulk cancel took 1,900 jobs a second one at a time, 25,000 in chunks
+// of 100 and 31,000 in chunks of 500, whose locks each statement holds
+// five times as long (and a stop waits for).
+const Chunk = 100
+
+// Act acts on a chunk of items in one transaction and returns those it
+// could not act on, each with why; it acted on the others. An error
+// means it acted on none of them: the transaction rolled back.
+type Act func(ctx context.Context, ids []int64) ([]Failure, error)
+
+// each is the Act of an action taken one item at a time, each item in a
+// transaction of its own.
+func each(act func(context.Context, int64) error) Act {
+	return func(ctx context.Context, ids []int64) ([]Failure, error) {
+		var failed []Failure
+		for _, id := range ids {
+			if err := act(ctx, id); err != nil {
+				if ctx.Err() != nil {
+					return failed, ctx.Err()
+				}
+				failed = append(failed, Failure{ID: id, Error: err.Error()})
+			}
+		}
+		return failed, nil
+	}
+}
+
+// Chunked is the Act of an action that takes what it can of a chunk in
+// one transaction (many) and leaves some of its items to be taken alone,
+// after it, each in a transaction of its own (one): those whose action
+// reaches further than one statement should (a lane's job, a record to
+// decode again). A chunk of one item is taken alone. Once many has
+// committed, an error is only ctx's.
+func Chunked(many func(ctx context.Context, ids []int64) (failed []Failure, alone []int64, err error),
+	one func(context.Context, int64) error) Act {
+	oneByOne := each(one)
+	return func(ctx context.Context, ids []int64) ([]Failure, error) {
+		if len(ids) == 1 {
+			return nil, one(ctx, ids[0])
+		}
+		failed, alone, err := many(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		more, err := oneByOne(ctx, alone)
+		failed = append(failed, more...)
+		slices.SortFunc(failed, func(a, b Failure) int { return cmp.Compare(a.ID, b.ID) })
+		return failed, err
+	}
+}
+
+// Run acts on every item of src, up to chunk of them per call of act.
 // noun and done say what it takes and does in a refusal.
-func Run(ctx context.Context, src Source, opt Options, noun Noun, done string, act func(context.Context, int64) error) (Result, error) {
+//
+// A chunk that fails as a whole is taken again one item at a time, so
+// that one item that cannot be acted on (or a transaction that met a
+// lock conflict) costs its chunk nothing but the retry, and each failure
+// names its own item.
+func Run(ctx context.Context, src Source, opt Options, noun Noun, done string, chunk int, act Act) (Result, error) {
 	var res Result
 	var err error
 	if res.Matching, err = src.Count(ctx); err != nil {
@@ -95,33 +154,54 @@ func Run(ctx context.Context, src Source, opt Options, noun Noun, done string, a
 	if opt.Expect >= 0 && res.Matching != opt.Expect {
 		return Result{}, &CountChanged{Matching: res.Matching, Expected: opt.Expect, Noun: noun, Done: done}
 	}
+	chunk = max(chunk, 1)
 	for after := int64(0); res.Matching > 0; {
 		ids, err := src.Page(ctx, after, page)
 		if err != nil {
 			return res, err
 		}
-		for _, id := range ids {
+		full := len(ids) == page
+		for len(ids) > 0 {
 			select {
 			case <-opt.Stop:
 				return res, ErrStopped
 			default:
 			}
-			after = id
-			if err := act(ctx, id); err != nil {
-				if ctx.Err() != nil {
-					return res, ctx.Err()
-				}
-				res.Failed = append(res.Failed, Failure{ID: id, Error: err.Error()})
-			} else {
-				res.Done++
+			n := min(chunk, len(ids))
+			if err := res.take(ctx, act, ids[:n]); err != nil {
+				return res, err
 			}
+			after, ids = ids[n-1], ids[n:]
 			if opt.Progress != nil {
 				opt.Progress(res)
 			}
 		}
-		if len(ids) < page {
+		if !full {
 			break
 		}
 	}
 	return res, nil
+}
+
+// take acts on one chunk and counts what it did; it returns an error
+// only when ctx ended.
+func (res *Result) take(ctx context.Context, act Act, ids []int64) error {
+	failed, err := act(ctx, ids)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil && len(ids) > 1 {
+		for _, id := range ids {
+			if err := res.take(ctx, act, []int64{id}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err != nil {
+		failed = []Failure{{ID: ids[0], Error: err.Error()}}
+	}
+	res.Done += len(ids) - len(failed)
+	res.Failed = append(res.Failed, failed...)
+	return nil
 }

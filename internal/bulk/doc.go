@@ -7,7 +7,16 @@
 // own jobs that die again are parked anew, and would otherwise be chased
 // for as long as their target stays broken); with an expected count it
 // takes none unless that many match (the count a person confirmed); each
-// item is its own transaction, so a stopped action leaves every item
-// either acted on or as it was, and the same action again takes the
-// rest; and it stops only between two items, so its count is exact.
+// chunk of items (Chunk) is one transaction, so a stopped action leaves
+// every item either acted on or as it was, and the same action again
+// takes the rest; and it stops only between two chunks, so its count is
+// exact.
+//
+// An action takes a chunk's items in one statement where the action
+// stays within the item (a job of no lane, a DLQ entry and its job of no
+// lane), and the chunk's other items each alone after it (Chunked): a
+// lane's job moves its lane, whose lock a transaction holding many jobs
+// must not wait for, and a parked record is decoded again in Go. A chunk
+// that fails as a whole is taken again one item at a time, so that each
+// failure names its item and the chunk's other items are acted on.
 package bulk

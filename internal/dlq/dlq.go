@@ -97,23 +97,29 @@ type Bulk struct {
 // RedriveMatching re-drives every entry b matches (Redrive), each once:
 // a job of them that dies again is parked anew, for a later re-drive.
 func (s *Service) RedriveMatching(ctx context.Context, b Bulk) (bulk.Result, error) {
-	return s.eachMatching(ctx, b, "re-driven", func(ctx context.Context, id int64) error {
-		_, err := s.Redrive(ctx, id, b.By)
-		return err
-	})
+	return s.eachMatching(ctx, b, "re-driven", bulk.Chunked(
+		func(ctx context.Context, ids []int64) ([]bulk.Failure, []int64, error) {
+			return s.store.DLQRedriveMany(ctx, ids, b.By)
+		},
+		func(ctx context.Context, id int64) error {
+			_, err := s.Redrive(ctx, id, b.By)
+			return err
+		}))
 }
 
 // DiscardMatching discards every entry b matches (Discard).
 func (s *Service) DiscardMatching(ctx context.Context, b Bulk) (bulk.Result, error) {
-	return s.eachMatching(ctx, b, "discarded", func(ctx context.Context, id int64) error {
-		return s.Discard(ctx, id, b.By)
-	})
+	return s.eachMatching(ctx, b, "discarded", bulk.Chunked(
+		func(ctx context.Context, ids []int64) ([]bulk.Failure, []int64, error) {
+			return s.store.DLQDiscardMany(ctx, ids, b.By)
+		},
+		func(ctx context.Context, id int64) error { return s.Discard(ctx, id, b.By) }))
 }
 
 // eachMatching acts on the entries parked when it starts, never on those
 // parked since (pgstore.DLQLastID): a re-drive's own jobs that die again
 // would otherwise be among them (package bulk).
-func (s *Service) eachMatching(ctx context.Context, b Bulk, done string, act func(context.Context, int64) error) (bulk.Result, error) {
+func (s *Service) eachMatching(ctx context.Context, b Bulk, done string, act bulk.Act) (bulk.Result, error) {
 	last, err := s.store.DLQLastID(ctx)
 	if err != nil {
 		return bulk.Result{}, err
@@ -138,7 +144,7 @@ func (s *Service) eachMatching(ctx context.Context, b Bulk, done string, act fun
 			return ids, err
 		},
 	}
-	return bulk.Run(ctx, src, b.Options, bulk.Entries, done, act)
+	return bulk.Run(ctx, src, b.Options, bulk.Entries, done, bulk.Chunk, act)
 }
 
 // record is the parked record of an entry: as the entry keeps it, or

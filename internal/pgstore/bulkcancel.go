@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/switchyard-dev/switchyard/internal/bulk"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // JobCancelMatching cancels, for by, every unfinished job that f matches
@@ -35,10 +36,124 @@ func (s *Store) JobCancelMatching(ctx context.Context, f JobFilter, by string, o
 			return pgx.CollectRows(rows, pgx.RowTo[int64])
 		},
 	}
-	return bulk.Run(ctx, src, opt, bulk.Jobs, "cancelled", func(ctx context.Context, id int64) error {
-		return s.JobCancel(ctx, id, by)
-	})
+	return bulk.Run(ctx, src, opt, bulk.Jobs, "cancelled", bulk.Chunk, s.cancelAct(by))
 }
+
+// cancelAct is a bulk cancel's act for by: a chunk's jobs of no lane in
+// one transaction (jobsCancel), then its lanes' jobs each alone.
+func (s *Store) cancelAct(by string) bulk.Act {
+	return bulk.Chunked(
+		func(ctx context.Context, ids []int64) ([]bulk.Failure, []int64, error) {
+			return s.jobsCancel(ctx, ids, by)
+		},
+		func(ctx context.Context, id int64) error { return s.JobCancel(ctx, id, by) })
+}
+
+// jobsCancel cancels in one transaction the jobs of no lane among ids,
+// as JobCancel does each, and returns those it could not cancel, and
+// the lanes' jobs, for JobCancel to cancel each alone.
+//
+// Why lane jobs alone: cancelling a lane's head advances its lane in the
+// same transaction, which locks the lane; ingest locks a lane and then
+// promotes its next job. A transaction holding several jobs' locks while
+// it waits for a lane could hold the very job that an ingest holding
+// that lane waits for, and one of them would end in a deadlock. A job of
+// no lane takes no lane's lock, and the others here are locked in id
+// order, as every batch that locks jobs locks them (splitLeases).
+func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed []bulk.Failure, lanes []int64, err error) {
+	if by == "" {
+		return nil, nil, errNoActor
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		failed, lanes = nil, nil
+		if _, err := tx.Exec(ctx, planSQL); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, jobsCancelSQL, ids, by)
+		if err != nil {
+			return err
+		}
+		var running []int64
+		seen := make(map[int64]bool, len(ids))
+		var id int64
+		var state *jobstate.State
+		var lane bool
+		if _, err := pgx.ForEachRow(rows, []any{&id, &state, &lane}, func() error {
+			seen[id] = true
+			switch {
+			case lane:
+				lanes = append(lanes, id)
+			case state.IsFinal():
+				failed = append(failed, bulk.Failure{ID: id, Error: finishedError{id, *state}.Error()})
+			case *state == jobstate.Running:
+				running = append(running, id)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		// Gone from jobs since the page was read (moved to job_history as
+		// succeeded, or pruned): read in a statement of its own, whose
+		// snapshot is taken after the locks above, as JobCancel does.
+		var gone []int64
+		for _, id := range ids {
+			if !seen[id] {
+				gone = append(gone, id)
+			}
+		}
+		if len(gone) > 0 {
+			finished := map[int64]jobstate.State{}
+			rows, err := tx.Query(ctx, `SELECT id, state FROM jobs_by_id($1)`, gone)
+			if err != nil {
+				return err
+			}
+			var st jobstate.State
+			if _, err := pgx.ForEachRow(rows, []any{&id, &st}, func() error { finished[id] = st; return nil }); err != nil {
+				return err
+			}
+			for _, id := range gone {
+				err := error(ErrNotFound)
+				if st, ok := finished[id]; ok {
+					err = finishedError{id, st}
+				}
+				failed = append(failed, bulk.Failure{ID: id, Error: err.Error()})
+			}
+		}
+		if len(running) > 0 {
+			// As JobCancel: the processes running them abort them at once.
+			_, err := tx.Exec(ctx, `SELECT pg_notify($1, id::text) FROM unnest($2::bigint[]) AS id`, s.CancelChannel(), running)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return failed, lanes, nil
+}
+
+// jobsCancelSQL is JobCancel's statement for many jobs ($1), for $2:
+// those of no lane locked in id order and cancelled if they have not
+// finished (their running attempts counted, each audited), then a row
+// for each: its state before (the state it has, if final), and for a
+// lane's job no state, untouched. A job that is not in jobs has no row.
+const jobsCancelSQL = `
+	WITH old AS (
+		SELECT id, state FROM jobs WHERE id = ANY($1::bigint[]) AND NOT lane ORDER BY id FOR UPDATE
+	), upd AS (
+		UPDATE jobs j SET state = 'cancelled', finished_at = now(), lease_expires_at = NULL
+		FROM old WHERE j.id = old.id AND old.state IN ('waiting', 'queued', 'running', 'retrying')
+		RETURNING j.id, j.kind, old.state
+	), tally AS (
+		INSERT INTO outcome_tally (kind, outcome, n)
+		SELECT kind, 'cancelled', count(*) FROM upd WHERE state = 'running' GROUP BY kind
+	), logged AS (
+		INSERT INTO audit_log (actor, action, target, detail)
+		SELECT $2, '` + AuditCancel + `', 'job/' || id, jsonb_build_object('was', state) FROM upd ORDER BY id
+	)
+	SELECT id, state, false FROM old
+	UNION ALL
+	SELECT id, NULL, true FROM jobs WHERE id = ANY($1::bigint[]) AND lane`
 
 // JobCountUnfinished counts the unfinished jobs that f matches: what
 // JobCancelMatching would cancel now.

@@ -3,11 +3,20 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/switchyard-dev/switchyard/internal/bulk"
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/jobstate"
 )
 
 // A bulk cancel takes the jobs that existed when it started: one that a
@@ -44,4 +53,266 @@ func TestJobCancelMatchingTakesTheJobsOfItsStart(t *testing.T) {
 	if got := testenv.Count(t, s, `SELECT count(*) FROM jobs WHERE state = 'queued'`); got != 1 {
 		t.Errorf("%d jobs queued after the cancel, want the one made while it ran", got)
 	}
+}
+
+// A bulk cancel's chunk (one transaction for the jobs of no lane, each
+// lane's job alone) ends every job as cancelling each alone does: the
+// same states, lane heads, audit entries, tallied attempts and
+// notices to the processes running them, and the same failure for each
+// job it cannot cancel, in every state a job can be in.
+func TestJobsCancelInAChunkAgreesWithEachAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type outcome struct {
+		errs, states, heads, audit map[string]string
+		tally                      map[[2]string]int64
+		notified                   []string
+	}
+	run := func(chunk bool) outcome {
+		s := testenv.MigratedStore(t)
+		ids := cancelFixture(t, s)
+		name := map[int64]string{}
+		var all []int64
+		for n, id := range ids {
+			name[id] = n
+			all = append(all, id)
+		}
+		slices.Sort(all)
+		conn, err := s.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.CancelChannel()}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		o := outcome{errs: map[string]string{}, states: map[string]string{}, heads: map[string]string{}, audit: map[string]string{}}
+		if chunk {
+			failed, err := s.JobsCancel(ctx, all, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range failed {
+				o.errs[name[f.ID]] = f.Error
+			}
+		} else {
+			for _, id := range all {
+				if err := s.JobCancel(ctx, id, "test"); err != nil {
+					o.errs[name[id]] = err.Error()
+				}
+			}
+		}
+		rows, _ := s.Pool().Query(ctx, `SELECT id, state FROM jobs_by_id($1)`, all)
+		var id int64
+		var state string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &state}, func() error { o.states[name[id]] = state; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		var key string
+		var head *int64
+		rows, _ = s.Pool().Query(ctx, `SELECT key, head_job_id FROM lanes`)
+		if _, err := pgx.ForEachRow(rows, []any{&key, &head}, func() error {
+			o.heads[key] = "none"
+			if head != nil {
+				o.heads[key] = name[*head]
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var actor, action, detail string
+		rows, _ = s.Pool().Query(ctx, `SELECT actor, action, substr(target, 5)::bigint, detail::text FROM audit_log`)
+		if _, err := pgx.ForEachRow(rows, []any{&actor, &action, &id, &detail}, func() error {
+			o.audit[name[id]] = actor + " " + action + " " + detail
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if o.tally, err = s.OutcomeTallyTake(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			n, err := conn.Conn().WaitForNotification(wctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			id, _ := strconv.ParseInt(n.Payload, 10, 64)
+			o.notified = append(o.notified, name[id])
+		}
+		slices.Sort(o.notified)
+		return o
+	}
+	alone, chunked := run(false), run(true)
+	if !reflect.DeepEqual(alone, chunked) {
+		t.Fatalf("a chunk's cancel differs from each job's alone:\n alone  %+v\n chunk  %+v", alone, chunked)
+	}
+	// And the fixture holds what the comparison needs.
+	if len(alone.errs) != 4 || alone.states["queued"] != "cancelled" || alone.states["k1-waiting"] != "cancelled" ||
+		alone.heads["k2"] != "none" || len(alone.notified) != 2 || alone.tally[[2]string{"k", "cancelled"}] != 2 {
+		t.Fatalf("cancelling each alone: %+v", alone)
+	}
+}
+
+// cancelFixture makes a job in every state a cancel meets, and lanes, and
+// names their ids: unordered jobs queued, running, retrying, dead,
+// succeeded (gone to job_history) and cancelled; a lane whose head is
+// queued with two waiting behind it (k1), and one whose head runs with
+// one waiting (k2); and an id no job has.
+func cancelFixture(t *testing.T, s *pgstore.Store) map[string]int64 {
+	t.Helper()
+	ctx := context.Background()
+	ids := map[string]int64{}
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	ingest := func(name, queue string, lanePolicy *pgstore.LanePolicy, key string, offset int64) {
+		j := pgstore.NewJob{Route: "r-" + queue, Kind: "k", Queue: queue, Key: key, DedupeKey: name, Payload: []byte(`{}`),
+			MaxAttempts: 3, Topic: "t-" + queue, Offset: offset, Lane: lanePolicy}
+		if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{j}}); err != nil {
+			t.Fatal(err)
+		}
+		var id int64
+		if err := s.Pool().QueryRow(ctx, `SELECT max(id) FROM jobs`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = id
+	}
+	claimAndEnd := func(name string, state jobstate.State) {
+		ingest(name, "q", nil, "", int64(len(ids)))
+		j := testenv.ClaimOne(t, s, "q")
+		if state == "" {
+			return
+		}
+		if _, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: j.ID, Token: j.Token, State: state, Reason: "permanent",
+			Error: "boom", Delay: time.Hour}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimAndEnd("running", "")
+	claimAndEnd("retrying", jobstate.Retrying)
+	claimAndEnd("dead", jobstate.Dead)
+	claimAndEnd("succeeded", jobstate.Succeeded)
+	ingest("cancelled", "q", nil, "", 10)
+	if err := s.JobCancel(ctx, ids["cancelled"], "fixture"); err != nil {
+		t.Fatal(err)
+	}
+	ingest("queued", "q", nil, "", 11)
+	ingest("k2-head", "oq", lane, "k2", 0)
+	testenv.ClaimOne(t, s, "oq")
+	ingest("k2-waiting", "oq", lane, "k2", 1)
+	for i, n := range []string{"k1-head", "k1-waiting", "k1-waiting2"} {
+		ingest(n, "oq", lane, "k1", int64(2+i))
+	}
+	if _, err := s.Pool().Exec(ctx, `DELETE FROM audit_log`); err != nil {
+		t.Fatal(err)
+	}
+	ids["none"] = 1 << 40
+	return ids
+}
+
+// A bulk cancel beside live workers and ingest: workers claim and finish
+// the queue's jobs (lane heads handing off to their lanes' next jobs)
+// while ingest adds jobs to the same lanes. The cancel meets no error,
+// deadlock included, and its count is exact: every job it counts done is
+// cancelled and audited once, every failure is a job that ended on its
+// own first (one that ended before its page was read is not listed at
+// all).
+func TestJobCancelMatchingBesideLiveWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	offset := int64(0)
+	batch := func(n int) pgstore.IngestBatch {
+		var b pgstore.IngestBatch
+		for range n {
+			offset++
+			j := pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(offset), Payload: []byte(`{}`),
+				MaxAttempts: 3, Topic: "t", Offset: offset}
+			if offset%3 == 0 {
+				j.Route, j.Key, j.Lane, j.Topic = "o", fmt.Sprint("k", offset%50), lane, "to"
+			}
+			b.Jobs = append(b.Jobs, j)
+		}
+		return b
+	}
+	if _, err := s.IngestCommit(ctx, batch(3000)); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var workers sync.WaitGroup
+	for range 2 {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 20, Lease: time.Minute, MaxRuntime: time.Hour})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for len(jobs) > 0 {
+					var outs []pgstore.Outcome
+					for _, j := range jobs {
+						o := pgstore.Outcome{ID: j.ID, Token: j.Token, State: jobstate.Succeeded, Lane: j.LaneRef()}
+						if j.Lane {
+							o.Handoff = &pgstore.Handoff{Queue: "q", Lease: time.Minute}
+						}
+						outs = append(outs, o)
+					}
+					c, err := s.JobComplete(ctx, outs)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					jobs = jobs[:0]
+					for _, next := range c.Next {
+						jobs = append(jobs, next)
+					}
+				}
+			}
+		}()
+	}
+	workers.Add(1)
+	go func() { // ingest into the same lanes meanwhile
+		defer workers.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if _, err := s.IngestCommit(ctx, batch(30)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	res, err := s.JobCancelMatching(ctx, pgstore.JobFilter{Queue: "q"}, "test", bulk.Options{Expect: -1})
+	close(stop)
+	workers.Wait()
+	if err != nil {
+		t.Fatalf("JobCancelMatching beside live workers: %v", err)
+	}
+	for _, f := range res.Failed {
+		if !strings.Contains(f.Error, "has finished already (succeeded)") {
+			t.Errorf("job %d: %s, want only jobs that succeeded first", f.ID, f.Error)
+		}
+	}
+	cancelled := testenv.Count(t, s, `SELECT count(*) FROM jobs WHERE state = 'cancelled'`)
+	audited := testenv.Count(t, s, `SELECT count(*) FROM audit_log WHERE action = 'cancel'`)
+	distinct := testenv.Count(t, s, `SELECT count(DISTINCT target) FROM audit_log WHERE action = 'cancel'`)
+	if res.Done != cancelled || audited != cancelled || distinct != cancelled || int64(res.Done+len(res.Failed)) > res.Matching {
+		t.Fatalf("done %d and %d failed of %d matching; %d jobs cancelled, %d audited (%d distinct)",
+			res.Done, len(res.Failed), res.Matching, cancelled, audited, distinct)
+	}
+	if res.Done < 100 || len(res.Failed) == 0 {
+		t.Errorf("done %d, failed %d: the cancel did not race the workers", res.Done, len(res.Failed))
+	}
+	t.Logf("cancelled %d, %d had succeeded first", res.Done, len(res.Failed))
 }

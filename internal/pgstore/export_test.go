@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/internal/bulk"
 )
 
 // The batch statements whose plans TestBatchStatementsJoinByPrimaryKey
@@ -20,6 +22,10 @@ var (
 	UpdateHeldSQL  = updateHeldSQL
 	ParkedCountSQL = parkedCountSQL
 	PruneJobsSQL   = pruneJobsSQL
+
+	JobsCancelSQL     = jobsCancelSQL
+	DLQRedriveManySQL = dlqRedriveManySQL
+	DLQDiscardManySQL = dlqDiscardManySQL
 )
 
 // The settings the hot statements run after, and the claim statements
@@ -87,4 +93,9 @@ func SetMigrateWaits(lock time.Duration, tries int, pause time.Duration) (restor
 	l, n, p := migrateLockTimeout, migrateTries, migrateRetryPause
 	migrateLockTimeout, migrateTries, migrateRetryPause = lock, tries, pause
 	return func() { migrateLockTimeout, migrateTries, migrateRetryPause = l, n, p }
+}
+
+// JobsCancel is a bulk cancel's act on one chunk (JobCancelMatching's).
+func (s *Store) JobsCancel(ctx context.Context, ids []int64, by string) ([]bulk.Failure, error) {
+	return s.cancelAct(by)(ctx, ids)
 }

@@ -71,8 +71,46 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 					t.Errorf("%s does not join by primary key:\n%s", c.name, p)
 				}
 			}
+			// A bulk action's chunk reads its jobs and entries by primary
+			// key, whatever the statistics: unanalyzed, a chunk of
+			// entries read every entry.
+			for i, c := range []struct{ name, sql string }{
+				{"bulk cancel", pgstore.JobsCancelSQL},
+				{"bulk re-drive", pgstore.DLQRedriveManySQL},
+				{"bulk discard", pgstore.DLQDiscardManySQL},
+			} {
+				p := plannedPlan(ctx, t, conn, fmt.Sprintf("b%d", i), c.sql, idArr+", 'test'")
+				if !strings.Contains(p, "_pkey") || strings.Contains(p, "Seq Scan") || len(walks(p)) > 0 {
+					t.Errorf("%s does not read by primary key:\n%s", c.name, p)
+				}
+			}
 		})
 	}
+}
+
+// walks are the index scans of plan that read their whole index: no
+// Index Cond among their details (the lines under them, up to the next
+// node).
+func walks(plan string) []string {
+	var found []string
+	lines := strings.Split(plan, "\n")
+	for i, l := range lines {
+		if !strings.Contains(l, "Index Scan using") && !strings.Contains(l, "Index Only Scan using") {
+			continue
+		}
+		cond := false
+		for _, d := range lines[i+1:] {
+			d = strings.TrimSpace(d)
+			if strings.HasPrefix(d, "->") || strings.HasPrefix(d, "CTE ") || strings.HasPrefix(d, "SubPlan") || strings.HasPrefix(d, "InitPlan") {
+				break
+			}
+			cond = cond || strings.HasPrefix(d, "Index Cond:")
+		}
+		if !cond {
+			found = append(found, strings.TrimSpace(l))
+		}
+	}
+	return found
 }
 
 // plannedPlan returns the plan that sql, prepared as name, runs with args

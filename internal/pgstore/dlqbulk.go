@@ -1,0 +1,143 @@
+package pgstore
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/internal/bulk"
+	"github.com/switchyard-dev/switchyard/jobstate"
+)
+
+// A bulk re-drive's or discard's chunk of entries (package bulk): the
+// entries whose action stays within the entry and a job of no lane, in
+// one transaction, as DLQRedrive and DLQDiscard do each; the others are
+// left to be taken alone, each in a transaction of its own. Entries are
+// locked in id order, then their jobs in id order, as DLQRedrive locks an
+// entry and then its job. The statements run after planSQL, so that they
+// read entries and jobs by primary key whatever the statistics say (a
+// table not yet analyzed planned a sequential scan of every entry).
+//
+// Left alone: a record (its re-drive decodes it again, in Go), and a
+// lane's job, whose re-drive or discard moves its lane (for the reason
+// jobsCancel gives).
+
+// DLQRedriveMany re-drives the entries among ids whose job is dead and
+// of no lane, and returns those it could not re-drive, each with
+// DLQRedrive's error, and the entries it left alone.
+func (s *Store) DLQRedriveMany(ctx context.Context, ids []int64, by string) (failed []bulk.Failure, alone []int64, err error) {
+	return s.dlqMany(ctx, true, ids, by)
+}
+
+// DLQDiscardMany discards the entries among ids that are records or whose
+// job is of no lane, and returns those it could not discard, each with
+// DLQDiscard's error, and the entries it left alone.
+func (s *Store) DLQDiscardMany(ctx context.Context, ids []int64, by string) (failed []bulk.Failure, alone []int64, err error) {
+	return s.dlqMany(ctx, false, ids, by)
+}
+
+// dlqMany runs a chunk's statement (a re-drive's, or a discard's),
+// whose row for each entry found is its id, job, the job it was
+// re-driven to, whether its job is a lane's (NULL: the job is gone), and,
+// for a re-drive, the job's state under its lock; and it sorts out what
+// the statement did not do.
+func (s *Store) dlqMany(ctx context.Context, redrive bool, ids []int64, by string) (failed []bulk.Failure, alone []int64, err error) {
+	if by == "" {
+		return nil, nil, errNoActor
+	}
+	sql := dlqDiscardManySQL
+	if redrive {
+		sql = dlqRedriveManySQL
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		failed, alone = nil, nil
+		if _, err := tx.Exec(ctx, planSQL); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, sql, ids, by)
+		if err != nil {
+			return err
+		}
+		found := make(map[int64]bool, len(ids))
+		var id int64
+		var job, redriven *int64
+		var lane *bool
+		var state *jobstate.State
+		if _, err := pgx.ForEachRow(rows, []any{&id, &job, &redriven, &lane, &state}, func() error {
+			found[id] = true
+			fail := func(err error) { failed = append(failed, bulk.Failure{ID: id, Error: err.Error()}) }
+			switch {
+			case redriven != nil:
+				fail(redrivenError{id, *redriven})
+			case lane != nil && *lane, redrive && job == nil:
+				alone = append(alone, id)
+			case !redrive: // discarded
+			case lane == nil:
+				fail(ErrNotFound) // its job is gone
+			case state == nil || *state != jobstate.Dead:
+				fail(ErrConflict)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if !found[id] {
+				failed = append(failed, bulk.Failure{ID: id, Error: ErrNotFound.Error()})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return failed, alone, nil
+}
+
+// dlqRedriveManySQL is DLQRedrive's statement for entries $1, for $2.
+const dlqRedriveManySQL = `
+	WITH e AS (
+		SELECT id, job_id, redrive_job_id FROM dlq_entries WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
+	), j AS (
+		-- The entries' jobs as an array, looked up by primary key: as a
+		-- subquery joined in id order, the plan walked all of jobs.
+		SELECT id, state FROM jobs
+		WHERE id = ANY(ARRAY(SELECT job_id FROM e WHERE redrive_job_id IS NULL)) AND NOT lane
+		ORDER BY id FOR UPDATE
+	), upd AS (
+		UPDATE jobs SET state = 'queued', attempts = 0, scheduled_at = now(), finished_at = NULL,
+			started_at = NULL, lease_expires_at = NULL
+		FROM j WHERE jobs.id = j.id AND j.state = 'dead'
+		RETURNING jobs.id
+	), marked AS (
+		UPDATE dlq_entries d SET redriven_at = now(), redriven_by = $2, redrive_job_id = upd.id
+		FROM e JOIN upd ON upd.id = e.job_id
+		WHERE d.id = e.id
+		RETURNING d.id, d.redrive_job_id
+	), logged AS (
+		INSERT INTO audit_log (actor, action, target, detail)
+		SELECT $2, '` + AuditRedrive + `', 'dlq/' || id, jsonb_build_object('job_id', redrive_job_id) FROM marked ORDER BY id
+	)
+	SELECT e.id, e.job_id, e.redrive_job_id, (SELECT lane FROM jobs WHERE id = e.job_id), j.state
+	FROM e LEFT JOIN j ON j.id = e.job_id`
+
+// dlqDiscardManySQL is DLQDiscard's statement for entries $1, for $2:
+// the entry goes, and its audit entry says what was dropped.
+const dlqDiscardManySQL = `
+	WITH e AS (
+		SELECT id, job_id, redrive_job_id, (SELECT lane FROM jobs WHERE id = d.job_id) AS lane
+		FROM dlq_entries d WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
+	), del AS (
+		DELETE FROM dlq_entries d USING e
+		WHERE d.id = e.id AND e.redrive_job_id IS NULL AND NOT coalesce(e.lane, false)
+		RETURNING d.id, d.reason, d.route, d.queue, d.job_id, d.src_topic, d.src_partition, d.src_offset
+	), logged AS (
+		INSERT INTO audit_log (actor, action, target, detail)
+		SELECT $2, '` + AuditDiscard + `', 'dlq/' || id,
+			jsonb_build_object('reason', reason, 'route', route, 'queue', queue, 'job_id', job_id)
+			|| CASE WHEN src_topic IS NOT NULL AND src_partition IS NOT NULL AND src_offset IS NOT NULL
+				THEN jsonb_build_object('source', src_topic || '/' || src_partition || '/' || src_offset)
+				ELSE '{}' END
+		FROM del ORDER BY id
+	)
+	SELECT id, job_id, redrive_job_id, lane, NULL::text FROM e`
