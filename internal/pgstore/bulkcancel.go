@@ -66,20 +66,15 @@ func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed 
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		failed, lanes = nil, nil
-		if _, err := tx.Exec(ctx, planSQL); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, jobsCancelSQL, ids, by)
-		if err != nil {
-			return err
-		}
 		var running []int64
-		seen := make(map[int64]bool, len(ids))
 		var id int64
 		var state *jobstate.State
 		var lane bool
-		if _, err := pgx.ForEachRow(rows, []any{&id, &state, &lane}, func() error {
-			seen[id] = true
+		// Those with no row are gone from jobs since the page was read
+		// (moved to job_history as succeeded, or pruned): read in a
+		// statement of its own, whose snapshot is taken after the locks,
+		// as JobCancel does.
+		gone, err := chunkStatement(ctx, tx, jobsCancelSQL, ids, by, []any{&id, &state, &lane}, func() {
 			switch {
 			case lane:
 				lanes = append(lanes, id)
@@ -88,18 +83,9 @@ func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed 
 			case *state == jobstate.Running:
 				running = append(running, id)
 			}
-			return nil
-		}); err != nil {
+		})
+		if err != nil {
 			return err
-		}
-		// Gone from jobs since the page was read (moved to job_history as
-		// succeeded, or pruned): read in a statement of its own, whose
-		// snapshot is taken after the locks above, as JobCancel does.
-		var gone []int64
-		for _, id := range ids {
-			if !seen[id] {
-				gone = append(gone, id)
-			}
 		}
 		if len(gone) > 0 {
 			finished := map[int64]jobstate.State{}
@@ -130,6 +116,36 @@ func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed 
 		return nil, nil, err
 	}
 	return failed, lanes, nil
+}
+
+// chunkStatement runs a bulk action's statement for a chunk, sql with the
+// chunk's ids ($1) and actor ($2), in tx after planSQL (so that it reads
+// by primary key whatever the statistics say); it scans each row into
+// dest, whose first target is the row's item id, calls row, and returns
+// the ids that had no row.
+func chunkStatement(ctx context.Context, tx pgx.Tx, sql string, ids []int64, by string, dest []any, row func()) ([]int64, error) {
+	if _, err := tx.Exec(ctx, planSQL); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, sql, ids, by)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[int64]bool, len(ids))
+	if _, err := pgx.ForEachRow(rows, dest, func() error {
+		seen[*dest[0].(*int64)] = true
+		row()
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var missing []int64
+	for _, id := range ids {
+		if !seen[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing, nil
 }
 
 // jobsCancelSQL is JobCancel's statement for many jobs ($1), for $2:

@@ -70,14 +70,7 @@ func TestJobsCancelInAChunkAgreesWithEachAlone(t *testing.T) {
 	}
 	run := func(chunk bool) outcome {
 		s := testenv.MigratedStore(t)
-		ids := cancelFixture(t, s)
-		name := map[int64]string{}
-		var all []int64
-		for n, id := range ids {
-			name[id] = n
-			all = append(all, id)
-		}
-		slices.Sort(all)
+		name, all := named(cancelFixture(t, s))
 		conn, err := s.Pool().Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -14,9 +14,9 @@ import (
 // one transaction, as DLQRedrive and DLQDiscard do each; the others are
 // left to be taken alone, each in a transaction of its own. Entries are
 // locked in id order, then their jobs in id order, as DLQRedrive locks an
-// entry and then its job. The statements run after planSQL, so that they
-// read entries and jobs by primary key whatever the statistics say (a
-// table not yet analyzed planned a sequential scan of every entry).
+// entry and then its job. The statements run after planSQL
+// (chunkStatement): a table not yet analyzed planned a sequential scan
+// of every entry.
 //
 // Left alone: a record (its re-drive decodes it again, in Go), and a
 // lane's job, whose re-drive or discard moves its lane (for the reason
@@ -51,20 +51,11 @@ func (s *Store) dlqMany(ctx context.Context, redrive bool, ids []int64, by strin
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		failed, alone = nil, nil
-		if _, err := tx.Exec(ctx, planSQL); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, sql, ids, by)
-		if err != nil {
-			return err
-		}
-		found := make(map[int64]bool, len(ids))
 		var id int64
 		var job, redriven *int64
 		var lane *bool
 		var state *jobstate.State
-		if _, err := pgx.ForEachRow(rows, []any{&id, &job, &redriven, &lane, &state}, func() error {
-			found[id] = true
+		missing, err := chunkStatement(ctx, tx, sql, ids, by, []any{&id, &job, &redriven, &lane, &state}, func() {
 			fail := func(err error) { failed = append(failed, bulk.Failure{ID: id, Error: err.Error()}) }
 			switch {
 			case redriven != nil:
@@ -77,16 +68,11 @@ func (s *Store) dlqMany(ctx context.Context, redrive bool, ids []int64, by strin
 			case state == nil || *state != jobstate.Dead:
 				fail(ErrConflict)
 			}
-			return nil
-		}); err != nil {
-			return err
+		})
+		for _, id := range missing {
+			failed = append(failed, bulk.Failure{ID: id, Error: ErrNotFound.Error()})
 		}
-		for _, id := range ids {
-			if !found[id] {
-				failed = append(failed, bulk.Failure{ID: id, Error: ErrNotFound.Error()})
-			}
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, nil, err

@@ -53,14 +53,7 @@ func TestDLQChunksAgreeWithEachAlone(t *testing.T) {
 	for _, a := range actions {
 		run := func(chunk bool) outcome {
 			s := testenv.MigratedStore(t)
-			entries := dlqFixture(t, s)
-			name := map[int64]string{}
-			var ids []int64
-			for n, id := range entries {
-				name[id] = n
-				ids = append(ids, id)
-			}
-			slices.Sort(ids)
+			name, ids := named(dlqFixture(t, s))
 			o := outcome{map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}}
 			act := bulk.Chunked(a.many(s), a.one(s))
 			if !chunk {
@@ -112,6 +105,18 @@ func TestDLQChunksAgreeWithEachAlone(t *testing.T) {
 			}
 		}
 	}
+}
+
+// named is a fixture's items by id, and their ids in order.
+func named(items map[string]int64) (map[int64]string, []int64) {
+	name := map[int64]string{}
+	var ids []int64
+	for n, id := range items {
+		name[id] = n
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return name, ids
 }
 
 // dlqFixture parks an entry in every state a bulk action meets, and names
