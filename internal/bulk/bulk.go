@@ -92,9 +92,9 @@ const page = 500
 // five times as long (and a stop waits for).
 const Chunk = 100
 
-// Act acts on a chunk of items in one transaction and returns those it
-// could not act on, each with why; it acted on the others. An error
-// means it acted on none of them: the transaction rolled back.
+// Act acts on a chunk of items and returns those it could not act on,
+// each with why; it acted on the others. An error means it acted on none
+// of them (its transaction rolled back), unless ctx ended.
 type Act func(ctx context.Context, ids []int64) ([]Failure, error)
 
 // each is the Act of an action taken one item at a time, each item in a
