@@ -94,3 +94,60 @@ func cancelledAttempts(t *testing.T, addrs []string) int {
 	}
 	return n
 }
+
+// A bulk cancel (POST /v1/jobs/cancel, chunks of jobs in one statement)
+// stops the running attempts in every process at once, as a single
+// cancel does, and the queued jobs never start: six attempts hang at the
+// target across two processes, ten jobs wait behind them, and one
+// request cancels all sixteen. The heartbeat (a third of a 60 s lease)
+// cannot be what stops them.
+func TestBulkCancelStopsRunningAttemptsInEveryProcess(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, 4)
+	tg := newTarget(t)
+	var mu sync.Mutex
+	aborted := map[int64]bool{}
+	tg.setBehaviour(func(r *http.Request, c call) int {
+		<-r.Context().Done()
+		mu.Lock()
+		aborted[c.JobID] = true
+		mu.Unlock()
+		return 0
+	})
+	c := testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 3, lease: 60s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, dedupe: {field: id}, target: {http: {url: %q, timeout: 5m}}}
+`, topic, tg.URL())}
+	cfg := writeConfig(t, c)
+	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
+	addrs := []string{adminAddr(t, a), adminAddr(t, b)}
+	testenv.Produce(t, topic, records(0, 16)...)
+	testenv.Eventually(t, 60*time.Second, "six attempts running at the target and ten jobs queued", func() bool {
+		return len(tg.received()) == 6 && testenv.Count(t, store, `SELECT count(*) FROM jobs WHERE state = 'queued'`) == 10
+	})
+	code, body := api(t, addrs[0], "POST", "/v1/jobs/cancel?queue=q&expect=16")
+	if code != http.StatusOK || compactJSON(t, body) != `{"cancelled":16,"failed":[]}` {
+		t.Fatalf("bulk cancel: %d %s", code, body)
+	}
+	testenv.Eventually(t, 5*time.Second, "the six running attempts to be aborted", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(aborted) == 6
+	})
+	testenv.Eventually(t, 10*time.Second, "the processes to count six cancelled attempts", func() bool {
+		return cancelledAttempts(t, addrs) == 6
+	})
+	if n := testenv.Count(t, store, `SELECT count(*) FROM jobs WHERE state = 'cancelled'`); n != 16 {
+		t.Fatalf("%d cancelled jobs, want 16", n)
+	}
+	if n := testenv.Count(t, store, `SELECT count(DISTINCT target) FROM audit_log WHERE action = 'cancel'`); n != 16 {
+		t.Fatalf("%d jobs audited as cancelled, want 16", n)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if calls := tg.received(); len(calls) != 6 {
+		t.Fatalf("%d calls at the target, want 6: a cancelled job never starts", len(calls))
+	}
+}
