@@ -57,9 +57,14 @@ func (s *Store) cancelAct(by string) bulk.Act {
 // same transaction, which locks the lane; ingest locks a lane and then
 // promotes its next job. A transaction holding several jobs' locks while
 // it waits for a lane could hold the very job that an ingest holding
-// that lane waits for, and one of them would end in a deadlock. A job of
-// no lane takes no lane's lock, and the others here are locked in id
-// order, as every batch that locks jobs locks them (splitLeases).
+// that lane waits for, and one of them would end in a deadlock. Nor a
+// lane's waiting jobs, which take no lane's lock: a completion batch
+// holds its running jobs and then, with their lanes, promotes the next
+// waiting ones, so a transaction holding a waiting job and waiting for a
+// running one in that batch would deadlock with it. A job of no lane
+// takes no lane's lock and is promoted by no one, and the jobs here are
+// locked in id order, as every batch that locks jobs locks them
+// (splitLeases).
 func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed []bulk.Failure, lanes []int64, err error) {
 	if by == "" {
 		return nil, nil, errNoActor
