@@ -44,14 +44,22 @@ func (s *Store) JobCancelMatching(ctx context.Context, f JobFilter, by string, o
 func (s *Store) cancelAct(by string) bulk.Act {
 	return bulk.Chunked(
 		func(ctx context.Context, ids []int64) ([]bulk.Failure, []int64, error) {
-			return s.jobsCancel(ctx, ids, by)
+			failed, lanes, err := s.jobsCancel(ctx, ids, by)
+			var fs []bulk.Failure
+			for id, err := range failed {
+				fs = append(fs, bulk.Failure{ID: id, Error: err.Error()})
+			}
+			return fs, lanes, err
 		},
 		func(ctx context.Context, id int64) error { return s.JobCancel(ctx, id, by) })
 }
 
-// jobsCancel cancels in one transaction the jobs of no lane among ids,
-// as JobCancel does each, and returns those it could not cancel, and
-// the lanes' jobs, for JobCancel to cancel each alone.
+// jobsCancel cancels in one transaction the jobs among ids that have not
+// finished, and returns why it could not cancel the others: the job's
+// own answer if it finished ("job 5 has finished already (dead)", an
+// ErrConflict), ErrNotFound if there is no such job. Its one definition
+// of a cancel is JobCancel's, of one job. Of several, it leaves the jobs
+// of lanes (lanes) for JobCancel to cancel each alone.
 //
 // Why lane jobs alone: cancelling a lane's head advances its lane in the
 // same transaction, which locks the lane; ingest locks a lane and then
@@ -65,12 +73,12 @@ func (s *Store) cancelAct(by string) bulk.Act {
 // takes no lane's lock and is promoted by no one, and the jobs here are
 // locked in id order, as every batch that locks jobs locks them
 // (splitLeases).
-func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed []bulk.Failure, lanes []int64, err error) {
+func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed map[int64]error, lanes []int64, err error) {
 	if by == "" {
 		return nil, nil, errNoActor
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		failed, lanes = nil, nil
+		failed, lanes = map[int64]error{}, nil
 		var running []int64
 		var id int64
 		var state *jobstate.State
@@ -84,7 +92,7 @@ func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed 
 			case lane:
 				lanes = append(lanes, id)
 			case state.IsFinal():
-				failed = append(failed, bulk.Failure{ID: id, Error: finishedError{id, *state}.Error()})
+				failed[id] = finishedError{id, *state}
 			case *state == jobstate.Running:
 				running = append(running, id)
 			}
@@ -103,15 +111,16 @@ func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed 
 				return err
 			}
 			for _, id := range gone {
-				err := error(ErrNotFound)
+				failed[id] = ErrNotFound
 				if st, ok := finished[id]; ok {
-					err = finishedError{id, st}
+					failed[id] = finishedError{id, st}
 				}
-				failed = append(failed, bulk.Failure{ID: id, Error: err.Error()})
 			}
 		}
 		if len(running) > 0 {
-			// As JobCancel: the processes running them abort them at once.
+			// Sent on commit: the processes that run them cancel the
+			// attempts at once, not at their next heartbeat (which still
+			// catches a missed one).
 			_, err := tx.Exec(ctx, `SELECT pg_notify($1, id::text) FROM unnest($2::bigint[]) AS id`, s.CancelChannel(), running)
 			return err
 		}
@@ -153,14 +162,17 @@ func chunkStatement(ctx context.Context, tx pgx.Tx, sql string, ids []int64, by 
 	return missing, nil
 }
 
-// jobsCancelSQL is JobCancel's statement for many jobs ($1), for $2:
-// those of no lane locked in id order and cancelled if they have not
+// jobsCancelSQL is a cancel of jobs $1, for $2: those of no lane (and a
+// lane's job alone) locked in id order and cancelled if they have not
 // finished (their running attempts counted, each audited), then a row
 // for each: its state before (the state it has, if final), and for a
-// lane's job no state, untouched. A job that is not in jobs has no row.
+// lane's job among several no state, untouched. A job that is not in
+// jobs has no row.
 const jobsCancelSQL = `
 	WITH old AS (
-		SELECT id, state FROM jobs WHERE id = ANY($1::bigint[]) AND NOT lane ORDER BY id FOR UPDATE
+		SELECT id, state FROM jobs
+		WHERE id = ANY($1::bigint[]) AND (NOT lane OR cardinality($1::bigint[]) = 1)
+		ORDER BY id FOR UPDATE
 	), upd AS (
 		UPDATE jobs j SET state = 'cancelled', finished_at = now(), lease_expires_at = NULL
 		FROM old WHERE j.id = old.id AND old.state IN ('waiting', 'queued', 'running', 'retrying')
@@ -174,7 +186,7 @@ const jobsCancelSQL = `
 	)
 	SELECT id, state, false FROM old
 	UNION ALL
-	SELECT id, NULL, true FROM jobs WHERE id = ANY($1::bigint[]) AND lane`
+	SELECT id, NULL, true FROM jobs WHERE id = ANY($1::bigint[]) AND lane AND cardinality($1::bigint[]) > 1`
 
 // JobCountUnfinished counts the unfinished jobs that f matches: what
 // JobCancelMatching would cancel now.

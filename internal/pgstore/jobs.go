@@ -1427,48 +1427,11 @@ func truncate(s string, n int) string {
 // before the cancel reached it and its completion was rejected, and a
 // cancel from the CLI runs in no serving process at all.
 func (s *Store) JobCancel(ctx context.Context, id int64, by string) error {
-	var state jobstate.State
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `
-			WITH old AS (SELECT id, state FROM jobs WHERE id = $1 FOR UPDATE),
-			upd AS (
-				UPDATE jobs j SET state = 'cancelled', finished_at = now(), lease_expires_at = NULL
-				FROM old WHERE j.id = old.id AND old.state IN ('waiting', 'queued', 'running', 'retrying')
-				RETURNING j.kind, old.state
-			), tally AS (
-				INSERT INTO outcome_tally (kind, outcome, n)
-				SELECT kind, 'cancelled', 1 FROM upd WHERE state = 'running'
-			)
-			SELECT old.state FROM old`, id).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Not in jobs: kept in job_history if it succeeded. Read in a
-			// statement of its own, whose snapshot is taken after the lock
-			// wait above: a job that a completion moved meanwhile reads
-			// as succeeded, not as the running job the first statement's
-			// snapshot still saw.
-			err = tx.QueryRow(ctx, `SELECT state FROM jobs_by_id(ARRAY[$1::bigint])`, id).Scan(&state)
-		}
-		if err != nil || state.IsFinal() {
-			return err
-		}
-		if err := audit(ctx, tx, by, AuditCancel, fmt.Sprintf("job/%d", id), map[string]any{"was": state}); err != nil {
-			return err
-		}
-		if state != jobstate.Running {
-			return nil
-		}
-		// Sent on commit: the process that runs it cancels the attempt at
-		// once, not at its next heartbeat (which still catches a missed one).
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.CancelChannel(), strconv.FormatInt(id, 10))
-		return err
-	})
+	failed, _, err := s.jobsCancel(ctx, []int64{id}, by)
 	if err != nil {
-		return notFound(err)
+		return err
 	}
-	if state.IsFinal() {
-		return finishedError{id, state}
-	}
-	return nil
+	return failed[id]
 }
 
 // finishedError is the ErrConflict of an action on a job that has
