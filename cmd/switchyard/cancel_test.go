@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -24,22 +25,8 @@ func TestCancelStopsARunningAttemptAtOnce(t *testing.T) {
 	schema := testenv.Schema(t)
 	store := testenv.Store(t, schema)
 	topic := testenv.Topic(t, 2)
-	tg := newTarget(t)
-	var mu sync.Mutex
-	aborted := map[int64]time.Time{}
-	tg.setBehaviour(func(r *http.Request, c call) int {
-		<-r.Context().Done()
-		mu.Lock()
-		aborted[c.JobID] = time.Now()
-		mu.Unlock()
-		return 0
-	})
-	c := testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
-  q: {concurrency: 1, lease: 60s, poll_interval: 100ms}
-routes:
-  - {topic: %q, kind: k, queue: q, dedupe: {field: id}, target: {http: {url: %q, timeout: 5m}}}
-`, topic, tg.URL())}
-	cfg := writeConfig(t, c)
+	tg, aborted := hangingTarget(t)
+	cfg := hangingConfig(t, schema, topic, tg, 1)
 	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
 	addrs := []string{adminAddr(t, a), adminAddr(t, b)}
 	testenv.Produce(t, topic, records(0, 2)...)
@@ -54,14 +41,10 @@ routes:
 			t.Fatalf("cancel job %d: %d %s", call.JobID, code, body)
 		}
 		testenv.Eventually(t, 5*time.Second, fmt.Sprintf("job %d's attempt to be aborted", call.JobID), func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			_, ok := aborted[call.JobID]
+			_, ok := aborted()[call.JobID]
 			return ok
 		})
-		mu.Lock()
-		took := aborted[call.JobID].Sub(start)
-		mu.Unlock()
+		took := aborted()[call.JobID].Sub(start)
 		t.Logf("job %d: attempt aborted %s after the cancel", call.JobID, took.Round(time.Millisecond))
 		if took > time.Second {
 			t.Fatalf("job %d's attempt was aborted %s after the cancel, want within 1 s", call.JobID, took)
@@ -77,6 +60,37 @@ routes:
 	if calls := tg.received(); len(calls) != 2 {
 		t.Fatalf("%d calls at the target, want 2: a cancelled job is never retried", len(calls))
 	}
+}
+
+// hangingTarget is a target whose calls answer only once their request
+// is cancelled, and when each job's attempt was aborted.
+func hangingTarget(t *testing.T) (*target, func() map[int64]time.Time) {
+	tg := newTarget(t)
+	var mu sync.Mutex
+	aborted := map[int64]time.Time{}
+	tg.setBehaviour(func(r *http.Request, c call) int {
+		<-r.Context().Done()
+		mu.Lock()
+		aborted[c.JobID] = time.Now()
+		mu.Unlock()
+		return 0
+	})
+	return tg, func() map[int64]time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(aborted)
+	}
+}
+
+// hangingConfig is a process's config with queue q of concurrency workers
+// fed by topic, leases of a minute (no heartbeat in a test's time) and
+// the target tg.
+func hangingConfig(t *testing.T, schema, topic string, tg *target, concurrency int) string {
+	return writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: %d, lease: 60s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, dedupe: {field: id}, target: {http: {url: %q, timeout: 5m}}}
+`, concurrency, topic, tg.URL())})
 }
 
 var reCancelled = regexp.MustCompile(`(?m)^switchyard_job_attempts_total\{kind="k",outcome="cancelled"\} (\d+)$`)
@@ -106,22 +120,8 @@ func TestBulkCancelStopsRunningAttemptsInEveryProcess(t *testing.T) {
 	schema := testenv.Schema(t)
 	store := testenv.Store(t, schema)
 	topic := testenv.Topic(t, 4)
-	tg := newTarget(t)
-	var mu sync.Mutex
-	aborted := map[int64]bool{}
-	tg.setBehaviour(func(r *http.Request, c call) int {
-		<-r.Context().Done()
-		mu.Lock()
-		aborted[c.JobID] = true
-		mu.Unlock()
-		return 0
-	})
-	c := testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
-  q: {concurrency: 3, lease: 60s, poll_interval: 100ms}
-routes:
-  - {topic: %q, kind: k, queue: q, dedupe: {field: id}, target: {http: {url: %q, timeout: 5m}}}
-`, topic, tg.URL())}
-	cfg := writeConfig(t, c)
+	tg, aborted := hangingTarget(t)
+	cfg := hangingConfig(t, schema, topic, tg, 3)
 	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
 	addrs := []string{adminAddr(t, a), adminAddr(t, b)}
 	testenv.Produce(t, topic, records(0, 16)...)
@@ -133,9 +133,7 @@ routes:
 		t.Fatalf("bulk cancel: %d %s", code, body)
 	}
 	testenv.Eventually(t, 5*time.Second, "the six running attempts to be aborted", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(aborted) == 6
+		return len(aborted()) == 6
 	})
 	testenv.Eventually(t, 10*time.Second, "the processes to count six cancelled attempts", func() bool {
 		return cancelledAttempts(t, addrs) == 6

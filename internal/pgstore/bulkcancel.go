@@ -74,9 +74,6 @@ func (s *Store) cancelAct(by string) bulk.Act {
 // locked in id order, as every batch that locks jobs locks them
 // (splitLeases).
 func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed map[int64]error, lanes []int64, err error) {
-	if by == "" {
-		return nil, nil, errNoActor
-	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		failed, lanes = map[int64]error{}, nil
 		var running []int64
@@ -136,8 +133,11 @@ func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed 
 // chunk's ids ($1) and actor ($2), in tx after planSQL (so that it reads
 // by primary key whatever the statistics say); it scans each row into
 // dest, whose first target is the row's item id, calls row, and returns
-// the ids that had no row.
+// the ids that had no row. Its statement audits what it does, for by.
 func chunkStatement(ctx context.Context, tx pgx.Tx, sql string, ids []int64, by string, dest []any, row func()) ([]int64, error) {
+	if by == "" {
+		return nil, errNoActor
+	}
 	if _, err := tx.Exec(ctx, planSQL); err != nil {
 		return nil, err
 	}

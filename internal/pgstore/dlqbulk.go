@@ -36,48 +36,51 @@ func (s *Store) DLQDiscardMany(ctx context.Context, ids []int64, by string) (fai
 	return s.dlqMany(ctx, false, ids, by)
 }
 
-// dlqMany runs a chunk's statement (a re-drive's, or a discard's),
-// whose row for each entry found is its id, job, the job it was
-// re-driven to, whether its job is a lane's (NULL: the job is gone), and,
-// for a re-drive, the job's state under its lock; and it sorts out what
-// the statement did not do.
+// dlqMany is dlqChunk in a transaction of its own.
 func (s *Store) dlqMany(ctx context.Context, redrive bool, ids []int64, by string) (failed []bulk.Failure, alone []int64, err error) {
-	if by == "" {
-		return nil, nil, errNoActor
-	}
-	sql := dlqDiscardManySQL
-	if redrive {
-		sql = dlqRedriveManySQL
-	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		failed, alone = nil, nil
-		var id int64
-		var job, redriven *int64
-		var lane *bool
-		var state *jobstate.State
-		missing, err := chunkStatement(ctx, tx, sql, ids, by, []any{&id, &job, &redriven, &lane, &state}, func() {
-			fail := func(err error) { failed = append(failed, bulk.Failure{ID: id, Error: err.Error()}) }
-			switch {
-			case redriven != nil:
-				fail(redrivenError{id, *redriven})
-			case lane != nil && *lane, redrive && job == nil:
-				alone = append(alone, id)
-			case !redrive: // discarded
-			case lane == nil:
-				fail(ErrNotFound) // its job is gone
-			case state == nil || *state != jobstate.Dead:
-				fail(ErrConflict)
-			}
-		})
-		for _, id := range missing {
-			failed = append(failed, bulk.Failure{ID: id, Error: ErrNotFound.Error()})
-		}
+		failed, alone, err = dlqChunk(ctx, tx, redrive, ids, by)
 		return err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	return failed, alone, nil
+}
+
+// dlqChunk runs a chunk's statement in tx (a re-drive's, or a
+// discard's), whose row for each entry found is its id, job, the job it
+// was re-driven to, whether it is left alone for its job's lane (NULL:
+// the job is gone), and, for a re-drive, the job's state under its lock;
+// and it sorts out what the statement did not do. Of one entry, a discard
+// takes a lane's job's entry too (DLQDiscard, once the lane has moved on).
+func dlqChunk(ctx context.Context, tx pgx.Tx, redrive bool, ids []int64, by string) (failed []bulk.Failure, alone []int64, err error) {
+	sql := dlqDiscardManySQL
+	if redrive {
+		sql = dlqRedriveManySQL
+	}
+	var id int64
+	var job, redriven *int64
+	var lane *bool
+	var state *jobstate.State
+	missing, err := chunkStatement(ctx, tx, sql, ids, by, []any{&id, &job, &redriven, &lane, &state}, func() {
+		fail := func(err error) { failed = append(failed, bulk.Failure{ID: id, Error: err.Error()}) }
+		switch {
+		case redriven != nil:
+			fail(redrivenError{id, *redriven})
+		case lane != nil && *lane, redrive && job == nil:
+			alone = append(alone, id)
+		case !redrive: // discarded
+		case lane == nil:
+			fail(ErrNotFound) // its job is gone
+		case state == nil || *state != jobstate.Dead:
+			fail(ErrConflict)
+		}
+	})
+	for _, id := range missing {
+		failed = append(failed, bulk.Failure{ID: id, Error: ErrNotFound.Error()})
+	}
+	return failed, alone, err
 }
 
 // dlqRedriveManySQL is DLQRedrive's statement for entries $1, for $2.
@@ -91,8 +94,7 @@ const dlqRedriveManySQL = `
 		WHERE id = ANY(ARRAY(SELECT job_id FROM e WHERE redrive_job_id IS NULL)) AND NOT lane
 		ORDER BY id FOR UPDATE
 	), upd AS (
-		UPDATE jobs SET state = 'queued', attempts = 0, scheduled_at = now(), finished_at = NULL,
-			started_at = NULL, lease_expires_at = NULL
+		UPDATE jobs SET state = 'queued', ` + putBackSQL + `
 		FROM j WHERE jobs.id = j.id AND j.state = 'dead'
 		RETURNING jobs.id
 	), marked AS (
@@ -111,7 +113,10 @@ const dlqRedriveManySQL = `
 // the entry goes, and its audit entry says what was dropped.
 const dlqDiscardManySQL = `
 	WITH e AS (
-		SELECT id, job_id, redrive_job_id, (SELECT lane FROM jobs WHERE id = d.job_id) AS lane
+		-- lane: the entry's job is a lane's and the entry is not alone
+		-- (NULL: its job is gone).
+		SELECT id, job_id, redrive_job_id,
+			(SELECT lane AND cardinality($1::bigint[]) > 1 FROM jobs WHERE id = d.job_id) AS lane
 		FROM dlq_entries d WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
 	), del AS (
 		DELETE FROM dlq_entries d USING e

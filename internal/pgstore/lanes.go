@@ -320,10 +320,7 @@ func (s *Store) DLQRedrive(ctx context.Context, entryID int64, by string) (int64
 		if lane && !head {
 			next = jobstate.Waiting
 		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE jobs SET state = $2, attempts = 0, scheduled_at = now(), finished_at = NULL,
-				started_at = NULL, lease_expires_at = NULL
-			WHERE id = $1`, id, next); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE jobs SET state = $2, `+putBackSQL+` WHERE id = $1`, id, next); err != nil {
 			return err
 		}
 		if next == jobstate.Waiting {
@@ -336,6 +333,10 @@ func (s *Store) DLQRedrive(ctx context.Context, entryID int64, by string) (int64
 	})
 	return jobID, err
 }
+
+// putBackSQL is the SET list, but for the state, of a finished job put
+// back to run again with fresh attempts: a re-drive's, a re-run's.
+const putBackSQL = `attempts = 0, scheduled_at = now(), finished_at = NULL, started_at = NULL, lease_expires_at = NULL`
 
 // redriveEntry marks an entry re-driven to a job, and audits it: the
 // entry keeps answering, with the job that came of it, until that job is
@@ -363,23 +364,11 @@ func (s *Store) DLQDiscard(ctx context.Context, entryID int64, by string) error 
 				return err
 			}
 		}
-		// The entry goes; its audit entry is what is left of it, so it
-		// says what was dropped.
-		var reason, route, queue string
-		var job *int64
-		var topic *string
-		var part *int32
-		var off *int64
-		if err := tx.QueryRow(ctx, `DELETE FROM dlq_entries WHERE id = $1
-			RETURNING reason, route, queue, job_id, src_topic, src_partition, src_offset`, entryID).
-			Scan(&reason, &route, &queue, &job, &topic, &part, &off); err != nil {
-			return err
-		}
-		detail := map[string]any{"reason": reason, "route": route, "queue": queue, "job_id": job}
-		if topic != nil && part != nil && off != nil {
-			detail["source"] = fmt.Sprintf("%s/%d/%d", *topic, *part, *off)
-		}
-		return audit(ctx, tx, by, AuditDiscard, fmt.Sprintf("dlq/%d", entryID), detail)
+		// The entry goes, as a bulk discard's chunk takes it; its audit
+		// entry is what is left of it, so it says what was dropped. An
+		// entry missing or re-driven already, lockEntry has answered for.
+		_, _, err = dlqChunk(ctx, tx, false, []int64{entryID}, by)
+		return err
 	})
 }
 
@@ -464,8 +453,7 @@ func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string)
 		}
 		rows, err := tx.Query(ctx, `
 			WITH r AS (
-				UPDATE jobs j SET attempts = 0, scheduled_at = now(), finished_at = NULL, started_at = NULL,
-					lease_expires_at = NULL,
+				UPDATE jobs j SET `+putBackSQL+`,
 					state = CASE WHEN NOT j.lane OR EXISTS (SELECT 1 FROM lanes l
 						WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id) THEN 'queued' ELSE 'waiting' END
 				WHERE j.id IN (SELECT job_id FROM job_keys
