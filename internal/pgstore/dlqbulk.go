@@ -39,7 +39,12 @@ func (s *Store) DLQDiscardMany(ctx context.Context, ids []int64, by string) (fai
 // dlqMany is dlqChunk in a transaction of its own.
 func (s *Store) dlqMany(ctx context.Context, redrive bool, ids []int64, by string) (failed []bulk.Failure, alone []int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		failed, alone, err = dlqChunk(ctx, tx, redrive, ids, by)
+		var errs map[int64]error
+		errs, alone, err = dlqChunk(ctx, tx, redrive, ids, by)
+		failed = nil
+		for id, err := range errs {
+			failed = append(failed, bulk.Failure{ID: id, Error: err.Error()})
+		}
 		return err
 	})
 	if err != nil {
@@ -51,52 +56,70 @@ func (s *Store) dlqMany(ctx context.Context, redrive bool, ids []int64, by strin
 // dlqChunk runs a chunk's statement in tx (a re-drive's, or a
 // discard's), whose row for each entry found is its id, job, the job it
 // was re-driven to, whether it is left alone for its job's lane (NULL:
-// the job is gone), and, for a re-drive, the job's state under its lock;
-// and it sorts out what the statement did not do. Of one entry, a discard
-// takes a lane's job's entry too (DLQDiscard, once the lane has moved on).
-func dlqChunk(ctx context.Context, tx pgx.Tx, redrive bool, ids []int64, by string) (failed []bulk.Failure, alone []int64, err error) {
+// the job is gone), and, for a re-drive, the job's state under its lock
+// and whether the re-drive put it back waiting in its lane; and it sorts
+// out what the statement did not do, and promotes the lanes of jobs put
+// back waiting. Of one entry, it takes a lane's job's entry too
+// (DLQRedrive, and DLQDiscard once the lane has moved on).
+func dlqChunk(ctx context.Context, tx pgx.Tx, redrive bool, ids []int64, by string) (failed map[int64]error, alone []int64, err error) {
 	sql := dlqDiscardManySQL
 	if redrive {
 		sql = dlqRedriveManySQL
 	}
+	failed = map[int64]error{}
 	var id int64
 	var job, redriven *int64
 	var lane *bool
 	var state *jobstate.State
-	missing, err := chunkStatement(ctx, tx, sql, ids, by, []any{&id, &job, &redriven, &lane, &state}, func() {
-		fail := func(err error) { failed = append(failed, bulk.Failure{ID: id, Error: err.Error()}) }
+	var waiting bool
+	var promote []int64
+	missing, err := chunkStatement(ctx, tx, sql, ids, by, []any{&id, &job, &redriven, &lane, &state, &waiting}, func() {
 		switch {
 		case redriven != nil:
-			fail(redrivenError{id, *redriven})
+			failed[id] = redrivenError{id, *redriven}
 		case lane != nil && *lane, redrive && job == nil:
 			alone = append(alone, id)
 		case !redrive: // discarded
 		case lane == nil:
-			fail(ErrNotFound) // its job is gone
+			failed[id] = ErrNotFound // its job is gone
 		case state == nil || *state != jobstate.Dead:
-			fail(ErrConflict)
+			failed[id] = ErrConflict
+		case waiting:
+			promote = append(promote, *job)
 		}
 	})
-	for _, id := range missing {
-		failed = append(failed, bulk.Failure{ID: id, Error: ErrNotFound.Error()})
+	if err != nil {
+		return nil, nil, err
 	}
-	return failed, alone, err
+	for _, id := range missing {
+		failed[id] = ErrNotFound
+	}
+	if len(promote) > 0 {
+		// Promotion sees the rows put back, so it is a statement of its
+		// own; lanes in (route, key) order, as every path locks them.
+		if _, err := tx.Exec(ctx, `SELECT lane_promote(route, key) FROM (SELECT DISTINCT route, key FROM jobs
+			WHERE id = ANY($1::bigint[])) l ORDER BY route, key`, promote); err != nil {
+			return nil, nil, err
+		}
+	}
+	return failed, alone, nil
 }
 
 // dlqRedriveManySQL is DLQRedrive's statement for entries $1, for $2.
 const dlqRedriveManySQL = `
 	WITH e AS (
 		SELECT id, job_id, redrive_job_id FROM dlq_entries WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
-	), j AS (
+	), locked AS (
 		-- The entries' jobs as an array, looked up by primary key: as a
 		-- subquery joined in id order, the plan walked all of jobs.
 		SELECT id, state FROM jobs
-		WHERE id = ANY(ARRAY(SELECT job_id FROM e WHERE redrive_job_id IS NULL)) AND NOT lane
+		WHERE id = ANY(ARRAY(SELECT job_id FROM e WHERE redrive_job_id IS NULL))
+		  AND (NOT lane OR cardinality($1::bigint[]) = 1)
 		ORDER BY id FOR UPDATE
 	), upd AS (
-		UPDATE jobs SET state = 'queued', ` + putBackSQL + `
-		FROM j WHERE jobs.id = j.id AND j.state = 'dead'
-		RETURNING jobs.id
+		UPDATE jobs j SET ` + putBackSQL + `
+		FROM locked l WHERE j.id = l.id AND l.state = 'dead'
+		RETURNING j.id, j.state
 	), marked AS (
 		UPDATE dlq_entries d SET redriven_at = now(), redriven_by = $2, redrive_job_id = upd.id
 		FROM e JOIN upd ON upd.id = e.job_id
@@ -106,8 +129,9 @@ const dlqRedriveManySQL = `
 		INSERT INTO audit_log (actor, action, target, detail)
 		SELECT $2, '` + AuditRedrive + `', 'dlq/' || id, jsonb_build_object('job_id', redrive_job_id) FROM marked ORDER BY id
 	)
-	SELECT e.id, e.job_id, e.redrive_job_id, (SELECT lane FROM jobs WHERE id = e.job_id), j.state
-	FROM e LEFT JOIN j ON j.id = e.job_id`
+	SELECT e.id, e.job_id, e.redrive_job_id, (SELECT lane AND cardinality($1::bigint[]) > 1 FROM jobs WHERE id = e.job_id),
+		locked.state, coalesce(upd.state = 'waiting', false)
+	FROM e LEFT JOIN locked ON locked.id = e.job_id LEFT JOIN upd ON upd.id = e.job_id`
 
 // dlqDiscardManySQL is DLQDiscard's statement for entries $1, for $2:
 // the entry goes, and its audit entry says what was dropped.
@@ -131,4 +155,4 @@ const dlqDiscardManySQL = `
 				ELSE '{}' END
 		FROM del ORDER BY id
 	)
-	SELECT id, job_id, redrive_job_id, lane, NULL::text FROM e`
+	SELECT id, job_id, redrive_job_id, lane, NULL::text, false FROM e`

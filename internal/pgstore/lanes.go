@@ -304,39 +304,27 @@ func (s *Store) DLQRedrive(ctx context.Context, entryID int64, by string) (int64
 		if err != nil {
 			return err
 		}
-		var lane, head bool
-		var state jobstate.State
-		err = tx.QueryRow(ctx, `
-			SELECT j.state, j.lane, coalesce(l.head_job_id = j.id, false)
-			FROM jobs j LEFT JOIN lanes l ON j.lane AND l.route = j.route AND l.key = j.key
-			WHERE j.id = $1 FOR UPDATE OF j`, id).Scan(&state, &lane, &head)
-		if err != nil {
-			return notFound(err)
-		}
-		if state != jobstate.Dead {
-			return ErrConflict
-		}
-		next := jobstate.Queued
-		if lane && !head {
-			next = jobstate.Waiting
-		}
-		if _, err := tx.Exec(ctx, `UPDATE jobs SET state = $2, `+putBackSQL+` WHERE id = $1`, id, next); err != nil {
-			return err
-		}
-		if next == jobstate.Waiting {
-			if _, err := tx.Exec(ctx, `SELECT lane_promote(route, key) FROM jobs WHERE id = $1`, id); err != nil {
-				return err
-			}
+		// As a bulk re-drive's chunk takes it, of one entry.
+		failed, _, err := dlqChunk(ctx, tx, true, []int64{entryID}, by)
+		if err == nil {
+			err = failed[entryID]
 		}
 		jobID = id
-		return redriveEntry(ctx, tx, entryID, id, by)
+		return err
 	})
-	return jobID, err
+	if err != nil {
+		return 0, err
+	}
+	return jobID, nil
 }
 
-// putBackSQL is the SET list, but for the state, of a finished job put
-// back to run again with fresh attempts: a re-drive's, a re-run's.
-const putBackSQL = `attempts = 0, scheduled_at = now(), finished_at = NULL, started_at = NULL, lease_expires_at = NULL`
+// putBackSQL is the SET list of a finished job aliased j put back to run
+// again with fresh attempts (a re-drive, a re-run): an unordered job, and
+// a lane's head (a blocked dead one), become queued; any other job of a
+// lane rejoins its lane's order as waiting, for lane_promote.
+const putBackSQL = `attempts = 0, scheduled_at = now(), finished_at = NULL, started_at = NULL, lease_expires_at = NULL,
+	state = CASE WHEN NOT j.lane OR EXISTS (SELECT 1 FROM lanes l
+		WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id) THEN 'queued' ELSE 'waiting' END`
 
 // redriveEntry marks an entry re-driven to a job, and audits it: the
 // entry keeps answering, with the job that came of it, until that job is
@@ -453,9 +441,7 @@ func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string)
 		}
 		rows, err := tx.Query(ctx, `
 			WITH r AS (
-				UPDATE jobs j SET `+putBackSQL+`,
-					state = CASE WHEN NOT j.lane OR EXISTS (SELECT 1 FROM lanes l
-						WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id) THEN 'queued' ELSE 'waiting' END
+				UPDATE jobs j SET `+putBackSQL+`
 				WHERE j.id IN (SELECT job_id FROM job_keys
 					WHERE route = $1 AND origin = 'kafka' AND dedupe_key = ANY($2::text[]))
 				  AND j.state IN ('succeeded', 'dead', 'cancelled', 'skipped', 'expired', 'coalesced')
