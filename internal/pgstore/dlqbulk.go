@@ -11,12 +11,12 @@ import (
 
 // A bulk re-drive's or discard's chunk of entries (package bulk): the
 // entries whose action stays within the entry and a job of no lane, in
-// one transaction, as DLQRedrive and DLQDiscard do each; the others are
-// left to be taken alone, each in a transaction of its own. Entries are
-// locked in id order, then their jobs in id order, as DLQRedrive locks an
-// entry and then its job. The statements run after planSQL
-// (chunkStatement): a table not yet analyzed planned a sequential scan
-// of every entry.
+// one statement; the others are left to be taken alone, each in a
+// transaction of its own. DLQRedrive and DLQDiscard are the same
+// statement for one entry, which then takes a lane's job's entry too.
+// Entries are locked in id order, then their jobs in id order. The
+// statements run after planSQL (chunkStatement): a table not yet
+// analyzed planned a sequential scan of every entry.
 //
 // Left alone: a record (its re-drive decodes it again, in Go), and a
 // lane's job, whose re-drive or discard moves its lane (for the reason
