@@ -106,7 +106,7 @@ func dlqChunk(ctx context.Context, tx pgx.Tx, redrive bool, ids []int64, by stri
 }
 
 // dlqRedriveManySQL is DLQRedrive's statement for entries $1, for $2.
-const dlqRedriveManySQL = `
+var dlqRedriveManySQL = `
 	WITH e AS (
 		SELECT id, job_id, redrive_job_id FROM dlq_entries WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
 	), locked AS (
@@ -120,18 +120,25 @@ const dlqRedriveManySQL = `
 		UPDATE jobs j SET ` + putBackSQL + `
 		FROM locked l WHERE j.id = l.id AND l.state = 'dead'
 		RETURNING j.id, j.state
-	), marked AS (
-		UPDATE dlq_entries d SET redriven_at = now(), redriven_by = $2, redrive_job_id = upd.id
-		FROM e JOIN upd ON upd.id = e.job_id
-		WHERE d.id = e.id
+	), ` + redrivenSQL(`SELECT e.id, upd.id FROM e JOIN upd ON upd.id = e.job_id`) + `
+	SELECT e.id, e.job_id, e.redrive_job_id, (SELECT lane AND cardinality($1::bigint[]) > 1 FROM jobs WHERE id = e.job_id),
+		locked.state, coalesce(upd.state = 'waiting', false)
+	FROM e LEFT JOIN locked ON locked.id = e.job_id LEFT JOIN upd ON upd.id = e.job_id`
+
+// redrivenSQL is the common table expressions that mark entries
+// re-driven to jobs, by $2, and audit each: the entries and their jobs
+// are the rows (entry, job) of pairs, a query.
+func redrivenSQL(pairs string) string {
+	return `marked AS (
+		UPDATE dlq_entries d SET redriven_at = now(), redriven_by = $2, redrive_job_id = p.job
+		FROM (` + pairs + `) AS p(entry, job)
+		WHERE d.id = p.entry
 		RETURNING d.id, d.redrive_job_id
 	), logged AS (
 		INSERT INTO audit_log (actor, action, target, detail)
 		SELECT $2, '` + AuditRedrive + `', 'dlq/' || id, jsonb_build_object('job_id', redrive_job_id) FROM marked ORDER BY id
-	)
-	SELECT e.id, e.job_id, e.redrive_job_id, (SELECT lane AND cardinality($1::bigint[]) > 1 FROM jobs WHERE id = e.job_id),
-		locked.state, coalesce(upd.state = 'waiting', false)
-	FROM e LEFT JOIN locked ON locked.id = e.job_id LEFT JOIN upd ON upd.id = e.job_id`
+	)`
+}
 
 // dlqDiscardManySQL is DLQDiscard's statement for entries $1, for $2:
 // the entry goes, and its audit entry says what was dropped.

@@ -295,7 +295,7 @@ func (s *Store) JobApply(ctx context.Context, id, token int64, version *int64, f
 // DLQRedrive puts a dead job back with fresh attempts: the blocked head
 // of a lane runs again in place; any other lane job rejoins its lane's
 // (version, offset) order; an unordered job is runnable at once. The DLQ
-// entry stays, marked re-driven by `by` (redriveEntry), and the audit log
+// entry stays, marked re-driven by `by` (redrivenSQL), and the audit log
 // records it, in the same transaction. It returns the job id.
 func (s *Store) DLQRedrive(ctx context.Context, entryID int64, by string) (int64, error) {
 	var jobID int64
@@ -326,15 +326,16 @@ const putBackSQL = `attempts = 0, scheduled_at = now(), finished_at = NULL, star
 	state = CASE WHEN NOT j.lane OR EXISTS (SELECT 1 FROM lanes l
 		WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id) THEN 'queued' ELSE 'waiting' END`
 
-// redriveEntry marks an entry re-driven to a job, and audits it: the
-// entry keeps answering, with the job that came of it, until that job is
-// pruned (JobPrune).
+// redriveEntry marks an entry re-driven to a job, and audits it, as a
+// bulk re-drive's chunk does (redrivenSQL): the entry keeps answering,
+// with the job that came of it, until that job is pruned (JobPrune).
 func redriveEntry(ctx context.Context, tx pgx.Tx, entryID, jobID int64, by string) error {
-	if _, err := tx.Exec(ctx, `UPDATE dlq_entries SET redriven_at = now(), redriven_by = $2, redrive_job_id = $3
-		WHERE id = $1`, entryID, by, jobID); err != nil {
-		return err
+	if by == "" {
+		return errNoActor
 	}
-	return audit(ctx, tx, by, AuditRedrive, fmt.Sprintf("dlq/%d", entryID), map[string]any{"job_id": jobID})
+	_, err := tx.Exec(ctx, `WITH `+redrivenSQL(`SELECT $1::bigint, $3::bigint`)+` SELECT count(*) FROM marked`,
+		entryID, by, jobID)
+	return err
 }
 
 // DLQDiscard removes an entry for good. A dead job stays dead; if it was
