@@ -56,6 +56,14 @@ func audit(ctx context.Context, tx pgx.Tx, by, action, target string, detail map
 	return err
 }
 
+// auditRowsSQL is audit in SQL, for a statement that acts on many: an
+// entry by $2 of action for each row of from, in id order, on target
+// with detail (expressions over from's columns).
+func auditRowsSQL(action, target, detail, from string) string {
+	return `INSERT INTO audit_log (actor, action, target, detail)
+		SELECT $2, '` + action + `', ` + target + `, ` + detail + ` FROM ` + from + ` ORDER BY id`
+}
+
 // Audit records an action that is not one transaction — a replay,
 // whose jobs commit in many — in a transaction of its own, once it has
 // done what detail says.

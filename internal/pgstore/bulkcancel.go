@@ -168,7 +168,7 @@ func chunkStatement(ctx context.Context, tx pgx.Tx, sql string, ids []int64, by 
 // for each: its state before (the state it has, if final), and for a
 // lane's job among several no state, untouched. A job that is not in
 // jobs has no row.
-const jobsCancelSQL = `
+var jobsCancelSQL = `
 	WITH old AS (
 		SELECT id, state FROM jobs
 		WHERE id = ANY($1::bigint[]) AND (NOT lane OR cardinality($1::bigint[]) = 1)
@@ -181,8 +181,7 @@ const jobsCancelSQL = `
 		INSERT INTO outcome_tally (kind, outcome, n)
 		SELECT kind, 'cancelled', count(*) FROM upd WHERE state = 'running' GROUP BY kind
 	), logged AS (
-		INSERT INTO audit_log (actor, action, target, detail)
-		SELECT $2, '` + AuditCancel + `', 'job/' || id, jsonb_build_object('was', state) FROM upd ORDER BY id
+		` + auditRowsSQL(AuditCancel, `'job/' || id`, `jsonb_build_object('was', state)`, "upd") + `
 	)
 	SELECT id, state, false FROM old
 	UNION ALL

@@ -135,14 +135,13 @@ func redrivenSQL(pairs string) string {
 		WHERE d.id = p.entry
 		RETURNING d.id, d.redrive_job_id
 	), logged AS (
-		INSERT INTO audit_log (actor, action, target, detail)
-		SELECT $2, '` + AuditRedrive + `', 'dlq/' || id, jsonb_build_object('job_id', redrive_job_id) FROM marked ORDER BY id
+		` + auditRowsSQL(AuditRedrive, `'dlq/' || id`, `jsonb_build_object('job_id', redrive_job_id)`, "marked") + `
 	)`
 }
 
 // dlqDiscardManySQL is DLQDiscard's statement for entries $1, for $2:
 // the entry goes, and its audit entry says what was dropped.
-const dlqDiscardManySQL = `
+var dlqDiscardManySQL = `
 	WITH e AS (
 		-- lane: the entry's job is a lane's and the entry is not alone
 		-- (NULL: its job is gone).
@@ -154,12 +153,9 @@ const dlqDiscardManySQL = `
 		WHERE d.id = e.id AND e.redrive_job_id IS NULL AND NOT coalesce(e.lane, false)
 		RETURNING d.id, d.reason, d.route, d.queue, d.job_id, d.src_topic, d.src_partition, d.src_offset
 	), logged AS (
-		INSERT INTO audit_log (actor, action, target, detail)
-		SELECT $2, '` + AuditDiscard + `', 'dlq/' || id,
-			jsonb_build_object('reason', reason, 'route', route, 'queue', queue, 'job_id', job_id)
+		` + auditRowsSQL(AuditDiscard, `'dlq/' || id`, `jsonb_build_object('reason', reason, 'route', route, 'queue', queue, 'job_id', job_id)
 			|| CASE WHEN src_topic IS NOT NULL AND src_partition IS NOT NULL AND src_offset IS NOT NULL
 				THEN jsonb_build_object('source', src_topic || '/' || src_partition || '/' || src_offset)
-				ELSE '{}' END
-		FROM del ORDER BY id
+				ELSE '{}' END`, "del") + `
 	)
 	SELECT id, job_id, redrive_job_id, lane, NULL::text, false FROM e`
