@@ -97,6 +97,17 @@ const Chunk = 100
 // of them (its transaction rolled back), unless ctx ended.
 type Act func(ctx context.Context, ids []int64) ([]Failure, error)
 
+// FailuresOf is errs, an error for each item an action could not act
+// on, as its failures, in id order.
+func FailuresOf(errs map[int64]error) []Failure {
+	var failed []Failure
+	for id, err := range errs {
+		failed = append(failed, Failure{ID: id, Error: err.Error()})
+	}
+	slices.SortFunc(failed, func(a, b Failure) int { return cmp.Compare(a.ID, b.ID) })
+	return failed
+}
+
 // each is the Act of an action taken one item at a time, each item in a
 // transaction of its own.
 func each(act func(context.Context, int64) error) Act {

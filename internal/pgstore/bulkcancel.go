@@ -45,11 +45,7 @@ func (s *Store) cancelAct(by string) bulk.Act {
 	return bulk.Chunked(
 		func(ctx context.Context, ids []int64) ([]bulk.Failure, []int64, error) {
 			failed, lanes, err := s.jobsCancel(ctx, ids, by)
-			var fs []bulk.Failure
-			for id, err := range failed {
-				fs = append(fs, bulk.Failure{ID: id, Error: err.Error()})
-			}
-			return fs, lanes, err
+			return bulk.FailuresOf(failed), lanes, err
 		},
 		func(ctx context.Context, id int64) error { return s.JobCancel(ctx, id, by) })
 }

@@ -41,10 +41,7 @@ func (s *Store) dlqMany(ctx context.Context, redrive bool, ids []int64, by strin
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var errs map[int64]error
 		errs, alone, err = dlqChunk(ctx, tx, redrive, ids, by)
-		failed = nil
-		for id, err := range errs {
-			failed = append(failed, bulk.Failure{ID: id, Error: err.Error()})
-		}
+		failed = bulk.FailuresOf(errs)
 		return err
 	})
 	if err != nil {
