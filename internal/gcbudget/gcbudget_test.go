@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 )
@@ -51,8 +52,7 @@ func TestStartLeavesAChosenSettingAlone(t *testing.T) {
 func TestTheCollectorFollowsTheLiveHeap(t *testing.T) {
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
-	old := debug.SetGCPercent(-1)
-	debug.SetGCPercent(old)
+	old := gcPercent()
 	t.Cleanup(func() { debug.SetGCPercent(old) })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -82,8 +82,12 @@ func TestTheCollectorFollowsTheLiveHeap(t *testing.T) {
 	}
 }
 
+// gcPercent reads GOGC without setting it: reading it through
+// debug.SetGCPercent(-1) and back raced with the pacer's own
+// SetGCPercent on the cleanup goroutine, and restored the value the pacer
+// had just replaced (CI saw GOGC = 300 with 75 MiB live).
 func gcPercent() int {
-	p := debug.SetGCPercent(-1)
-	debug.SetGCPercent(p)
-	return p
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
 }
