@@ -17,6 +17,12 @@ type Source struct {
 	// order. Items leave the list as they are acted on, and keyset
 	// pagination on id never revisits one.
 	Page func(ctx context.Context, after int64, limit int) ([]int64, error)
+	// First, if set, pages as Page does through some of them, to be
+	// taken before Page takes the rest: those that acting on others
+	// first would change (a lane's waiting jobs, which cancelling its
+	// head would hand to a worker). An item it took, or could not, is
+	// not taken again.
+	First func(ctx context.Context, after int64, limit int) ([]int64, error)
 }
 
 // Options are the caller's say in an action.
@@ -166,32 +172,56 @@ func Run(ctx context.Context, src Source, opt Options, noun Noun, done string, c
 		return Result{}, &CountChanged{Matching: res.Matching, Expected: opt.Expect, Noun: noun, Done: done}
 	}
 	chunk = max(chunk, 1)
-	for after := int64(0); res.Matching > 0; {
-		ids, err := src.Page(ctx, after, page)
-		if err != nil {
+	failed := map[int64]bool{}
+	for _, pages := range []func(context.Context, int64, int) ([]int64, error){src.First, src.Page} {
+		if pages == nil {
+			continue
+		}
+		if err := res.walk(ctx, pages, failed, opt, chunk, act); err != nil {
 			return res, err
-		}
-		full := len(ids) == page
-		for len(ids) > 0 {
-			select {
-			case <-opt.Stop:
-				return res, ErrStopped
-			default:
-			}
-			n := min(chunk, len(ids))
-			if err := res.take(ctx, act, ids[:n]); err != nil {
-				return res, err
-			}
-			after, ids = ids[n-1], ids[n:]
-			if opt.Progress != nil {
-				opt.Progress(res)
-			}
-		}
-		if !full {
-			break
 		}
 	}
 	return res, nil
+}
+
+// walk takes the items that pages lists, but those in failed (which it
+// adds its failures to), in chunks.
+func (res *Result) walk(ctx context.Context, pages func(context.Context, int64, int) ([]int64, error),
+	failed map[int64]bool, opt Options, chunk int, act Act) error {
+	for after := int64(0); res.Matching > 0; {
+		ids, err := pages(ctx, after, page)
+		if err != nil {
+			return err
+		}
+		full := len(ids) == page
+		if len(ids) > 0 {
+			after = ids[len(ids)-1]
+		}
+		ids = slices.DeleteFunc(ids, func(id int64) bool { return failed[id] })
+		for len(ids) > 0 {
+			select {
+			case <-opt.Stop:
+				return ErrStopped
+			default:
+			}
+			n := min(chunk, len(ids))
+			before := len(res.Failed)
+			if err := res.take(ctx, act, ids[:n]); err != nil {
+				return err
+			}
+			for _, f := range res.Failed[before:] {
+				failed[f.ID] = true
+			}
+			ids = ids[n:]
+			if opt.Progress != nil {
+				opt.Progress(*res)
+			}
+		}
+		if !full {
+			return nil
+		}
+	}
+	return nil
 }
 
 // take acts on one chunk and counts what it did; it returns an error

@@ -23,15 +23,20 @@ func newItems(n int) *items {
 func (it *items) source() Source {
 	return Source{
 		Count: func(context.Context) (int64, error) { return int64(len(it.left)), nil },
-		Page: func(_ context.Context, after int64, limit int) ([]int64, error) {
-			var out []int64
-			for _, id := range it.left {
-				if id > after && len(out) < limit {
-					out = append(out, id)
-				}
+		Page:  it.pages(func(int64) bool { return true }),
+	}
+}
+
+// pages pages through the items left that keep keeps.
+func (it *items) pages(keep func(int64) bool) func(context.Context, int64, int) ([]int64, error) {
+	return func(_ context.Context, after int64, limit int) ([]int64, error) {
+		var out []int64
+		for _, id := range it.left {
+			if id > after && len(out) < limit && keep(id) {
+				out = append(out, id)
 			}
-			return out, nil
-		},
+		}
+		return out, nil
 	}
 }
 
@@ -106,6 +111,34 @@ func TestRunTakesChunksAndRetriesAFailedOneItemByItem(t *testing.T) {
 	}
 	if want := 13 + 12*100 + 34; len(calls) != want || len(calls[0]) != 100 || len(calls[1]) != 1 || !slices.Equal(calls[len(calls)-35], seqIDs(1201, 1234)) {
 		t.Errorf("%d calls of act (first %d ids, then %d), want %d", len(calls), len(calls[0]), len(calls[1]), want)
+	}
+}
+
+// First's items are all taken before Page's, and an item that failed in
+// First's walk is not taken again in Page's.
+func TestRunTakesFirstsItemsFirstAndNoItemTwice(t *testing.T) {
+	it := newItems(1234)
+	src := it.source()
+	src.First = it.pages(func(id int64) bool { return id%3 == 0 })
+	var order []int64
+	res, err := Run(context.Background(), src, Options{Expect: 1234}, Jobs, "cancelled", 100,
+		each(func(ctx context.Context, id int64) error {
+			order = append(order, id)
+			return it.take(ctx, id)
+		}))
+	if err != nil || res.Matching != 1234 || res.Done != 1221 || len(res.Failed) != 13 || len(order) != 1234 {
+		t.Fatalf("Run: %v; matching %d, done %d, failed %d, %d calls; want 1234, 1221, 13, 1234", err, res.Matching, res.Done, len(res.Failed), len(order))
+	}
+	firsts := 1234 / 3
+	for i, id := range order {
+		if (i < firsts) != (id%3 == 0) {
+			t.Fatalf("item %d taken %dth, with %d of First's to take first", id, i+1, firsts)
+		}
+	}
+	// 207, 507, 807 and 1107 refuse in First's walk, and Page lists them
+	// again: taken once each.
+	if n := len(slices.DeleteFunc(slices.Clone(order), func(id int64) bool { return id != 207 })); n != 1 {
+		t.Errorf("item 207 taken %d times", n)
 	}
 }
 

@@ -19,4 +19,9 @@
 // must not wait for, and a parked record is decoded again in Go. A chunk
 // that fails as a whole is taken again one item at a time, so that each
 // failure names its item and the chunk's other items are acted on.
+//
+// Items are taken in id order, except that a source may name some to take
+// first (Source.First): a cancel takes lanes' waiting jobs before their
+// heads, whose cancels would otherwise promote them, one by one, to be
+// started and then met as heads.
 package bulk

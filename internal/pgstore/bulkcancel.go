@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -22,19 +23,26 @@ func (s *Store) JobCancelMatching(ctx context.Context, f JobFilter, by string, o
 		return bulk.Result{}, err
 	}
 	from, args := unfinishedSQL(f, last)
-	src := bulk.Source{
-		Count: func(ctx context.Context) (n int64, err error) {
-			err = s.pool.QueryRow(ctx, `SELECT count(*) `+from, args...).Scan(&n)
-			return n, err
-		},
-		Page: func(ctx context.Context, after int64, limit int) ([]int64, error) {
+	pages := func(from string) func(context.Context, int64, int) ([]int64, error) {
+		return func(ctx context.Context, after int64, limit int) ([]int64, error) {
 			rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT j.id %s AND j.id > $%d ORDER BY j.id LIMIT $%d`,
 				from, len(args)+1, len(args)+2), append(args, after, limit)...)
 			if err != nil {
 				return nil, err
 			}
 			return pgx.CollectRows(rows, pgx.RowTo[int64])
+		}
+	}
+	src := bulk.Source{
+		Count: func(ctx context.Context) (n int64, err error) {
+			err = s.pool.QueryRow(ctx, `SELECT count(*) `+from, args...).Scan(&n)
+			return n, err
 		},
+		// The waiting jobs first: cancelled after their lane's head, each
+		// would first be promoted by the head's cancel (and perhaps start
+		// running), then be cancelled alone as its lane's head.
+		First: pages(from + ` AND j.state = 'waiting'`),
+		Page:  pages(from),
 	}
 	return bulk.Run(ctx, src, opt, bulk.Jobs, "cancelled", bulk.Chunk, s.cancelAct(by))
 }
@@ -55,20 +63,22 @@ func (s *Store) cancelAct(by string) bulk.Act {
 // own answer if it finished ("job 5 has finished already (dead)", an
 // ErrConflict), ErrNotFound if there is no such job. Its one definition
 // of a cancel is JobCancel's, of one job. Of several, it leaves the jobs
-// of lanes (lanes) for JobCancel to cancel each alone.
+// of lanes that it could not take (lanes) for JobCancel to cancel each
+// alone: heads, and waiting jobs that another transaction held.
 //
-// Why lane jobs alone: cancelling a lane's head advances its lane in the
-// same transaction, which locks the lane; ingest locks a lane and then
+// Why a lane's head alone: cancelling it advances its lane in the same
+// transaction, which locks the lane; ingest locks a lane and then
 // promotes its next job. A transaction holding several jobs' locks while
 // it waits for a lane could hold the very job that an ingest holding
-// that lane waits for, and one of them would end in a deadlock. Nor a
-// lane's waiting jobs, which take no lane's lock: a completion batch
-// holds its running jobs and then, with their lanes, promotes the next
-// waiting ones, so a transaction holding a waiting job and waiting for a
-// running one in that batch would deadlock with it. A job of no lane
-// takes no lane's lock and is promoted by no one, and the jobs here are
-// locked in id order, as every batch that locks jobs locks them
-// (splitLeases).
+// that lane waits for, and one of them would end in a deadlock. A lane's
+// waiting jobs take no lane's lock, but a completion batch holds its
+// running jobs and then, with their lanes, promotes the next waiting
+// ones, so a transaction holding a waiting job and waiting for a running
+// one in that batch would deadlock with it. So they are taken last, by a
+// statement of their own that waits for no row (lanesWaitingCancelSQL),
+// after the jobs of no lane: those take no lane's lock, are promoted by
+// no one, and are locked in id order, as every batch that locks jobs
+// locks them (splitLeases).
 func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed map[int64]error, lanes []int64, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		failed, lanes = map[int64]error{}, nil
@@ -109,6 +119,20 @@ func (s *Store) jobsCancel(ctx context.Context, ids []int64, by string) (failed 
 					failed[id] = finishedError{id, st}
 				}
 			}
+		}
+		if len(lanes) > 0 {
+			rows, err := tx.Query(ctx, lanesWaitingCancelSQL, lanes, by)
+			if err != nil {
+				return err
+			}
+			done, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (int64, error) {
+				var id int64
+				return id, r.Scan(&id, nil, nil)
+			})
+			if err != nil {
+				return err
+			}
+			lanes = slices.DeleteFunc(lanes, func(id int64) bool { return slices.Contains(done, id) })
 		}
 		if len(running) > 0 {
 			// Sent on commit: the processes that run them cancel the
@@ -158,17 +182,13 @@ func chunkStatement(ctx context.Context, tx pgx.Tx, sql string, ids []int64, by 
 	return missing, nil
 }
 
-// jobsCancelSQL is a cancel of jobs $1, for $2: those of no lane (and a
-// lane's job alone) locked in id order and cancelled if they have not
-// finished (their running attempts counted, each audited), then a row
-// for each: its state before (the state it has, if final), and for a
-// lane's job among several no state, untouched. A job that is not in
-// jobs has no row.
-var jobsCancelSQL = `
-	WITH old AS (
-		SELECT id, state FROM jobs
-		WHERE id = ANY($1::bigint[]) AND (NOT lane OR cardinality($1::bigint[]) = 1)
-		ORDER BY id FOR UPDATE
+// cancelSQL is a cancel, for $2, of the jobs that old chooses among $1
+// (their id and state, locked): each that has not finished is cancelled
+// (its running attempt counted, each audited), and old's rows are the
+// statement's: its state before (the state it has, if final), and false.
+func cancelSQL(old string) string {
+	return `
+	WITH old AS (` + old + `
 	), upd AS (
 		UPDATE jobs j SET state = 'cancelled', finished_at = now(), lease_expires_at = NULL
 		FROM old WHERE j.id = old.id AND old.state IN ('waiting', 'queued', 'running', 'retrying')
@@ -179,9 +199,30 @@ var jobsCancelSQL = `
 	), logged AS (
 		` + auditRowsSQL(AuditCancel, `'job/' || id`, `jsonb_build_object('was', state)`, "upd") + `
 	)
-	SELECT id, state, false FROM old
+	SELECT id, state, false FROM old`
+}
+
+// jobsCancelSQL is a cancel of jobs $1, for $2: those of no lane (and a
+// lane's job alone) locked in id order, then a row for each (cancelSQL),
+// and for a lane's job among several no state, untouched. A job that is
+// not in jobs has no row.
+var jobsCancelSQL = cancelSQL(`
+		SELECT id, state FROM jobs
+		WHERE id = ANY($1::bigint[]) AND (NOT lane OR cardinality($1::bigint[]) = 1)
+		ORDER BY id FOR UPDATE`) + `
 	UNION ALL
 	SELECT id, NULL, true FROM jobs WHERE id = ANY($1::bigint[]) AND lane AND cardinality($1::bigint[]) > 1`
+
+// lanesWaitingCancelSQL is a cancel of the lanes' waiting jobs among $1,
+// for $2, that no one holds (cancelSQL). A waiting job is never its
+// lane's head (a head is promoted out of waiting), so its cancel moves
+// no lane and takes no lane's lock; and taking no row that another
+// transaction holds, the statement waits for no one while it holds
+// jobs: it cannot be part of a deadlock.
+var lanesWaitingCancelSQL = cancelSQL(`
+		SELECT id, state FROM jobs
+		WHERE id = ANY($1::bigint[]) AND lane AND state = 'waiting'
+		ORDER BY id FOR UPDATE SKIP LOCKED`)
 
 // JobCountUnfinished counts the unfinished jobs that f matches: what
 // JobCancelMatching would cancel now.

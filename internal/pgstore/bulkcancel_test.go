@@ -55,8 +55,48 @@ func TestJobCancelMatchingTakesTheJobsOfItsStart(t *testing.T) {
 	}
 }
 
-// A bulk cancel's chunk (one transaction for the jobs of no lane, each
-// lane's job alone) ends every job as cancelling each alone does: the
+// A bulk cancel of lanes' backlogs cancels their waiting jobs before
+// their heads, so that no head's cancel hands its lane's next job on
+// (promoted, a worker could start it) before the cancel reaches it: every
+// waiting job is cancelled as waiting, in a chunk, and only the heads
+// alone. In id order, each head's cancel promoted its next job, which the
+// cancel then met as a head, and so on down every lane: an ordered
+// backlog was cancelled one job at a time.
+func TestJobCancelMatchingCancelsLanesWaitingJobsBeforeTheirHeads(t *testing.T) {
+	t.Parallel()
+	s := testenv.MigratedStore(t)
+	ctx := context.Background()
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	const lanes, each = 40, 6 // ids interleave the lanes: the heads first, then each lane's next
+	var b pgstore.IngestBatch
+	for i := range lanes * each {
+		b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "o", Kind: "k", Queue: "q", Key: fmt.Sprint("k", i%lanes),
+			DedupeKey: fmt.Sprint(i), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t", Offset: int64(i), Lane: lane})
+	}
+	if _, err := s.IngestCommit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.JobCancelMatching(ctx, pgstore.JobFilter{Route: "o"}, "test", bulk.Options{Expect: lanes * each})
+	if err != nil || res.Done != lanes*each || len(res.Failed) != 0 {
+		t.Fatalf("JobCancelMatching: %+v, %v; want %d done", res, err, lanes*each)
+	}
+	was := map[string]int{}
+	rows, _ := s.Pool().Query(ctx, `SELECT detail->>'was' FROM audit_log WHERE action = 'cancel'`)
+	var w string
+	if _, err := pgx.ForEachRow(rows, []any{&w}, func() error { was[w]++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"queued": lanes, "waiting": lanes * (each - 1)}; !reflect.DeepEqual(was, want) {
+		t.Errorf("cancelled jobs were %v, want %v: the heads queued, every other job still waiting", was, want)
+	}
+	if n := testenv.Count(t, s, `SELECT count(*) FROM lanes WHERE head_job_id IS NOT NULL`); n != 0 {
+		t.Errorf("%d lanes keep a head", n)
+	}
+}
+
+// A bulk cancel's chunk (one transaction for the jobs of no lane and the
+// lanes' waiting jobs, each lane's head alone after them) ends every job
+// as cancelling each alone in that order does: the
 // same states, lane heads, audit entries, tallied attempts and
 // notices to the processes running them, and the same failure for each
 // job it cannot cancel, in every state a job can be in.
@@ -89,7 +129,17 @@ func TestJobsCancelInAChunkAgreesWithEachAlone(t *testing.T) {
 				o.errs[name[f.ID]] = f.Error
 			}
 		} else {
+			// In the chunk's order: the lanes' heads last, after their
+			// waiting jobs, so that no head's cancel promotes one first.
+			var rest, heads []int64
 			for _, id := range all {
+				if strings.HasSuffix(name[id], "-head") {
+					heads = append(heads, id)
+				} else {
+					rest = append(rest, id)
+				}
+			}
+			for _, id := range append(rest, heads...) {
 				if err := s.JobCancel(ctx, id, "test"); err != nil {
 					o.errs[name[id]] = err.Error()
 				}
@@ -145,6 +195,49 @@ func TestJobsCancelInAChunkAgreesWithEachAlone(t *testing.T) {
 	if len(alone.errs) != 4 || alone.states["queued"] != "cancelled" || alone.states["k1-waiting"] != "cancelled" ||
 		alone.heads["k2"] != "none" || len(alone.notified) != 2 || alone.tally[[2]string{"k", "cancelled"}] != 2 {
 		t.Fatalf("cancelling each alone: %+v", alone)
+	}
+}
+
+// A chunk cancels the lanes' waiting jobs in its own transaction, and
+// leaves JobCancel only the heads, and a waiting job that another
+// transaction holds: it passes over that one rather than wait for it
+// while holding the others (lanesWaitingCancelSQL).
+func TestJobsCancelTakesLanesWaitingJobsInItsChunk(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	id := cancelFixture(t, s)
+	name, all := named(id)
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, id["k1-waiting2"]); err != nil {
+		t.Fatal(err)
+	}
+	// Waiting for the held row would outlast this.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, alone, err := s.JobsCancelChunk(wctx, all, "test")
+	if err != nil {
+		t.Fatalf("the chunk with a waiting job held elsewhere: %v", err)
+	}
+	var left []string
+	for _, i := range alone {
+		left = append(left, name[i])
+	}
+	slices.Sort(left)
+	if want := []string{"k1-head", "k1-waiting2", "k2-head"}; !slices.Equal(left, want) {
+		t.Errorf("the chunk left %v for each alone, want %v", left, want)
+	}
+	for _, n := range []string{"k1-waiting", "k2-waiting"} {
+		if st := testenv.Count(t, s, `SELECT count(*) FROM jobs WHERE id = $1 AND state = 'cancelled'`, id[n]); st != 1 {
+			t.Errorf("%s is not cancelled by the chunk", n)
+		}
+		if a := testenv.Count(t, s, `SELECT count(*) FROM audit_log WHERE target = 'job/' || $1::bigint AND detail->>'was' = 'waiting'`, id[n]); a != 1 {
+			t.Errorf("%s's cancel audited %d times, want once", n, a)
+		}
 	}
 }
 

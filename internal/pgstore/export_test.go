@@ -23,9 +23,10 @@ var (
 	ParkedCountSQL = parkedCountSQL
 	PruneJobsSQL   = pruneJobsSQL
 
-	JobsCancelSQL     = jobsCancelSQL
-	DLQRedriveManySQL = dlqRedriveManySQL
-	DLQDiscardManySQL = dlqDiscardManySQL
+	JobsCancelSQL         = jobsCancelSQL
+	LanesWaitingCancelSQL = lanesWaitingCancelSQL
+	DLQRedriveManySQL     = dlqRedriveManySQL
+	DLQDiscardManySQL     = dlqDiscardManySQL
 )
 
 // The settings the hot statements run after, and the claim statements
@@ -93,6 +94,12 @@ func SetMigrateWaits(lock time.Duration, tries int, pause time.Duration) (restor
 	l, n, p := migrateLockTimeout, migrateTries, migrateRetryPause
 	migrateLockTimeout, migrateTries, migrateRetryPause = lock, tries, pause
 	return func() { migrateLockTimeout, migrateTries, migrateRetryPause = l, n, p }
+}
+
+// JobsCancelChunk is a bulk cancel's transaction for one chunk: the
+// failures, and the lanes' jobs it left for JobCancel.
+func (s *Store) JobsCancelChunk(ctx context.Context, ids []int64, by string) (map[int64]error, []int64, error) {
+	return s.jobsCancel(ctx, ids, by)
 }
 
 // JobsCancel is a bulk cancel's act on one chunk (JobCancelMatching's).

@@ -76,6 +76,7 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 			// entries read every entry.
 			for i, c := range []struct{ name, sql string }{
 				{"bulk cancel", pgstore.JobsCancelSQL},
+				{"bulk cancel of lanes' waiting jobs", pgstore.LanesWaitingCancelSQL},
 				{"bulk re-drive", pgstore.DLQRedriveManySQL},
 				{"bulk discard", pgstore.DLQDiscardManySQL},
 			} {
