@@ -26,7 +26,7 @@ func TestCancelStopsARunningAttemptAtOnce(t *testing.T) {
 	store := testenv.Store(t, schema)
 	topic := testenv.Topic(t, 2)
 	tg, aborted := hangingTarget(t)
-	cfg := hangingConfig(t, schema, topic, tg, 1)
+	cfg := hangingConfig(t, schema, topic, tg, 1, false)
 	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
 	addrs := []string{adminAddr(t, a), adminAddr(t, b)}
 	testenv.Produce(t, topic, records(0, 2)...)
@@ -83,14 +83,14 @@ func hangingTarget(t *testing.T) (*target, func() map[int64]time.Time) {
 }
 
 // hangingConfig is a process's config with queue q of concurrency workers
-// fed by topic, leases of a minute (no heartbeat in a test's time) and
-// the target tg.
-func hangingConfig(t *testing.T, schema, topic string, tg *target, concurrency int) string {
+// fed by topic (ordered by record key if ordered), leases of a minute (no
+// heartbeat in a test's time) and the target tg.
+func hangingConfig(t *testing.T, schema, topic string, tg *target, concurrency int, ordered bool) string {
 	return writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
   q: {concurrency: %d, lease: 60s, poll_interval: 100ms}
 routes:
-  - {topic: %q, kind: k, queue: q, dedupe: {field: id}, target: {http: {url: %q, timeout: 5m}}}
-`, concurrency, topic, tg.URL())})
+  - {topic: %q, kind: k, queue: q, dedupe: {field: id}, ordered: %t, target: {http: {url: %q, timeout: 5m}}}
+`, concurrency, topic, ordered, tg.URL())})
 }
 
 var reCancelled = regexp.MustCompile(`(?m)^switchyard_job_attempts_total\{kind="k",outcome="cancelled"\} (\d+)$`)
@@ -121,7 +121,7 @@ func TestBulkCancelStopsRunningAttemptsInEveryProcess(t *testing.T) {
 	store := testenv.Store(t, schema)
 	topic := testenv.Topic(t, 4)
 	tg, aborted := hangingTarget(t)
-	cfg := hangingConfig(t, schema, topic, tg, 3)
+	cfg := hangingConfig(t, schema, topic, tg, 3, false)
 	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
 	addrs := []string{adminAddr(t, a), adminAddr(t, b)}
 	testenv.Produce(t, topic, records(0, 16)...)
@@ -147,5 +147,46 @@ func TestBulkCancelStopsRunningAttemptsInEveryProcess(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	if calls := tg.received(); len(calls) != 6 {
 		t.Fatalf("%d calls at the target, want 6: a cancelled job never starts", len(calls))
+	}
+}
+
+// A bulk cancel of an ordered route's backlog starts none of the jobs it
+// cancels: six lanes' heads hang at the target across two processes, 24
+// jobs wait behind each, and one request cancels all 150, in two chunks.
+// Cancelled before the jobs behind them in the second chunk, each head
+// would promote its lane's next job, which a worker freed by the head's
+// abort would start.
+func TestBulkCancelOfLanesStartsNoJobBehindAHead(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	store := testenv.Store(t, schema)
+	topic := testenv.Topic(t, 4)
+	tg, aborted := hangingTarget(t)
+	cfg := hangingConfig(t, schema, topic, tg, 3, true)
+	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
+	addrs := []string{adminAddr(t, a), adminAddr(t, b)}
+	recs := records(0, 150)
+	for i, r := range recs {
+		// One partition, so that ids follow the records and every lane
+		// spans both chunks.
+		r.Key, r.Partition = fmt.Appendf(nil, "k%d", i%6), 0
+	}
+	testenv.Produce(t, topic, recs...)
+	testenv.Eventually(t, 60*time.Second, "six heads running at the target and 144 jobs waiting", func() bool {
+		return len(tg.received()) == 6 && testenv.Count(t, store, `SELECT count(*) FROM jobs WHERE state = 'waiting'`) == 144
+	})
+	code, body := api(t, addrs[1], "POST", "/v1/jobs/cancel?queue=q&expect=150")
+	if code != http.StatusOK || compactJSON(t, body) != `{"cancelled":150,"failed":[]}` {
+		t.Fatalf("bulk cancel: %d %s", code, body)
+	}
+	testenv.Eventually(t, 5*time.Second, "the six heads' attempts to be aborted", func() bool {
+		return len(aborted()) >= 6
+	})
+	if n := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'cancel' AND detail->>'was' = 'waiting'`); n != 144 {
+		t.Errorf("%d jobs cancelled while waiting, want the 144 behind the heads", n)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if calls := tg.received(); len(calls) != 6 {
+		t.Fatalf("%d calls at the target, want the 6 heads': a job behind a head was started", len(calls))
 	}
 }
