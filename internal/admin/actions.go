@@ -114,12 +114,15 @@ func isCheckpoint(r *http.Request) bool {
 
 // jobCheckpoint saves an HTTP target's checkpoint for its attempt: the
 // body (at most 4 KiB), which the job's next attempt receives as
-// Switchyard-Checkpoint. The attempt is named by Switchyard-Token and
-// proven by Switchyard-Attempt-Secret, both from the attempt's request;
-// the save counts only while that attempt holds the job (I4): a secret
-// that does not match, or an attempt that lost the job, is 409 and
-// changes nothing. Errors name the attempt by its token as such: it is
-// not the Switchyard-Attempt number the target also got.
+// Switchyard-Checkpoint. The attempt is proven by
+// Switchyard-Attempt-Secret from its request, which is all SPEC §5 asks
+// for: the secret is checked against the attempt that holds the job now.
+// A target may also send the request's Switchyard-Token, which names the
+// attempt the secret must be for. The save counts only while that attempt
+// holds the job (I4): a secret that does not match, or an attempt that
+// lost the job, is 409 and changes nothing. Errors name the attempt by
+// its token as such: it is not the Switchyard-Attempt number the target
+// also got.
 func (s *Server) jobCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.AttemptKey == nil {
 		return notImplemented(w, r)
@@ -128,18 +131,26 @@ func (s *Server) jobCheckpoint(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	token, err := strconv.ParseInt(r.Header.Get("Switchyard-Token"), 10, 64)
-	if err != nil {
-		return badRequest("Switchyard-Token", "header required: the attempt's token, as its request carried it")
-	}
 	secret := r.Header.Get("Switchyard-Attempt-Secret")
 	if secret == "" {
 		return badRequest("Switchyard-Attempt-Secret", "header required: the attempt's secret, as its request carried it")
 	}
-	want := workers.AttemptSecret(s.cfg.AttemptKey, id, token)
-	if !hmac.Equal([]byte(secret), []byte(want)) {
+	attempt := fmt.Sprintf("the attempt that holds job %d", id)
+	var token int64
+	if h := r.Header.Get("Switchyard-Token"); h != "" {
+		if token, err = strconv.ParseInt(h, 10, 64); err != nil {
+			return badRequest("Switchyard-Token", "the attempt's token, as its request carried it, or no such header")
+		}
+		attempt = fmt.Sprintf("job %d's attempt with Switchyard-Token %d", id, token)
+	} else if token, err = s.store.JobHolder(r.Context(), id); errors.Is(err, pgstore.ErrLeaseLost) {
 		return &httpError{status: http.StatusConflict, field: "Switchyard-Attempt-Secret",
-			msg: fmt.Sprintf("not the secret of job %d's attempt with Switchyard-Token %d: no checkpoint saved", id, token)}
+			msg: fmt.Sprintf("no attempt holds job %d (it ended, or its lease was lost): no checkpoint saved", id)}
+	} else if err != nil {
+		return err
+	}
+	if !hmac.Equal([]byte(secret), []byte(workers.AttemptSecret(s.cfg.AttemptKey, id, token))) {
+		return &httpError{status: http.StatusConflict, field: "Switchyard-Attempt-Secret",
+			msg: fmt.Sprintf("not the secret of %s: no checkpoint saved", attempt)}
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, MaxHTTPCheckpointBytes+1))
 	if err != nil {

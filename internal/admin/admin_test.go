@@ -755,17 +755,20 @@ func TestQueues(t *testing.T) {
 
 // A refused checkpoint names the attempt by its Switchyard-Token, as
 // such: the target also holds a Switchyard-Attempt number, and "attempt
-// 7" for token 7 sends its author looking at the wrong header.
+// 7" for token 7 sends its author looking at the wrong header. Without
+// the token, it names the job that no attempt holds.
 func TestCheckpointRefusalNamesTheToken(t *testing.T) {
 	t.Parallel()
 	key := make([]byte, 32)
 	e := newEnv(t, Config{AttemptKey: key})
-	post := func(secret string) reply {
+	post := func(token, secret string) reply {
 		req, err := http.NewRequest("POST", e.url+"/v1/jobs/42/checkpoint", strings.NewReader("page 3"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set("Switchyard-Token", "7")
+		if token != "" {
+			req.Header.Set("Switchyard-Token", token)
+		}
 		req.Header.Set("Switchyard-Attempt-Secret", secret)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -779,16 +782,20 @@ func TestCheckpointRefusalNamesTheToken(t *testing.T) {
 		return reply{status: res.StatusCode, header: res.Header, body: b}
 	}
 	for _, c := range []struct {
-		name, secret, field, want string
+		name, token, secret, field, want string
 	}{
-		{"a secret not the attempt's", strings.Repeat("0", 64), "Switchyard-Attempt-Secret",
+		{"a secret not the attempt's", "7", strings.Repeat("0", 64), "Switchyard-Attempt-Secret",
 			"not the secret of job 42's attempt with Switchyard-Token 7"},
 		// Job 42 does not exist: the right secret, but nothing held.
-		{"an attempt that holds nothing", workers.AttemptSecret(key, 42, 7), "Switchyard-Token",
+		{"an attempt that holds nothing", "7", workers.AttemptSecret(key, 42, 7), "Switchyard-Token",
 			"the attempt with Switchyard-Token 7 no longer holds job 42"},
+		// The secret alone (SPEC §5) is checked against the attempt
+		// that holds the job now: none.
+		{"the secret alone, of a job no attempt holds", "", workers.AttemptSecret(key, 42, 7), "Switchyard-Attempt-Secret",
+			"no attempt holds job 42"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := wantError(t, post(c.secret), http.StatusConflict, c.field)
+			e := wantError(t, post(c.token, c.secret), http.StatusConflict, c.field)
 			if !strings.Contains(e.Error, c.want) {
 				t.Errorf("error %q, want it to say %q", e.Error, c.want)
 			}

@@ -835,6 +835,18 @@ func (s *Store) JobCheckpoint(ctx context.Context, id, token int64, data []byte)
 	return s.updateHeld(ctx, `checkpoint = $3`, id, token, data)
 }
 
+// JobHolder is the fencing token of the attempt that holds job id now:
+// ErrLeaseLost if none does (the job is not running, or its lease ran
+// out).
+func (s *Store) JobHolder(ctx context.Context, id int64) (int64, error) {
+	var token int64
+	err := s.pool.QueryRow(ctx, `SELECT token FROM jobs WHERE id = $1 AND state = 'running' AND lease_expires_at > now()`, id).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, ErrLeaseLost
+	}
+	return token, err
+}
+
 // JobRestart starts the runtime clocks of held attempts again, in one
 // statement per heartbeat chunk: started_at is now and the lease runs from
 // now (at most max_runtime), as at a claim. A job that waited long in its
