@@ -524,9 +524,10 @@ func TestParseErrors(t *testing.T) {
 				"  - {topic: o4, kind: k4, queue: bulk, coalesce: none, target: {go: true}}\n",
 			want: []string{`routes[0].coalesce: "newest" is not one of none, latest`,
 				"routes[0].max_running: -1 is not between 0 (no cap) and 1000000",
-				"routes[2].coalesce: requires key: {field: …} or {header: …}",
 				"routes[1].coalesce: cannot be combined with version policy strict"},
-			not: []string{"routes[3]", "routes[0].coalesce: requires key"},
+			// With the default key, the record's (SPEC §3): a record
+			// without one makes a job that is never coalesced.
+			not: []string{"routes[2]", "routes[3]"},
 		},
 		{
 			name: "bad flow limits",

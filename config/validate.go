@@ -487,9 +487,6 @@ func (c *Config) validateRoutes(p *problems) {
 		if r.Coalesce != "" {
 			p.oneOf(f+".coalesce", r.Coalesce, "none", "latest")
 		}
-		if r.CoalesceLatest() && r.Key.IsZero() {
-			p.add(f+".coalesce", "requires key: {field: …} or {header: …}: a key keeps one unstarted job, and the default key, the record's, is often absent")
-		}
 		if r.CoalesceLatest() && r.Version != nil && r.Version.Policy == "strict" {
 			p.add(f+".coalesce", "cannot be combined with version policy strict: it would drop the versions a strict lane waits for")
 		}

@@ -263,10 +263,10 @@ routes:
 	}
 }
 
-// TestCoalescedRecordsRunOnce: 1,000 records of one key produced while
-// its queue is paused become one job to run — the newest record's — and
-// 999 coalesced; after the resume the target receives that one
-// (coalesce: latest, SPEC §3).
+// TestCoalescedRecordsRunOnce: 1,000 records of one key (the record's
+// own, the route's default) produced while its queue is paused become one
+// job to run — the newest record's — and 999 coalesced; after the resume
+// the target receives that one (coalesce: latest, SPEC §3).
 func TestCoalescedRecordsRunOnce(t *testing.T) {
 	t.Parallel()
 	const n = 1000
@@ -278,7 +278,7 @@ func TestCoalescedRecordsRunOnce(t *testing.T) {
 	cfg := writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
   q: {concurrency: 4, poll_interval: 100ms}
 routes:
-  - {topic: %q, kind: k, queue: q, key: {field: k}, coalesce: latest, target: {http: {url: %q, timeout: 5s}}}
+  - {topic: %q, kind: k, queue: q, coalesce: latest, target: {http: {url: %q, timeout: 5s}}}
 `, topic, tg.URL())})
 	p := startRun(t, "run", cfg)
 	addr := adminAddr(t, p)
@@ -288,7 +288,7 @@ routes:
 	time.Sleep(time.Second) // the pause reaches the pool (the claim honours it at once)
 	recs := make([]*kgo.Record, n)
 	for i := range n {
-		recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"k":"A","seq":%d}`, i)}
+		recs[i] = &kgo.Record{Key: []byte("A"), Value: fmt.Appendf(nil, `{"seq":%d}`, i)}
 	}
 	testenv.Produce(t, topic, recs...)
 	testenv.Eventually(t, 60*time.Second, "every record ingested", func() bool {
