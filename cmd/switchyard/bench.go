@@ -38,7 +38,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var c bench.Config
 	fs.IntVar(&c.Records, "records", 200_000, "records for ingest_records_per_s and copy_rows_per_s")
 	fs.IntVar(&c.Jobs, "jobs", 200_000, "jobs burnt down by raw_claim, work and ordered")
-	fs.IntVar(&c.HTTPJobs, "http-jobs", 50_000, "jobs burnt down through the HTTP target")
+	fs.IntVar(&c.HTTPJobs, "http-jobs", 200_000, "jobs burnt down through the HTTP target (and requests of the bare loop)")
 	fs.IntVar(&c.Keys, "keys", 10_000, "distinct record keys (lanes of the ordered route)")
 	fs.IntVar(&c.History, "history", 10_000_000, "finished jobs retained for the second claim latency figure")
 	fs.IntVar(&c.Future, "future", 1_000_000, "jobs scheduled a day ahead for the third claim latency figure")

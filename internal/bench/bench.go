@@ -46,8 +46,9 @@ type Config struct {
 	// Jobs is the burn-down size of raw_claim, work and ordered. Defaults
 	// to 200,000.
 	Jobs int
-	// HTTPJobs is the burn-down size through the HTTP target. Defaults to
-	// 50,000.
+	// HTTPJobs is the burn-down size through the HTTP target, and the bare
+	// loop's requests. Defaults to 200,000, as work's: SPEC §9's
+	// http_jobs_per_s is the unordered case through the target.
 	HTTPJobs int
 	// Keys is the number of distinct record keys (lanes of the ordered
 	// route). Defaults to 10,000.
@@ -109,7 +110,7 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.Records, 200_000)
 	def(&c.Jobs, 200_000)
-	def(&c.HTTPJobs, 50_000)
+	def(&c.HTTPJobs, 200_000)
 	def(&c.Keys, 10_000)
 	def(&c.History, 10_000_000)
 	def(&c.Future, 1_000_000)
