@@ -325,7 +325,37 @@ func TestJobCancelMatchingBesideLiveWorkers(t *testing.T) {
 	if _, err := s.IngestCommit(ctx, batch(3000)); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
+	stop := liveWorkers(t, s, batch)
+	res, err := s.JobCancelMatching(ctx, pgstore.JobFilter{Queue: "q"}, "test", bulk.Options{Expect: -1})
+	stop()
+	if err != nil {
+		t.Fatalf("JobCancelMatching beside live workers: %v", err)
+	}
+	for _, f := range res.Failed {
+		if !strings.Contains(f.Error, "has finished already (succeeded)") {
+			t.Errorf("job %d: %s, want only jobs that succeeded first", f.ID, f.Error)
+		}
+	}
+	cancelled := testenv.Count(t, s, `SELECT count(*) FROM jobs WHERE state = 'cancelled'`)
+	audited := testenv.Count(t, s, `SELECT count(*) FROM audit_log WHERE action = 'cancel'`)
+	distinct := testenv.Count(t, s, `SELECT count(DISTINCT target) FROM audit_log WHERE action = 'cancel'`)
+	if res.Done != cancelled || audited != cancelled || distinct != cancelled || int64(res.Done+len(res.Failed)) > res.Matching {
+		t.Fatalf("done %d and %d failed of %d matching; %d jobs cancelled, %d audited (%d distinct)",
+			res.Done, len(res.Failed), res.Matching, cancelled, audited, distinct)
+	}
+	if res.Done < 100 || len(res.Failed) == 0 {
+		t.Errorf("done %d, failed %d: the cancel did not race the workers", res.Done, len(res.Failed))
+	}
+	t.Logf("cancelled %d, %d had succeeded first", res.Done, len(res.Failed))
+}
+
+// liveWorkers starts two workers that claim queue q's jobs and finish them
+// (lane heads handing off to their lanes' next jobs), and an ingest that
+// stores batch(30) every 5 ms, until the stop it returns, which waits for
+// them. A worker's or the ingest's error fails the test.
+func liveWorkers(t *testing.T, s *pgstore.Store, batch func(n int) pgstore.IngestBatch) (stop func()) {
+	ctx := context.Background()
+	done := make(chan struct{})
 	var workers sync.WaitGroup
 	for range 2 {
 		workers.Add(1)
@@ -333,7 +363,7 @@ func TestJobCancelMatchingBesideLiveWorkers(t *testing.T) {
 			defer workers.Done()
 			for {
 				select {
-				case <-stop:
+				case <-done:
 					return
 				default:
 				}
@@ -365,11 +395,11 @@ func TestJobCancelMatchingBesideLiveWorkers(t *testing.T) {
 		}()
 	}
 	workers.Add(1)
-	go func() { // ingest into the same lanes meanwhile
+	go func() {
 		defer workers.Done()
 		for {
 			select {
-			case <-stop:
+			case <-done:
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
@@ -379,26 +409,8 @@ func TestJobCancelMatchingBesideLiveWorkers(t *testing.T) {
 			}
 		}
 	}()
-	res, err := s.JobCancelMatching(ctx, pgstore.JobFilter{Queue: "q"}, "test", bulk.Options{Expect: -1})
-	close(stop)
-	workers.Wait()
-	if err != nil {
-		t.Fatalf("JobCancelMatching beside live workers: %v", err)
+	return func() {
+		close(done)
+		workers.Wait()
 	}
-	for _, f := range res.Failed {
-		if !strings.Contains(f.Error, "has finished already (succeeded)") {
-			t.Errorf("job %d: %s, want only jobs that succeeded first", f.ID, f.Error)
-		}
-	}
-	cancelled := testenv.Count(t, s, `SELECT count(*) FROM jobs WHERE state = 'cancelled'`)
-	audited := testenv.Count(t, s, `SELECT count(*) FROM audit_log WHERE action = 'cancel'`)
-	distinct := testenv.Count(t, s, `SELECT count(DISTINCT target) FROM audit_log WHERE action = 'cancel'`)
-	if res.Done != cancelled || audited != cancelled || distinct != cancelled || int64(res.Done+len(res.Failed)) > res.Matching {
-		t.Fatalf("done %d and %d failed of %d matching; %d jobs cancelled, %d audited (%d distinct)",
-			res.Done, len(res.Failed), res.Matching, cancelled, audited, distinct)
-	}
-	if res.Done < 100 || len(res.Failed) == 0 {
-		t.Errorf("done %d, failed %d: the cancel did not race the workers", res.Done, len(res.Failed))
-	}
-	t.Logf("cancelled %d, %d had succeeded first", res.Done, len(res.Failed))
 }

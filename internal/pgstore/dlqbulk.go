@@ -10,8 +10,9 @@ import (
 )
 
 // A bulk re-drive's or discard's chunk of entries (package bulk): the
-// entries whose action stays within the entry and a job of no lane, in
-// one statement; the others are left to be taken alone, each in a
+// entries whose action stays within the entry and a job that heads no
+// lane, in one statement (a re-drive then promotes the lanes of the jobs
+// it put back waiting); the others are left to be taken alone, each in a
 // transaction of its own. DLQRedrive and DLQDiscard are the same
 // statement for one entry, which then takes a lane's job's entry too.
 // Entries are locked in id order, then their jobs in id order. The
@@ -19,18 +20,18 @@ import (
 // analyzed planned a sequential scan of every entry.
 //
 // Left alone: a record (its re-drive decodes it again, in Go), and a
-// lane's job, whose re-drive or discard moves its lane (for the reason
-// jobsCancel gives).
+// lane's dead head, whose re-drive or discard moves its lane (for the
+// reason jobsCancel gives; headAloneSQL).
 
 // DLQRedriveMany re-drives the entries among ids whose job is dead and
-// of no lane, and returns those it could not re-drive, each with
+// does not head a lane, and returns those it could not re-drive, each with
 // DLQRedrive's error, and the entries it left alone.
 func (s *Store) DLQRedriveMany(ctx context.Context, ids []int64, by string) (failed []bulk.Failure, alone []int64, err error) {
 	return s.dlqMany(ctx, true, ids, by)
 }
 
 // DLQDiscardMany discards the entries among ids that are records or whose
-// job is of no lane, and returns those it could not discard, each with
+// job does not head a lane, and returns those it could not discard, each with
 // DLQDiscard's error, and the entries it left alone.
 func (s *Store) DLQDiscardMany(ctx context.Context, ids []int64, by string) (failed []bulk.Failure, alone []int64, err error) {
 	return s.dlqMany(ctx, false, ids, by)
@@ -102,6 +103,18 @@ func dlqChunk(ctx context.Context, tx pgx.Tx, redrive bool, ids []int64, by stri
 	return failed, alone, nil
 }
 
+// headAloneSQL is whether a chunk of entries $1 leaves the entry of the
+// job row jobs to be taken alone: the job heads its lane (a dead head
+// that blocks it), and the entry is one of several. A dead job that does
+// not head its lane (its lane moved on) is re-driven to waiting, behind
+// the lane's head, or its entry discarded, without moving the lane: the
+// chunk then locks the lanes of the jobs it put back only once it holds
+// every one, in (route, key) order, to promote them, as every path locks
+// lanes. No transaction that holds a lane waits for a dead job: promotion
+// and version skips take only jobs that were waiting.
+const headAloneSQL = `(lane AND cardinality($1::bigint[]) > 1 AND EXISTS (SELECT 1 FROM lanes l
+		WHERE l.route = jobs.route AND l.key = jobs.key AND l.head_job_id = jobs.id))`
+
 // dlqRedriveManySQL is DLQRedrive's statement for entries $1, for $2.
 var dlqRedriveManySQL = `
 	WITH e AS (
@@ -110,15 +123,14 @@ var dlqRedriveManySQL = `
 		-- The entries' jobs as an array, looked up by primary key: as a
 		-- subquery joined in id order, the plan walked all of jobs.
 		SELECT id, state FROM jobs
-		WHERE id = ANY(ARRAY(SELECT job_id FROM e WHERE redrive_job_id IS NULL))
-		  AND (NOT lane OR cardinality($1::bigint[]) = 1)
+		WHERE id = ANY(ARRAY(SELECT job_id FROM e WHERE redrive_job_id IS NULL)) AND NOT ` + headAloneSQL + `
 		ORDER BY id FOR UPDATE
 	), upd AS (
 		UPDATE jobs j SET ` + putBackSQL + `
 		FROM locked l WHERE j.id = l.id AND l.state = 'dead'
 		RETURNING j.id, j.state
 	), ` + redrivenSQL(`SELECT e.id, upd.id FROM e JOIN upd ON upd.id = e.job_id`) + `
-	SELECT e.id, e.job_id, e.redrive_job_id, (SELECT lane AND cardinality($1::bigint[]) > 1 FROM jobs WHERE id = e.job_id),
+	SELECT e.id, e.job_id, e.redrive_job_id, (SELECT ` + headAloneSQL + ` FROM jobs WHERE id = e.job_id),
 		locked.state, coalesce(upd.state = 'waiting', false)
 	FROM e LEFT JOIN locked ON locked.id = e.job_id LEFT JOIN upd ON upd.id = e.job_id`
 
@@ -140,10 +152,10 @@ func redrivenSQL(pairs string) string {
 // the entry goes, and its audit entry says what was dropped.
 var dlqDiscardManySQL = `
 	WITH e AS (
-		-- lane: the entry's job is a lane's and the entry is not alone
-		-- (NULL: its job is gone).
+		-- lane: the entry's job heads its lane and the entry is not
+		-- alone (NULL: its job is gone).
 		SELECT id, job_id, redrive_job_id,
-			(SELECT lane AND cardinality($1::bigint[]) > 1 FROM jobs WHERE id = d.job_id) AS lane
+			(SELECT ` + headAloneSQL + ` FROM jobs WHERE id = d.job_id) AS lane
 		FROM dlq_entries d WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
 	), del AS (
 		DELETE FROM dlq_entries d USING e

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -16,7 +17,7 @@ import (
 )
 
 // A bulk re-drive's or discard's chunk (one transaction for the entries
-// of no lane's job, the others each alone) does to every entry what
+// of jobs that head no lane, the others each alone) does to every entry what
 // re-driving or discarding each alone does: the same jobs, entries, lane
 // heads and audit entries, and the same failure for each entry it
 // cannot take, in every state an entry can be in.
@@ -96,7 +97,7 @@ func TestDLQChunksAgreeWithEachAlone(t *testing.T) {
 		if a.name == "re-drive" {
 			want["record"], want["gone"], want["alive"] = true, true, true
 		}
-		if len(alone.Errs) != len(want) || len(alone.Audit) != 8-len(want) { // 8 entries, "none" among them
+		if len(alone.Errs) != len(want) || len(alone.Audit) != 9-len(want) { // 9 entries, "none" among them
 			t.Errorf("%s each alone: failures %v, audit %v", a.name, alone.Errs, alone.Audit)
 		}
 		for n := range alone.Errs {
@@ -104,7 +105,95 @@ func TestDLQChunksAgreeWithEachAlone(t *testing.T) {
 				t.Errorf("%s each alone: %s failed: %s", a.name, n, alone.Errs[n])
 			}
 		}
+		// A chunk leaves alone only the lane's blocking head (its action
+		// moves the lane) and, to re-drive, the record (decoded again).
+		s := testenv.MigratedStore(t)
+		name, ids := named(dlqFixture(t, s))
+		_, left, err := a.many(s)(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, id := range left {
+			got = append(got, name[id])
+		}
+		slices.Sort(got)
+		wantAlone := []string{"lane-blocked"}
+		if a.name == "re-drive" {
+			wantAlone = []string{"lane-blocked", "record"}
+		}
+		if !slices.Equal(got, wantAlone) {
+			t.Errorf("%s: a chunk left %v alone, want %v", a.name, got, wantAlone)
+		}
 	}
+}
+
+// A bulk re-drive of lanes' dead jobs, in chunks, beside workers that
+// hand the same lanes' heads off and an ingest into them: no deadlock or
+// other error on either side, and every entry is re-driven once. Each
+// lane's dead jobs (on_dead: continue, so none heads its lane) go in
+// their chunk's transaction, which then locks their lanes to promote
+// them.
+func TestDLQRedriveOfLanesBesideLiveWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	offset := int64(0)
+	batch := func(n int) pgstore.IngestBatch {
+		var b pgstore.IngestBatch
+		for range n {
+			offset++
+			b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "o", Kind: "k", Queue: "q", Key: fmt.Sprint("k", offset%50),
+				DedupeKey: fmt.Sprint(offset), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "to", Offset: offset, Lane: lane})
+		}
+		return b
+	}
+	if _, err := s.IngestCommit(ctx, batch(600)); err != nil {
+		t.Fatal(err)
+	}
+	for dead := 0; dead < 500; { // the heads die, and their lanes move on
+		jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 50, Lease: time.Minute, MaxRuntime: time.Hour})
+		if err != nil || len(jobs) == 0 {
+			t.Fatalf("claim: %d jobs, %v", len(jobs), err)
+		}
+		var outs []pgstore.Outcome
+		for _, j := range jobs {
+			outs = append(outs, pgstore.Outcome{ID: j.ID, Token: j.Token, State: jobstate.Dead, Reason: "permanent", Error: "boom", Lane: j.LaneRef()})
+		}
+		if _, err := s.JobComplete(ctx, outs); err != nil {
+			t.Fatal(err)
+		}
+		dead += len(jobs)
+	}
+	rows, _ := s.Pool().Query(ctx, `SELECT id FROM dlq_entries ORDER BY id`)
+	entries, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := liveWorkers(t, s, batch)
+	act := bulk.Chunked(func(ctx context.Context, ids []int64) ([]bulk.Failure, []int64, error) {
+		return s.DLQRedriveMany(ctx, ids, "test")
+	}, func(ctx context.Context, id int64) error { _, err := s.DLQRedrive(ctx, id, "test"); return err })
+	var failed []bulk.Failure
+	for chunk := range slices.Chunk(entries, bulk.Chunk) {
+		f, err := act(ctx, chunk)
+		if err != nil {
+			t.Errorf("chunk from entry %d: %v", chunk[0], err)
+		}
+		failed = append(failed, f...)
+	}
+	stop()
+	if len(failed) > 0 {
+		t.Errorf("%d entries not re-driven, the first: %+v", len(failed), failed[0])
+	}
+	if n := testenv.Count(t, s, `SELECT count(*) FROM dlq_entries WHERE redrive_job_id IS NOT NULL`); n != len(entries) {
+		t.Errorf("%d of %d entries re-driven", n, len(entries))
+	}
+	if n := testenv.Count(t, s, `SELECT count(DISTINCT target) FROM audit_log WHERE action = 'redrive'`); n != len(entries) {
+		t.Errorf("%d entries audited as re-driven, want %d", n, len(entries))
+	}
+	t.Logf("re-drove %d dead lane jobs beside the workers", len(entries))
 }
 
 // named is a fixture's items by id, and their ids in order.
@@ -121,9 +210,10 @@ func named(items map[string]int64) (map[int64]string, []int64) {
 
 // dlqFixture parks an entry in every state a bulk action meets, and names
 // their ids: two dead jobs of no lane, a poison record, an entry re-driven
-// already, a lane's dead head (the lane moves on past it, its next job
-// waiting), an entry whose job is gone, one whose job is no longer dead,
-// and an id no entry has.
+// already, a lane's dead head that its lane moved on past (its next job
+// the head now), one that blocks its lane (on_dead: block, a job waiting
+// behind it), an entry whose job is gone, one whose job is no longer
+// dead, and an id no entry has.
 func dlqFixture(t *testing.T, s *pgstore.Store) map[string]int64 {
 	t.Helper()
 	ctx := context.Background()
@@ -166,6 +256,13 @@ func dlqFixture(t *testing.T, s *pgstore.Store) map[string]int64 {
 	dead("lane-head", "oq", lane)
 	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r-oq", Kind: "k", Queue: "oq", Key: "k1",
 		DedupeKey: "lane-next", Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t-oq", Offset: 100, Lane: lane}}}); err != nil {
+		t.Fatal(err)
+	}
+	block := *lane
+	block.OnDead = "block"
+	dead("lane-blocked", "bq", &block)
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "r-bq", Kind: "k", Queue: "bq", Key: "k1",
+		DedupeKey: "lane-blocked-next", Payload: []byte(`{}`), MaxAttempts: 3, Topic: "t-bq", Offset: 101, Lane: &block}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Poison: []pgstore.Poison{{Reason: "decode", Route: "r-q", Queue: "q",
