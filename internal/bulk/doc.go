@@ -12,11 +12,12 @@
 // takes the rest; and it stops only between two chunks, so its count is
 // exact.
 //
-// An action takes a chunk's items in one statement where the action
-// stays within the item (a job of no lane, a DLQ entry and its job of no
-// lane), and the chunk's other items each alone after it (Chunked): a
-// lane's job moves its lane, whose lock a transaction holding many jobs
-// must not wait for, and a parked record is decoded again in Go. A chunk
+// An action takes a chunk's items in one transaction where the action
+// stays within the item (a job of no lane, a lane's waiting job, a DLQ
+// entry and its job unless that heads its lane), and the chunk's other
+// items each alone after it (Chunked): a lane's head moves its lane, whose
+// lock a transaction holding many jobs must not wait for, and a parked
+// record is decoded again in Go. A chunk
 // that fails as a whole is taken again one item at a time, so that each
 // failure names its item and the chunk's other items are acted on.
 //
