@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -293,5 +296,76 @@ func TestCLIBulkCancel(t *testing.T) {
 	}
 	if n := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'cancel' AND actor LIKE 'cli:%'`); n != 2 {
 		t.Errorf("%d cancels audited, want 2", n)
+	}
+}
+
+// A bulk re-drive of lanes' dead jobs keeps each lane's order across the
+// fleet (I3): two processes run an ordered route of six keys whose target
+// first answers 400, so that every job dies in turn and its lane moves on
+// (on_dead: continue); once the target answers 200, one request re-drives
+// all 180 entries, in chunks that put each lane's dead jobs back waiting
+// together. Every job then runs once more, each key's in offset order and
+// never two of a key at once.
+func TestBulkRedriveOfLanesKeepsTheirOrderAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
+	store := testenv.Store(t, schema)
+	var fixed atomic.Bool
+	var spans spanLog
+	tg := newTarget(t)
+	tg.setBehaviour(spans.wrap(func(r *http.Request, c call) int {
+		if !fixed.Load() {
+			return http.StatusBadRequest // permanent: dead at once
+		}
+		time.Sleep(5 * time.Millisecond) // long enough for two calls of a key to meet
+		return 0
+	}))
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 4, lease: 60s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, dedupe: {field: id}, ordered: true, target: {http: {url: %q, timeout: 30s}}}
+`, topic, tg.URL())})
+	startRun(t, "run-a", cfg)
+	b := startRun(t, "run-b", cfg)
+	const keys, each = 6, 30
+	recs := records(0, keys*each)
+	for i, r := range recs {
+		r.Key, r.Partition = fmt.Appendf(nil, "k%d", i%keys), 0
+	}
+	testenv.Produce(t, topic, recs...)
+	testenv.Eventually(t, 2*time.Minute, "every job dead and parked", func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE redriven_at IS NULL`) == keys*each
+	})
+	fixed.Store(true)
+	redrove := time.Now()
+	code, body := api(t, adminAddr(t, b), "POST", fmt.Sprintf("/v1/dlq/redrive?route=%s&expect=%d", topic, keys*each))
+	if code != http.StatusOK || compactJSON(t, body) != fmt.Sprintf(`{"failed":[],"redriven":%d}`, keys*each) {
+		t.Fatalf("bulk re-drive: %d %s", code, body)
+	}
+	testenv.Eventually(t, 2*time.Minute, "every re-driven job to succeed", func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == keys*each
+	})
+	byKey := map[string][]span{}
+	for _, s := range spans.all() {
+		if s.Open.After(redrove) {
+			byKey[s.Key] = append(byKey[s.Key], s)
+		}
+	}
+	if _, violations := overlapCheck(byKey); len(violations) > 0 {
+		t.Errorf("I3: %d pairs of a key's calls open at once, the first: %s", len(violations), violations[0])
+	}
+	for key, ss := range byKey {
+		slices.SortFunc(ss, func(x, y span) int { return x.Open.Compare(y.Open) })
+		last := int64(-1)
+		for _, s := range ss {
+			off, err := strconv.ParseInt(s.Source[strings.LastIndexByte(s.Source, '/')+1:], 10, 64)
+			if err != nil || off <= last {
+				t.Fatalf("I3: key %s: call %v after the call of offset %d", key, s, last)
+			}
+			last = off
+		}
+		if len(ss) != each {
+			t.Errorf("key %s: %d calls after the re-drive, want %d", key, len(ss), each)
+		}
 	}
 }
