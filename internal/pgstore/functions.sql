@@ -511,14 +511,16 @@ END $$;
 -- idempotency_key in the API's namespace (a second call finds the first
 -- call's job, created false), and a job of an ordered route joins its
 -- key's lane: key, and version under a version policy, are arguments
--- here, not read from the payload. A route whose group value is read from
--- the payload is refused: enqueue its jobs through the API or the Go
--- client. Errors name the argument (SQLSTATE 22023), or the queue over its
+-- here, not read from the payload, and so is a grouped route's group
+-- value (group_value), which its group's max_running then counts the job
+-- under. Errors name the argument (SQLSTATE 22023), or the queue over its
 -- max_depth (53400). It runs with the schema's search_path whatever the
 -- caller's (SET ... FROM CURRENT: the one migrate applied it with).
+-- The signature it had before group_value.
+DROP FUNCTION IF EXISTS enqueue(text, text, bytea, text, text, bigint, timestamptz, text);
 CREATE OR REPLACE FUNCTION enqueue(queue text, kind text, payload bytea, idempotency_key text,
     key text DEFAULT NULL, version bigint DEFAULT NULL, run_at timestamptz DEFAULT NULL,
-    content_type text DEFAULT NULL)
+    content_type text DEFAULT NULL, group_value text DEFAULT NULL)
 RETURNS TABLE (id bigint, state text, created boolean)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -550,9 +552,15 @@ BEGIN
         RAISE EXCEPTION 'version: required: route % orders its lanes by version (%)', r.route, r.lane_policy
             USING ERRCODE = '22023';
     END IF;
-    IF r.grouped THEN
-        RAISE EXCEPTION 'kind: route % caps its groups, whose value it reads from the payload: enqueue through the API or the Go client', r.route
+    IF r.grouped AND coalesce($9, '') = '' THEN
+        RAISE EXCEPTION 'group_value: required: route % caps the running jobs of each group value', r.route
             USING ERRCODE = '22023';
+    END IF;
+    IF NOT r.grouped AND $9 IS NOT NULL THEN
+        RAISE EXCEPTION 'group_value: route % has no group', r.route USING ERRCODE = '22023';
+    END IF;
+    IF octet_length($9) > 1024 THEN
+        RAISE EXCEPTION 'group_value: over the 1024-byte limit of keys' USING ERRCODE = '22023';
     END IF;
     IF $7 > now() + interval '100 years' THEN
         RAISE EXCEPTION 'run_at: % is more than 100 years away', $7 USING ERRCODE = '22023';
@@ -572,7 +580,7 @@ BEGIN
             CASE WHEN $8 IS NULL THEN '{}'::bytea[] ELSE ARRAY[convert_to($8, 'UTF8')] END,
             r.max_attempts, coalesce(v_at, now()) + r.ttl, v_at, r.lane_policy, r.on_dead,
             (extract(epoch FROM r.gap_timeout) * 1000)::bigint, r.gap_policy,
-            CASE WHEN r.limited THEN '*' END, -- pgstore.GroupAll: a limited route's one group
+            CASE WHEN r.grouped THEN $9 WHEN r.limited THEN '*' END, -- pgstore.GroupAll: a limited route's one group
             r.coalesce, current_schema() || '_jobs');
     END IF;
     IF NOT e.created AND NOT e.same_payload THEN

@@ -18,7 +18,8 @@ import (
 // search_path inside its own transaction: the job exists if and only if
 // the transaction commits, takes its route's settings from the published
 // routes, is found again by its idempotency key, joins its lane in an
-// ordered route, and bad arguments are named.
+// ordered route, takes a grouped route's group value as an argument, and
+// bad arguments are named.
 func TestSQLEnqueueInTheCallersTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -29,6 +30,7 @@ func TestSQLEnqueueInTheCallersTransaction(t *testing.T) {
 		{Queue: "bulk", Kind: "invoice.render", Route: "invoices", MaxAttempts: 5, TTL: time.Hour, OnDead: "continue"},
 		{Queue: "bulk", Kind: "order.sync", Route: "orders", MaxAttempts: 8, Lane: lane, OnDead: "continue"},
 		{Queue: "small", Kind: "k", Route: "r", MaxAttempts: 1, OnDead: "continue", MaxDepth: 1},
+		{Queue: "bulk", Kind: "tenant.sync", Route: "tenants", MaxAttempts: 3, OnDead: "continue", Limited: true, Grouped: true},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +107,9 @@ func TestSQLEnqueueInTheCallersTransaction(t *testing.T) {
 		{`queue => 'bulk', kind => 'invoice.render', payload => '', idempotency_key => ''`, "idempotency_key: required"},
 		{`queue => 'bulk', kind => 'order.sync', payload => '', idempotency_key => 'o1'`, "key: required"},
 		{`queue => 'bulk', kind => 'invoice.render', payload => '', idempotency_key => 'y', run_at => now() + interval '200 years'`, "run_at:"},
+		{`queue => 'bulk', kind => 'tenant.sync', payload => '', idempotency_key => 'g1'`, "group_value: required"},
+		{`queue => 'bulk', kind => 'invoice.render', payload => '', idempotency_key => 'g2', group_value => 'acme'`, "group_value: route invoices has no group"},
+		{`queue => 'bulk', kind => 'tenant.sync', payload => '', idempotency_key => 'g3', group_value => repeat('x', 1025)`, "group_value: over the 1024-byte limit"},
 	} {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { _, _, _, err := enqueue(tx, tc.args); return err })
 		var pe *pgconn.PgError
@@ -126,6 +131,19 @@ func TestSQLEnqueueInTheCallersTransaction(t *testing.T) {
 	}
 	if strings.Join(states, ",") != "queued,waiting" {
 		t.Fatalf("two jobs of lane c-1: %v, want the head queued and the next waiting behind it", states)
+	}
+
+	// A grouped route's job is counted under the group value it was given.
+	var tenant int64
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) (err error) {
+		tenant, _, _, err = enqueue(tx, `queue => 'bulk', kind => 'tenant.sync', payload => '', idempotency_key => 't1', group_value => 'acme'`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var grp string
+	if err := s.Pool().QueryRow(ctx, `SELECT grp FROM jobs WHERE id = $1`, tenant).Scan(&grp); err != nil || grp != "acme" {
+		t.Errorf("a grouped route's job has group %q (%v), want acme", grp, err)
 	}
 
 	small := func(key, payload string) (id int64, created bool, err error) {
