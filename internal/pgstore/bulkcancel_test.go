@@ -307,21 +307,7 @@ func TestJobCancelMatchingBesideLiveWorkers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
-	offset := int64(0)
-	batch := func(n int) pgstore.IngestBatch {
-		var b pgstore.IngestBatch
-		for range n {
-			offset++
-			j := pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(offset), Payload: []byte(`{}`),
-				MaxAttempts: 3, Topic: "t", Offset: offset}
-			if offset%3 == 0 {
-				j.Route, j.Key, j.Lane, j.Topic = "o", fmt.Sprint("k", offset%50), lane, "to"
-			}
-			b.Jobs = append(b.Jobs, j)
-		}
-		return b
-	}
+	batch := liveBatches(3)
 	if _, err := s.IngestCommit(ctx, batch(3000)); err != nil {
 		t.Fatal(err)
 	}
@@ -347,6 +333,27 @@ func TestJobCancelMatchingBesideLiveWorkers(t *testing.T) {
 		t.Errorf("done %d, failed %d: the cancel did not race the workers", res.Done, len(res.Failed))
 	}
 	t.Logf("cancelled %d, %d had succeeded first", res.Done, len(res.Failed))
+}
+
+// liveBatches makes batches of n jobs of queue q, numbered on from 1:
+// every laneEvery-th of them (each, at 1) a job of one of 50 lanes of
+// route o, the others of route r.
+func liveBatches(laneEvery int64) func(n int) pgstore.IngestBatch {
+	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
+	offset := int64(0)
+	return func(n int) pgstore.IngestBatch {
+		var b pgstore.IngestBatch
+		for range n {
+			offset++
+			j := pgstore.NewJob{Route: "r", Kind: "k", Queue: "q", DedupeKey: fmt.Sprint(offset), Payload: []byte(`{}`),
+				MaxAttempts: 3, Topic: "t", Offset: offset}
+			if offset%laneEvery == 0 {
+				j.Route, j.Key, j.Lane, j.Topic = "o", fmt.Sprint("k", offset%50), lane, "to"
+			}
+			b.Jobs = append(b.Jobs, j)
+		}
+		return b
+	}
 }
 
 // liveWorkers starts two workers that claim queue q's jobs and finish them

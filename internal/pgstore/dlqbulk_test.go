@@ -2,7 +2,6 @@ package pgstore_test
 
 import (
 	"context"
-	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -138,17 +137,7 @@ func TestDLQRedriveOfLanesBesideLiveWorkers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	lane := &pgstore.LanePolicy{Policy: "none", OnDead: "continue", GapTimeout: time.Minute, GapPolicy: "park"}
-	offset := int64(0)
-	batch := func(n int) pgstore.IngestBatch {
-		var b pgstore.IngestBatch
-		for range n {
-			offset++
-			b.Jobs = append(b.Jobs, pgstore.NewJob{Route: "o", Kind: "k", Queue: "q", Key: fmt.Sprint("k", offset%50),
-				DedupeKey: fmt.Sprint(offset), Payload: []byte(`{}`), MaxAttempts: 3, Topic: "to", Offset: offset, Lane: lane})
-		}
-		return b
-	}
+	batch := liveBatches(1) // lanes' jobs only
 	if _, err := s.IngestCommit(ctx, batch(600)); err != nil {
 		t.Fatal(err)
 	}
