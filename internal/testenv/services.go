@@ -11,11 +11,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,20 +142,53 @@ func (k *Kafka) Stop() {
 	}
 }
 
-// FreePorts returns n distinct free loopback ports. (Another process may
-// take one before it is bound; whatever binds it then fails and says so.)
+// FreePorts returns n distinct loopback ports free now, from below the
+// kernel's ephemeral range where it can tell: a port of that range may be
+// taken, between this check and the service's bind, as the local port of
+// any outgoing connection, and the tests make thousands (CI saw a private
+// Postgres fail to bind one). Another process may still take one first;
+// whatever binds it then fails and says so.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	low := ephemeralLow()
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 1000 {
+			t.Fatalf("no free port among 1,000 tried below %d", low)
 		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		addr := "127.0.0.1:0"
+		if low > minPort {
+			addr = fmt.Sprintf("127.0.0.1:%d", minPort+rand.IntN(low-minPort))
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // taken
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
 	}
 	return ports
+}
+
+// minPort is the lowest port FreePorts hands out: above the registered
+// ports most services default to.
+const minPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux),
+// or 0 where it cannot be read: FreePorts then lets the kernel choose.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
+		return 0
+	}
+	return low
 }
 
 // script is the path of a deploy/local script, found from this file's
