@@ -363,61 +363,48 @@ func liveBatches(laneEvery int64) func(n int) pgstore.IngestBatch {
 func liveWorkers(t *testing.T, s *pgstore.Store, batch func(n int) pgstore.IngestBatch) (stop func()) {
 	ctx := context.Background()
 	done := make(chan struct{})
-	var workers sync.WaitGroup
-	for range 2 {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
+	var running sync.WaitGroup
+	// every runs step after each wait until stop, or until step fails.
+	every := func(wait time.Duration, step func() error) {
+		running.Go(func() {
 			for {
 				select {
 				case <-done:
 					return
-				default:
+				case <-time.After(wait):
 				}
-				jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 20, Lease: time.Minute, MaxRuntime: time.Hour})
-				if err != nil {
+				if err := step(); err != nil {
 					t.Error(err)
 					return
 				}
-				for len(jobs) > 0 {
-					var outs []pgstore.Outcome
-					for _, j := range jobs {
-						o := pgstore.Outcome{ID: j.ID, Token: j.Token, State: jobstate.Succeeded, Lane: j.LaneRef()}
-						if j.Lane {
-							o.Handoff = &pgstore.Handoff{Queue: "q", Lease: time.Minute}
-						}
-						outs = append(outs, o)
-					}
-					c, err := s.JobComplete(ctx, outs)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					jobs = jobs[:0]
-					for _, next := range c.Next {
-						jobs = append(jobs, next)
-					}
-				}
 			}
-		}()
+		})
 	}
-	workers.Add(1)
-	go func() {
-		defer workers.Done()
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * time.Millisecond):
+	work := func() error {
+		jobs, _, err := s.JobClaim(ctx, pgstore.JobClaimParams{Queue: "q", Limit: 20, Lease: time.Minute, MaxRuntime: time.Hour})
+		for err == nil && len(jobs) > 0 {
+			var outs []pgstore.Outcome
+			for _, j := range jobs {
+				o := pgstore.Outcome{ID: j.ID, Token: j.Token, State: jobstate.Succeeded, Lane: j.LaneRef()}
+				if j.Lane {
+					o.Handoff = &pgstore.Handoff{Queue: "q", Lease: time.Minute}
+				}
+				outs = append(outs, o)
 			}
-			if _, err := s.IngestCommit(ctx, batch(30)); err != nil {
-				t.Error(err)
-				return
+			var c pgstore.Completed
+			c, err = s.JobComplete(ctx, outs)
+			jobs = jobs[:0]
+			for _, next := range c.Next {
+				jobs = append(jobs, next)
 			}
 		}
-	}()
+		return err
+	}
+	every(0, work)
+	every(0, work)
+	every(5*time.Millisecond, func() error { _, err := s.IngestCommit(ctx, batch(30)); return err })
 	return func() {
 		close(done)
-		workers.Wait()
+		running.Wait()
 	}
 }
