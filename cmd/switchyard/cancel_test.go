@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
 )
 
@@ -22,13 +23,7 @@ import (
 // cancelled.
 func TestCancelStopsARunningAttemptAtOnce(t *testing.T) {
 	t.Parallel()
-	schema := testenv.Schema(t)
-	store := testenv.Store(t, schema)
-	topic := testenv.Topic(t, 2)
-	tg, aborted := hangingTarget(t)
-	cfg := hangingConfig(t, schema, topic, tg, 1, false)
-	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
-	addrs := []string{adminAddr(t, a), adminAddr(t, b)}
+	store, topic, tg, aborted, addrs := hangingFleet(t, 2, 1, false)
 	testenv.Produce(t, topic, records(0, 2)...)
 	// One worker each: the two jobs run in the two processes.
 	testenv.Eventually(t, 60*time.Second, "both jobs to be running at the target", func() bool {
@@ -62,9 +57,15 @@ func TestCancelStopsARunningAttemptAtOnce(t *testing.T) {
 	}
 }
 
-// hangingTarget is a target whose calls answer only once their request
-// is cancelled, and when each job's attempt was aborted.
-func hangingTarget(t *testing.T) (*target, func() map[int64]time.Time) {
+// hangingFleet runs two processes of one config: queue q of concurrency
+// workers fed by a new topic of partitions partitions (ordered by record
+// key if ordered), leases of a minute (no heartbeat in a test's time), and
+// a target whose calls answer only once their request is cancelled. It
+// returns the processes' store, the topic, the target, when each job's
+// attempt was aborted, and the processes' admin addresses.
+func hangingFleet(t *testing.T, partitions int32, concurrency int, ordered bool) (*pgstore.Store, string, *target, func() map[int64]time.Time, []string) {
+	schema := testenv.Schema(t)
+	topic := testenv.Topic(t, partitions)
 	tg := newTarget(t)
 	var mu sync.Mutex
 	aborted := map[int64]time.Time{}
@@ -75,22 +76,17 @@ func hangingTarget(t *testing.T) (*target, func() map[int64]time.Time) {
 		mu.Unlock()
 		return 0
 	})
-	return tg, func() map[int64]time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return maps.Clone(aborted)
-	}
-}
-
-// hangingConfig is a process's config with queue q of concurrency workers
-// fed by topic (ordered by record key if ordered), leases of a minute (no
-// heartbeat in a test's time) and the target tg.
-func hangingConfig(t *testing.T, schema, topic string, tg *target, concurrency int, ordered bool) string {
-	return writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
   q: {concurrency: %d, lease: 60s, poll_interval: 100ms}
 routes:
   - {topic: %q, kind: k, queue: q, dedupe: {field: id}, ordered: %t, target: {http: {url: %q, timeout: 5m}}}
 `, concurrency, topic, ordered, tg.URL())})
+	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
+	return testenv.Store(t, schema), topic, tg, func() map[int64]time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(aborted)
+	}, []string{adminAddr(t, a), adminAddr(t, b)}
 }
 
 var reCancelled = regexp.MustCompile(`(?m)^switchyard_job_attempts_total\{kind="k",outcome="cancelled"\} (\d+)$`)
@@ -117,13 +113,7 @@ func cancelledAttempts(t *testing.T, addrs []string) int {
 // cannot be what stops them.
 func TestBulkCancelStopsRunningAttemptsInEveryProcess(t *testing.T) {
 	t.Parallel()
-	schema := testenv.Schema(t)
-	store := testenv.Store(t, schema)
-	topic := testenv.Topic(t, 4)
-	tg, aborted := hangingTarget(t)
-	cfg := hangingConfig(t, schema, topic, tg, 3, false)
-	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
-	addrs := []string{adminAddr(t, a), adminAddr(t, b)}
+	store, topic, tg, aborted, addrs := hangingFleet(t, 4, 3, false)
 	testenv.Produce(t, topic, records(0, 16)...)
 	testenv.Eventually(t, 60*time.Second, "six attempts running at the target and ten jobs queued", func() bool {
 		return len(tg.received()) == 6 && testenv.Count(t, store, `SELECT count(*) FROM jobs WHERE state = 'queued'`) == 10
@@ -158,13 +148,7 @@ func TestBulkCancelStopsRunningAttemptsInEveryProcess(t *testing.T) {
 // abort would start.
 func TestBulkCancelOfLanesStartsNoJobBehindAHead(t *testing.T) {
 	t.Parallel()
-	schema := testenv.Schema(t)
-	store := testenv.Store(t, schema)
-	topic := testenv.Topic(t, 4)
-	tg, aborted := hangingTarget(t)
-	cfg := hangingConfig(t, schema, topic, tg, 3, true)
-	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
-	addrs := []string{adminAddr(t, a), adminAddr(t, b)}
+	store, topic, tg, aborted, addrs := hangingFleet(t, 4, 3, true)
 	recs := records(0, 150)
 	for i, r := range recs {
 		// One partition, so that ids follow the records and every lane
