@@ -12,8 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
@@ -345,14 +348,75 @@ routes:
 	testenv.Eventually(t, 2*time.Minute, "every re-driven job to succeed", func() bool {
 		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == keys*each
 	})
+	keysRanInOffsetOrder(t, &spans, redrove, keys, each)
+}
+
+// A bulk re-drive of parked records, after the route that parked them was
+// fixed, makes each record's job once, and each key's jobs run in offset
+// order across the fleet (I3): one process, whose ordered route reads the
+// key from a field the records do not have, parks 180 records of six keys
+// (missing_field); two processes with the field fixed then run what one
+// request re-drives, the records decoded in chunks and stored a chunk a
+// transaction.
+func TestBulkRedriveOfRecordsKeepsTheirKeysOrderAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
+	store := testenv.Store(t, schema)
+	var spans spanLog
+	tg := newTarget(t)
+	tg.setBehaviour(spans.wrap(func(r *http.Request, c call) int {
+		time.Sleep(5 * time.Millisecond) // long enough for two calls of a key to meet
+		return 0
+	}))
+	config := func(field string) string {
+		return writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 4, lease: 60s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, key: {field: %s}, ordered: true, target: {http: {url: %q, timeout: 30s}}}
+`, topic, field, tg.URL())})
+	}
+	broken := startRun(t, "run-broken", config("cust"))
+	const keys, each = 6, 30
+	recs := make([]*kgo.Record, keys*each)
+	for i := range recs {
+		recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"id":"r%d","customer":"k%d"}`, i, i%keys)}
+	}
+	testenv.Produce(t, topic, recs...)
+	testenv.Eventually(t, 2*time.Minute, "every record parked", func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE reason = 'missing_field' AND redriven_at IS NULL`) == keys*each
+	})
+	broken.signal(syscall.SIGTERM)
+	broken.wait(30 * time.Second)
+
+	fixed := config("customer")
+	startRun(t, "run-a", fixed)
+	b := startRun(t, "run-b", fixed)
+	redrove := time.Now()
+	code, body := api(t, adminAddr(t, b), "POST", fmt.Sprintf("/v1/dlq/redrive?route=%s&expect=%d", topic, keys*each))
+	if code != http.StatusOK || compactJSON(t, body) != fmt.Sprintf(`{"failed":[],"redriven":%d}`, keys*each) {
+		t.Fatalf("bulk re-drive: %d %s", code, body)
+	}
+	testenv.Eventually(t, 2*time.Minute, "every re-driven record's job to succeed", func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == keys*each
+	})
+	keysRanInOffsetOrder(t, &spans, redrove, keys, each)
+}
+
+// keysRanInOffsetOrder checks the target's calls opened since since (I3):
+// each of keys keys had each calls, in offset order, never two at once.
+func keysRanInOffsetOrder(t *testing.T, spans *spanLog, since time.Time, keys, each int) {
+	t.Helper()
 	byKey := map[string][]span{}
 	for _, s := range spans.all() {
-		if s.Open.After(redrove) {
+		if s.Open.After(since) {
 			byKey[s.Key] = append(byKey[s.Key], s)
 		}
 	}
 	if _, violations := overlapCheck(byKey); len(violations) > 0 {
 		t.Errorf("I3: %d pairs of a key's calls open at once, the first: %s", len(violations), violations[0])
+	}
+	if len(byKey) != keys {
+		t.Errorf("calls of %d keys, want %d", len(byKey), keys)
 	}
 	for key, ss := range byKey {
 		slices.SortFunc(ss, func(x, y span) int { return x.Open.Compare(y.Open) })
@@ -365,7 +429,7 @@ routes:
 			last = off
 		}
 		if len(ss) != each {
-			t.Errorf("key %s: %d calls after the re-drive, want %d", key, len(ss), each)
+			t.Errorf("key %s: %d calls, want %d", key, len(ss), each)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -67,23 +68,42 @@ func (s *Service) Redrive(ctx context.Context, id int64, by string) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	route, ok := s.routes[e.Route]
-	if !ok || e.Source == nil {
-		return 0, fmt.Errorf("%w: no route named %q in the current config", ErrStillPoison, e.Route)
-	}
-	rec, err := s.record(ctx, e)
+	job, err := s.decode(ctx, e)
 	if err != nil {
 		return 0, err
 	}
+	jobs, failed, err := s.store.DLQRedriveRecords(ctx, []pgstore.RecordRedrive{{Entry: id, Job: job}}, by)
+	if err == nil {
+		err = stillPoison(failed[id])
+	}
+	return jobs[id], err
+}
+
+// decode is an entry's record decoded again by its route in the current
+// config: the job a re-drive stores, or ErrStillPoison saying why not.
+func (s *Service) decode(ctx context.Context, e pgstore.DLQEntry) (pgstore.NewJob, error) {
+	route, ok := s.routes[e.Route]
+	if !ok || e.Source == nil {
+		return pgstore.NewJob{}, fmt.Errorf("%w: no route named %q in the current config", ErrStillPoison, e.Route)
+	}
+	rec, err := s.record(ctx, e)
+	if err != nil {
+		return pgstore.NewJob{}, err
+	}
 	job, poison := route.Decode(rec, time.Now())
 	if poison != nil {
-		return 0, fmt.Errorf("%w: %s: %s", ErrStillPoison, poison.Reason, poison.Error)
+		return pgstore.NewJob{}, fmt.Errorf("%w: %s: %s", ErrStillPoison, poison.Reason, poison.Error)
 	}
-	jobID, err = s.store.DLQRedriveRecord(ctx, id, *job, by)
+	return *job, nil
+}
+
+// stillPoison says that Postgres refused a record's job (pgstore.ErrRefused)
+// as the record still being poison.
+func stillPoison(err error) error {
 	if errors.Is(err, pgstore.ErrRefused) {
-		return 0, fmt.Errorf("%w: %v", ErrStillPoison, err)
+		return fmt.Errorf("%w: %v", ErrStillPoison, err)
 	}
-	return jobID, err
+	return err
 }
 
 // Bulk is a bulk action on every parked entry that Filter matches (its
@@ -99,12 +119,59 @@ type Bulk struct {
 func (s *Service) RedriveMatching(ctx context.Context, b Bulk) (bulk.Result, error) {
 	return s.eachMatching(ctx, b, "re-driven", bulk.Chunked(
 		func(ctx context.Context, ids []int64) ([]bulk.Failure, []int64, error) {
-			return s.store.DLQRedriveMany(ctx, ids, b.By)
+			return s.redriveMany(ctx, ids, b.By)
 		},
 		func(ctx context.Context, id int64) error {
 			_, err := s.Redrive(ctx, id, b.By)
 			return err
 		}))
+}
+
+// chunkRecordBytes bounds the bytes of the records that a chunk of a
+// re-drive holds at once; the records past it go alone.
+const chunkRecordBytes = 4 << 20
+
+// redriveMany re-drives a chunk of entries as far as it can together.
+// The store's chunk takes the dead jobs and leaves alone the records
+// (and a lane's blocked head); of those records, the ones kept whole, as
+// many as chunkRecordBytes holds, are decoded here and stored in one
+// transaction, as ingest stores a batch. The rest go alone: a blocked
+// head, a truncated record (read again from Kafka), and every record of
+// a transaction that failed (a job Postgres refused, a deadlock with
+// ingest over the same dedupe keys), each of which then answers for
+// itself. The store's chunk has committed by then, so no later error
+// fails the chunk as a whole (bulk.Chunked).
+func (s *Service) redriveMany(ctx context.Context, ids []int64, by string) ([]bulk.Failure, []int64, error) {
+	failed, alone, err := s.store.DLQRedriveMany(ctx, ids, by)
+	if err != nil || len(alone) == 0 {
+		return failed, alone, err
+	}
+	entries, err := s.store.DLQRecords(ctx, alone, chunkRecordBytes)
+	if err != nil {
+		return failed, alone, nil
+	}
+	errs := map[int64]error{}
+	var rs []pgstore.RecordRedrive
+	for _, e := range entries {
+		job, err := s.decode(ctx, e)
+		if err != nil {
+			errs[e.ID] = err
+			continue
+		}
+		rs = append(rs, pgstore.RecordRedrive{Entry: e.ID, Job: job})
+	}
+	done, lockFailed, err := s.store.DLQRedriveRecords(ctx, rs, by)
+	if err != nil {
+		done = nil
+	}
+	for id, err := range lockFailed {
+		errs[id] = stillPoison(err)
+	}
+	alone = slices.DeleteFunc(alone, func(id int64) bool {
+		_, ok := done[id]
+		return ok || errs[id] != nil
+	})
+	return append(failed, bulk.FailuresOf(errs)...), alone, nil
 }
 
 // DiscardMatching discards every entry b matches (Discard).

@@ -7,4 +7,10 @@
 // final state; lanes park gap jobs of strict routes. This package never
 // deletes an entry without either turning it back into work or being
 // told to discard it, and never re-runs a job outside its lane's order.
+//
+// A parked record is decoded again here, by its route in the current
+// config, and stored as ingest stores a record: a bulk re-drive decodes a
+// chunk's records and stores them in one transaction (bounded in bytes),
+// and whatever that transaction cannot take goes alone, so that each
+// entry's answer is the one it would get on its own.
 package dlq

@@ -326,18 +326,6 @@ const putBackSQL = `attempts = 0, scheduled_at = now(), finished_at = NULL, star
 	state = CASE WHEN NOT j.lane OR EXISTS (SELECT 1 FROM lanes l
 		WHERE l.route = j.route AND l.key = j.key AND l.head_job_id = j.id) THEN 'queued' ELSE 'waiting' END`
 
-// redriveEntry marks an entry re-driven to a job, and audits it, as a
-// bulk re-drive's chunk does (redrivenSQL): the entry keeps answering,
-// with the job that came of it, until that job is pruned (JobPrune).
-func redriveEntry(ctx context.Context, tx pgx.Tx, entryID, jobID int64, by string) error {
-	if by == "" {
-		return errNoActor
-	}
-	_, err := tx.Exec(ctx, `WITH `+redrivenSQL(`SELECT $1::bigint, $3::bigint`)+` SELECT count(*) FROM marked`,
-		entryID, by, jobID)
-	return err
-}
-
 // DLQDiscard removes an entry for good. A dead job stays dead; if it was
 // blocking its lane, the lane moves on to its next job. An entry
 // re-driven already is ErrRedriven, as for a re-drive (lockEntry).
@@ -361,45 +349,120 @@ func (s *Store) DLQDiscard(ctx context.Context, entryID int64, by string) error 
 	})
 }
 
-// DLQRedriveRecord turns a parked record into a job (decoded again by the
-// caller, e.g. after a route fix) and marks its entry re-driven to it,
-// in one transaction, and returns the job's id. An existing job with the same
-// dedupe key wins (I2). A job Postgres refuses for its data leaves the
-// entry as it was and returns an error wrapping ErrRefused.
-func (s *Store) DLQRedriveRecord(ctx context.Context, entryID int64, job NewJob, by string) (jobID int64, err error) {
+// RecordRedrive is a parked record's entry and the job that its record
+// decodes to now (decoded again by the caller, e.g. after a route fix).
+type RecordRedrive struct {
+	Entry int64
+	Job   NewJob
+}
+
+// DLQRedriveRecords turns parked records into jobs and marks each entry
+// re-driven to its job, in one transaction, as ingest stores a batch:
+// jobs are the entries' job ids. An existing job with the same dedupe key
+// wins (I2). An entry it cannot re-drive is in failed and stays as it was:
+// gone (ErrNotFound), re-driven already (ErrRedriven), or not a record's
+// (ErrConflict). A job Postgres refuses for its data is, for a single
+// entry, its failure, wrapping ErrRefused; among several it fails the
+// whole transaction (an error wrapping ErrRefused), so that each can be
+// taken again alone and answer for itself.
+func (s *Store) DLQRedriveRecords(ctx context.Context, rs []RecordRedrive, by string) (jobs map[int64]int64, failed map[int64]error, err error) {
+	if by == "" {
+		return nil, nil, errNoActor
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := lockEntry(ctx, tx, entryID); !errors.Is(err, ErrRecordEntry) {
-			if err == nil {
-				return ErrConflict
-			}
+		jobs, failed = map[int64]int64{}, map[int64]error{}
+		take, err := lockRecordEntries(ctx, tx, rs, failed)
+		if err != nil || len(take) == 0 {
 			return err
 		}
-		jobs := []NewJob{job}
+		newJobs := make([]NewJob, len(take))
+		for i, r := range take {
+			newJobs[i] = r.Job
+		}
 		var res IngestResult
-		refused, err := insertJobs(ctx, tx, jobs, &res)
-		if err != nil {
+		refused, err := insertJobs(ctx, tx, newJobs, &res)
+		switch {
+		case err != nil:
+			return err
+		case len(refused) > 0 && len(take) == 1:
+			failed[take[0].Entry] = fmt.Errorf("%w: %s (SQLSTATE %s)", ErrRefused, refused[0].err.Message, refused[0].err.Code)
+			return nil
+		case len(refused) > 0:
+			return fmt.Errorf("%w: %d of %d jobs", ErrRefused, len(refused), len(take))
+		}
+		if err := promoteLanes(ctx, tx, newJobs); err != nil {
 			return err
 		}
-		if len(refused) > 0 {
-			return fmt.Errorf("%w: %s (SQLSTATE %s)", ErrRefused, refused[0].err.Message, refused[0].err.Code)
+		// Each job's id by its dedupe key: the job inserted, or the one
+		// that held the key already.
+		routes, origins, dedupes := make([]string, len(take)), make([]string, len(take)), make([]string, len(take))
+		for i, j := range newJobs {
+			routes[i], origins[i], dedupes[i] = j.Route, j.origin(), j.DedupeKey
 		}
-		if err := promoteLanes(ctx, tx, jobs); err != nil {
+		entries, ids := make([]int64, len(take)), make([]int64, len(take))
+		rows, _ := tx.Query(ctx, `SELECT u.n, k.job_id FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(route, origin, dedupe_key, n)
+			JOIN job_keys k USING (route, origin, dedupe_key)`, routes, origins, dedupes)
+		var n, id int64
+		if _, err := pgx.ForEachRow(rows, []any{&n, &id}, func() error {
+			entries[n-1], ids[n-1] = take[n-1].Entry, id
+			jobs[take[n-1].Entry] = id
+			return nil
+		}); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT job_id FROM job_keys WHERE route = $1 AND origin = $2 AND dedupe_key = $3`,
-			job.Route, job.origin(), job.DedupeKey).Scan(&jobID); err != nil {
-			return err
+		if len(jobs) != len(take) {
+			return fmt.Errorf("re-drive records: %d of %d jobs found by their dedupe keys", len(jobs), len(take))
 		}
-		if err := redriveEntry(ctx, tx, entryID, jobID, by); err != nil {
+		if _, err := tx.Exec(ctx, `WITH `+redrivenSQL(`SELECT * FROM unnest($1::bigint[], $3::bigint[])`)+` SELECT count(*) FROM marked`,
+			entries, by, ids); err != nil {
 			return err
 		}
 		if len(res.Queues) > 0 {
-			_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, s.Channel(), res.Queues[0])
-			return err
+			_, err = tx.Exec(ctx, notifySQL, s.Channel(), res.Queues)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return jobs, failed, nil
+}
+
+// lockRecordEntries locks the entries of rs in id order and returns those
+// that are still parked records, each as lockEntry says of one; the others
+// go to failed.
+func lockRecordEntries(ctx context.Context, tx pgx.Tx, rs []RecordRedrive, failed map[int64]error) ([]RecordRedrive, error) {
+	ids := make([]int64, len(rs))
+	for i, r := range rs {
+		ids[i] = r.Entry
+	}
+	rows, _ := tx.Query(ctx, `SELECT id, job_id, redrive_job_id FROM dlq_entries WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`, ids)
+	var id int64
+	var job, redriven *int64
+	parked := map[int64]bool{}
+	if _, err := pgx.ForEachRow(rows, []any{&id, &job, &redriven}, func() error {
+		switch {
+		case redriven != nil:
+			failed[id] = redrivenError{id, *redriven}
+		case job != nil:
+			failed[id] = ErrConflict
+		default:
+			parked[id] = true
 		}
 		return nil
-	})
-	return jobID, err
+	}); err != nil {
+		return nil, err
+	}
+	var take []RecordRedrive
+	for _, r := range rs {
+		switch {
+		case parked[r.Entry]:
+			take = append(take, r)
+		case failed[r.Entry] == nil:
+			failed[r.Entry] = ErrNotFound
+		}
+	}
+	return take, nil
 }
 
 // lockEntry locks a parked DLQ entry and returns its job id, or
@@ -477,7 +540,7 @@ func (s *Store) JobRerun(ctx context.Context, route string, dedupeKeys []string)
 			}
 		}
 		if len(queues) > 0 {
-			_, err = tx.Exec(ctx, `SELECT pg_notify($1, q) FROM unnest($2::text[]) q`, s.Channel(), slices.Collect(maps.Keys(queues)))
+			_, err = tx.Exec(ctx, notifySQL, s.Channel(), slices.Collect(maps.Keys(queues)))
 		}
 		return err
 	})

@@ -1,0 +1,202 @@
+package dlq_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-dev/switchyard/config"
+	"github.com/switchyard-dev/switchyard/internal/bulk"
+	"github.com/switchyard-dev/switchyard/internal/dlq"
+	"github.com/switchyard-dev/switchyard/internal/ingest"
+	"github.com/switchyard-dev/switchyard/internal/pgstore"
+	"github.com/switchyard-dev/switchyard/internal/testenv"
+	"github.com/switchyard-dev/switchyard/jobstate"
+)
+
+// A bulk re-drive's chunk stores the parked records it can decode in one
+// transaction (as ingest stores a batch) and does to every entry what
+// re-driving each alone does: the same jobs in the same lane order, the
+// same entries linked to the same jobs, the same audit entries, and the
+// same failure for each entry it cannot take. It leaves alone only what
+// must be: a record kept in part (read again from Kafka) and one whose
+// bytes would take the chunk past its budget.
+func TestRecordChunksAgreeWithEachAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type outcome struct{ Errs, Jobs, Entries, Audit map[string]string }
+	run := func(chunk bool) outcome {
+		s, svc, name, ids := recordFixture(t)
+		act := bulk.Chunked(func(ctx context.Context, ids []int64) ([]bulk.Failure, []int64, error) {
+			return svc.RedriveMany(ctx, ids, "test")
+		}, func(ctx context.Context, id int64) error {
+			_, err := svc.Redrive(ctx, id, "test")
+			return err
+		})
+		if !chunk {
+			act = func(ctx context.Context, ids []int64) (failed []bulk.Failure, _ error) {
+				for _, id := range ids {
+					if _, err := svc.Redrive(ctx, id, "test"); err != nil {
+						failed = append(failed, bulk.Failure{ID: id, Error: err.Error()})
+					}
+				}
+				return failed, nil
+			}
+		}
+		failed, err := act(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := outcome{map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}}
+		for _, f := range failed {
+			o.Errs[name[f.ID]] = f.Error
+		}
+		collect := func(m map[string]string, sql string) {
+			rows, _ := s.Pool().Query(ctx, sql)
+			var k, v string
+			if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { m[k] = v; return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Jobs by dedupe key (a chunk whose transaction failed has drawn
+		// ids it never used), each with the jobs of its lane before it.
+		collect(o.Jobs, `SELECT dedupe_key, concat_ws(' ', state, attempts, key, (SELECT head_job_id = j.id FROM lanes l
+			WHERE l.route = j.route AND l.key = j.key), (SELECT string_agg(b.dedupe_key, ',' ORDER BY b.dedupe_key) FROM jobs b
+			WHERE b.route = j.route AND b.key = j.key AND (b.src_offset, b.id) < (j.src_offset, j.id))) FROM jobs j`)
+		collect(o.Entries, `SELECT d.id::text, concat_ws(' ', d.redriven_by, j.dedupe_key) FROM dlq_entries d
+			LEFT JOIN jobs j ON j.id = d.redrive_job_id`)
+		collect(o.Audit, `SELECT a.target, concat_ws(' ', a.actor, a.action, j.dedupe_key) FROM audit_log a
+			LEFT JOIN jobs j ON j.id = (a.detail->>'job_id')::bigint`)
+		return o
+	}
+	alone, chunked := run(false), run(true)
+	if !reflect.DeepEqual(alone, chunked) {
+		t.Fatalf("a chunk differs from each entry alone:\n alone  %+v\n chunk  %+v", alone, chunked)
+	}
+	// The fixture holds what the comparison needs.
+	wantErrs := map[string]string{"still-bad": "still cannot become a job", "no-key": "still cannot become a job",
+		"truncated": "cannot re-drive", "redriven": "re-driven already", "none": "not found"}
+	for n, want := range wantErrs {
+		if !strings.Contains(alone.Errs[n], want) {
+			t.Errorf("each alone: %s failed with %q, want %q", n, alone.Errs[n], want)
+		}
+	}
+	if len(alone.Errs) != len(wantErrs) {
+		t.Errorf("each alone: failures %v, want only %v", alone.Errs, slices.Sorted(maps.Keys(wantErrs)))
+	}
+	// Each job: state, attempts, key, whether it heads its lane, and the
+	// jobs of its key before it. e0 was there before, and stays c1's head
+	// with e1 and e3 behind it; e4 is dup-a's and dup-b's, one job; e8 is
+	// the record re-driven before; every new lane has its head queued.
+	wantJobs := map[string]string{"dead": "queued 0 ", "e0": "queued 0 c1 t", "e1": "waiting 0 c1 f e0", "e3": "waiting 0 c1 f e0,e1",
+		"e2": "queued 0 c2 t", "e7": "waiting 0 c2 f e2", "e4": "queued 0 c3 t", "e8": "queued 0 c5 t"}
+	if !reflect.DeepEqual(alone.Jobs, wantJobs) {
+		t.Errorf("each alone: jobs %v, want %v", alone.Jobs, wantJobs)
+	}
+
+	s, svc, name, ids := recordFixture(t)
+	failed, left, err := svc.RedriveMany(ctx, ids, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, id := range left {
+		got = append(got, name[id])
+	}
+	slices.Sort(got)
+	if want := []string{"big", "truncated"}; !slices.Equal(got, want) {
+		t.Errorf("a chunk left %v alone, want %v (failed in it: %v)", got, want, failed)
+	}
+	var parked int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM dlq_entries WHERE redriven_at IS NULL AND job_id IS NULL`).Scan(&parked); err != nil || parked != 4 {
+		t.Errorf("after the chunk, %d records parked (%v), want 4: big, truncated, still-bad and no-key", parked, err)
+	}
+}
+
+// recordFixture parks records of an ordered route (keyed by customer_id,
+// deduplicated by event_id) in every state a re-drive meets, and names
+// their ids: records that decode now, two of one key behind a job ingested
+// earlier; two records of one dedupe key; one of the dedupe key that job
+// holds; two that still cannot become jobs; one kept in part (no Kafka to
+// read it again from here); one over a chunk's budget of bytes; one
+// re-driven already; a dead job; and an id no entry has.
+func recordFixture(t *testing.T) (*pgstore.Store, *dlq.Service, map[int64]string, []int64) {
+	t.Helper()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	route := compile(t, config.Route{Name: "r", Topic: "t", Ordered: true, Key: config.FieldRef{Field: "customer_id"},
+		Dedupe: config.FieldRef{Field: "event_id"}, MaxRecordBytes: 8 << 20, DLQMaxBytes: new(100)})
+	job, p := route.Decode(&kgo.Record{Topic: "t", Value: []byte(`{"customer_id":"c1","event_id":"e0"}`)}, time.Now())
+	if p != nil {
+		t.Fatal(p.Error)
+	}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{*job}}); err != nil {
+		t.Fatal(err)
+	}
+	records := []struct{ name, value string }{
+		{"ok-1", `{"customer_id":"c1","event_id":"e1"}`},
+		{"ok-2", `{"customer_id":"c2","event_id":"e2"}`},
+		{"ok-3", `{"customer_id":"c1","event_id":"e3"}`},
+		{"dup-a", `{"customer_id":"c3","event_id":"e4"}`},
+		{"dup-b", `{"customer_id":"c3","event_id":"e4","again":true}`},
+		{"taken", `{"customer_id":"c1","event_id":"e0"}`},
+		{"still-bad", `{`},
+		{"no-key", `{"event_id":"e5"}`},
+		{"truncated", `{"customer_id":"c4","event_id":"e6"}`},
+		{"big", fmt.Sprintf(`{"customer_id":"c2","event_id":"e7","pad":%q}`, strings.Repeat("x", 5<<20))},
+		{"elsewhere", `{"customer_id":"c5","event_id":"e8"}`},
+	}
+	var poison []pgstore.Poison
+	for i, r := range records {
+		p := pgstore.Poison{Reason: "decode", Route: "r", Queue: "q", Error: "bad", Payload: []byte(r.value), HeaderKeys: []string{},
+			HeaderVals: [][]byte{}, Topic: "t", Offset: int64(i + 1)}
+		if r.name == "truncated" {
+			p.Reason, p.Truncated, p.RecordBytes = "too_large", true, 5000
+		}
+		poison = append(poison, p)
+	}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Poison: poison}); err != nil {
+		t.Fatal(err)
+	}
+	name := map[int64]string{}
+	rows, _ := s.Pool().Query(ctx, `SELECT id, src_offset FROM dlq_entries ORDER BY id`)
+	var id, off int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &off}, func() error { name[id] = records[off-1].name; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	svc := dlq.New(s, []*ingest.Route{route}, nil)
+	for id, n := range name {
+		if n == "elsewhere" {
+			if _, err := svc.Redrive(ctx, id, "fixture"); err != nil {
+				t.Fatal(err)
+			}
+			name[id] = "redriven"
+		}
+	}
+	// A dead job of another route, parked by its last attempt.
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: []pgstore.NewJob{{Route: "d", Kind: "k", Queue: "dq", DedupeKey: "dead",
+		Payload: []byte(`{}`), MaxAttempts: 1, Topic: "d", Offset: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	c := testenv.ClaimOne(t, s, "dq")
+	if _, err := s.JobComplete(ctx, []pgstore.Outcome{{ID: c.ID, Token: c.Token, State: jobstate.Dead, Reason: "permanent", Error: "boom"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT id FROM dlq_entries WHERE job_id = $1`, c.ID).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	name[id] = "dead"
+	if _, err := s.Pool().Exec(ctx, `DELETE FROM audit_log`); err != nil {
+		t.Fatal(err)
+	}
+	name[1<<40] = "none"
+	return s, svc, name, slices.Sorted(maps.Keys(name))
+}
