@@ -200,3 +200,47 @@ func recordFixture(t *testing.T) (*pgstore.Store, *dlq.Service, map[int64]string
 	name[1<<40] = "none"
 	return s, svc, name, slices.Sorted(maps.Keys(name))
 }
+
+// A re-drive stores a record as ingest does, coalescing included: on a
+// route with coalesce: latest, re-driven records of a key newer than its
+// unstarted jobs replace them, and the older of two re-driven together is
+// replaced by the newer; the lane's head, which holds the lane, stays.
+func TestRedrivenRecordsCoalesce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	route := compile(t, config.Route{Name: "r", Topic: "t", Ordered: true, Coalesce: "latest", MaxRecordBytes: 1 << 20})
+	var jobs []pgstore.NewJob
+	for off := range int64(2) {
+		j, p := route.Decode(&kgo.Record{Topic: "t", Offset: off, Key: []byte("c1"), Value: []byte(`{}`)}, time.Now())
+		if p != nil {
+			t.Fatal(p.Error)
+		}
+		jobs = append(jobs, *j)
+	}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: jobs}); err != nil {
+		t.Fatal(err)
+	}
+	var poison []pgstore.Poison
+	for _, off := range []int64{8, 9} {
+		poison = append(poison, pgstore.Poison{Reason: "decode", Route: "r", Queue: "q", Error: "bad", Payload: []byte(`{}`),
+			RecordKey: []byte("c1"), HeaderKeys: []string{}, HeaderVals: [][]byte{}, Topic: "t", Offset: off})
+	}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Poison: poison}); err != nil {
+		t.Fatal(err)
+	}
+	svc := dlq.New(s, []*ingest.Route{route}, nil)
+	if failed, alone, err := svc.RedriveMany(ctx, []int64{1, 2}, "test"); err != nil || len(failed) != 0 || len(alone) != 0 {
+		t.Fatalf("re-drive: failed %v, alone %v, %v", failed, alone, err)
+	}
+	got := map[int64]string{}
+	rows, _ := s.Pool().Query(ctx, `SELECT src_offset, state FROM jobs`)
+	var off int64
+	var state string
+	if _, err := pgx.ForEachRow(rows, []any{&off, &state}, func() error { got[off] = state; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[int64]string{0: "queued", 1: "coalesced", 8: "coalesced", 9: "waiting"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("jobs by offset: %v, want %v", got, want)
+	}
+}

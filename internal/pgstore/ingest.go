@@ -852,16 +852,10 @@ func queueUpsertLanes(b *pgx.Batch, jobs []NewJob) {
 	}
 }
 
-// promoteLanes promotes a head in every idle lane of the batch's ordered
-// jobs (upsertLanes made them). A refused job has no lane row of its own,
-// and promotion only ever looks at rows that exist.
-func promoteLanes(ctx context.Context, tx pgx.Tx, jobs []NewJob) error {
-	b := &pgx.Batch{}
-	queuePromoteLanes(b, jobs)
-	return sendBatch(ctx, tx, b)
-}
-
-// queuePromoteLanes queues promoteLanes's statement in b.
+// queuePromoteLanes queues, in b, the promotion of a head in every idle
+// lane of the batch's ordered jobs (upsertLanes made them). A refused job
+// has no lane row of its own, and promotion only ever looks at rows that
+// exist.
 func queuePromoteLanes(b *pgx.Batch, jobs []NewJob) {
 	if l := lanesOf(jobs); len(l.route) > 0 {
 		b.Queue(`SELECT lanes_promote_idle($1, $2)`, l.route, l.key)

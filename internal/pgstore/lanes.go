@@ -357,8 +357,9 @@ type RecordRedrive struct {
 }
 
 // DLQRedriveRecords turns parked records into jobs and marks each entry
-// re-driven to its job, in one transaction, as ingest stores a batch:
-// jobs are the entries' job ids. An existing job with the same dedupe key
+// re-driven to its job, in one transaction, as ingest stores a batch (the
+// lanes promoted, a coalescing route's older unstarted jobs of the key
+// ended): jobs are the entries' job ids. An existing job with the same dedupe key
 // wins (I2). An entry it cannot re-drive is in failed and stays as it was:
 // gone (ErrNotFound), re-driven already (ErrRedriven), or not a record's
 // (ErrConflict). A job Postgres refuses for its data is, for a single
@@ -390,7 +391,9 @@ func (s *Store) DLQRedriveRecords(ctx context.Context, rs []RecordRedrive, by st
 		case len(refused) > 0:
 			return fmt.Errorf("%w: %d of %d jobs", ErrRefused, len(refused), len(take))
 		}
-		if err := promoteLanes(ctx, tx, newJobs); err != nil {
+		b := &pgx.Batch{}
+		queueLanesAndCoalesce(b, newJobs, newJobs, false, &res)
+		if err := sendBatch(ctx, tx, b); err != nil {
 			return err
 		}
 		// Each job's id by its dedupe key: the job inserted, or the one
