@@ -2,15 +2,20 @@ package dlq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-dev/switchyard/config"
@@ -242,5 +247,151 @@ func TestRedrivenRecordsCoalesce(t *testing.T) {
 	}
 	if want := map[int64]string{0: "queued", 1: "coalesced", 8: "coalesced", 9: "waiting"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("jobs by offset: %v, want %v", got, want)
+	}
+}
+
+// A bulk re-drive of parked records beside an ingest that stores the same
+// records again (a replay), each of its batches a shuffle of them: the two
+// insert the same dedupe keys in opposite orders, and where Postgres ends
+// one of them as a deadlock, the ingest stores its batch again and the
+// re-drive takes that chunk's records alone. Every entry is re-driven,
+// none fails, every dedupe key is one job, and every entry is linked to
+// the job of its record.
+func TestRecordRedriveBesideAnIngestOfTheSameRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	route := compile(t, config.Route{Name: "r", Topic: "t", Ordered: true, Key: config.FieldRef{Field: "customer_id"},
+		Dedupe: config.FieldRef{Field: "event_id"}, MaxRecordBytes: 1 << 20})
+	const n = 1000
+	var poison []pgstore.Poison
+	var jobs []pgstore.NewJob
+	for i := range n {
+		value := fmt.Appendf(nil, `{"customer_id":"c%d","event_id":"e%d"}`, i%50, i)
+		poison = append(poison, pgstore.Poison{Reason: "decode", Route: "r", Queue: "q", Error: "bad", Payload: value,
+			HeaderKeys: []string{}, HeaderVals: [][]byte{}, Topic: "t", Offset: int64(i)})
+		j, p := route.Decode(&kgo.Record{Topic: "t", Offset: int64(i), Value: value}, time.Now())
+		if p != nil {
+			t.Fatal(p.Error)
+		}
+		jobs = append(jobs, *j)
+	}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Poison: poison}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var ingested, retried atomic.Int64
+	var replay sync.WaitGroup
+	replay.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			batch := make([]pgstore.NewJob, 30)
+			for i, k := range rand.Perm(n)[:30] {
+				batch[i] = jobs[k]
+			}
+			res, err := s.IngestCommit(ctx, pgstore.IngestBatch{Jobs: batch})
+			var pe *pgconn.PgError
+			switch {
+			case errors.As(err, &pe) && pe.Code == "40P01": // deadlock: the ingest loop stores the batch again
+				retried.Add(1)
+			case err != nil:
+				t.Error(err)
+				return
+			default:
+				ingested.Add(res.Inserted)
+			}
+		}
+	})
+	res, err := dlq.New(s, []*ingest.Route{route}, nil).RedriveMatching(ctx, dlq.Bulk{Filter: pgstore.DLQFilter{Route: "r"}, By: "test",
+		Options: bulk.Options{Expect: n}})
+	close(done)
+	replay.Wait()
+	if err != nil || len(res.Failed) != 0 || res.Done != n {
+		t.Fatalf("re-drive: %+v %v, want all %d", res, err, n)
+	}
+	if got := testenv.Count(t, s, `SELECT count(*) FROM jobs`); got != n {
+		t.Errorf("%d jobs, want one a record: %d", got, n)
+	}
+	if got := testenv.Count(t, s, `SELECT count(*) FROM dlq_entries d JOIN jobs j ON j.id = d.redrive_job_id
+		WHERE j.dedupe_key = convert_from(d.payload, 'UTF8')::jsonb->>'event_id'`); got != n {
+		t.Errorf("%d entries linked to the job of their record, want %d", got, n)
+	}
+	if got := testenv.Count(t, s, `SELECT count(*) FROM lanes WHERE head_job_id IS NOT NULL`); got != 50 {
+		t.Errorf("%d lanes with a head, want 50", got)
+	}
+	t.Logf("the replay stored %d of the jobs, and met %d deadlocks", ingested.Load(), retried.Load())
+}
+
+// A chunk's records whose transaction fails go alone, each answering for
+// itself, and nothing of that transaction stays: here another transaction
+// holds one record's dedupe key and then waits for the entries the chunk
+// holds, and Postgres ends the chunk's transaction as a deadlock.
+func TestRecordChunkThatFailsGoesAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	route := compile(t, config.Route{Name: "r", Topic: "t", Ordered: true, Key: config.FieldRef{Field: "customer_id"},
+		Dedupe: config.FieldRef{Field: "event_id"}, MaxRecordBytes: 1 << 20})
+	var poison []pgstore.Poison
+	for i := range 10 {
+		poison = append(poison, pgstore.Poison{Reason: "decode", Route: "r", Queue: "q", Error: "bad", HeaderKeys: []string{}, HeaderVals: [][]byte{},
+			Payload: fmt.Appendf(nil, `{"customer_id":"c%d","event_id":"e%d"}`, i%3, i), Topic: "t", Offset: int64(i)})
+	}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Poison: poison}); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := s.Pool().Query(ctx, `SELECT id FROM dlq_entries ORDER BY id`)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(ctx) }()
+	var pid int
+	if err := other.QueryRow(ctx, `INSERT INTO job_keys (job_id, route, origin, dedupe_key) VALUES (-1, 'r', 'kafka', 'e5')
+		RETURNING pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	svc := dlq.New(s, []*ingest.Route{route}, nil)
+	type result struct {
+		failed []bulk.Failure
+		alone  []int64
+		err    error
+	}
+	chunk := make(chan result, 1)
+	go func() {
+		failed, alone, err := svc.RedriveMany(ctx, ids, "test")
+		chunk <- result{failed, alone, err}
+	}()
+	testenv.Eventually(t, 30*time.Second, "the chunk to wait for the dedupe key held", func() bool {
+		return testenv.Count(t, s, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, pid) == 1
+	})
+	if _, err := other.Exec(ctx, `SELECT FROM dlq_entries WHERE id = $1 FOR UPDATE`, ids[0]); err != nil {
+		t.Fatalf("the other transaction: %v (it, not the chunk's, was ended)", err)
+	}
+	if err := other.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-chunk
+	if r.err != nil || len(r.failed) != 0 || !slices.Equal(r.alone, ids) {
+		t.Fatalf("the chunk: failed %v, alone %v, %v; want every record alone", r.failed, r.alone, r.err)
+	}
+	if n := testenv.Count(t, s, `SELECT count(*) FROM jobs`) + testenv.Count(t, s, `SELECT count(*) FROM audit_log`); n != 0 {
+		t.Fatalf("%d jobs and audit entries after the failed chunk, want none", n)
+	}
+	for _, id := range r.alone {
+		if _, err := svc.Redrive(ctx, id, "test"); err != nil {
+			t.Fatalf("entry %d alone: %v", id, err)
+		}
+	}
+	if n := testenv.Count(t, s, `SELECT count(*) FROM jobs`); n != len(ids) {
+		t.Fatalf("%d jobs, want %d", n, len(ids))
 	}
 }

@@ -160,10 +160,9 @@ func (s *Service) redriveMany(ctx context.Context, ids []int64, by string) ([]bu
 		}
 		rs = append(rs, pgstore.RecordRedrive{Entry: e.ID, Job: job})
 	}
-	done, lockFailed, err := s.store.DLQRedriveRecords(ctx, rs, by)
-	if err != nil {
-		done = nil
-	}
+	// A transaction that failed took nothing (its maps are empty), and
+	// its records stay in alone.
+	done, lockFailed, _ := s.store.DLQRedriveRecords(ctx, rs, by)
 	for id, err := range lockFailed {
 		errs[id] = stillPoison(err)
 	}
