@@ -340,15 +340,7 @@ routes:
 		return testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE redriven_at IS NULL`) == keys*each
 	})
 	fixed.Store(true)
-	redrove := time.Now()
-	code, body := api(t, adminAddr(t, b), "POST", fmt.Sprintf("/v1/dlq/redrive?route=%s&expect=%d", topic, keys*each))
-	if code != http.StatusOK || compactJSON(t, body) != fmt.Sprintf(`{"failed":[],"redriven":%d}`, keys*each) {
-		t.Fatalf("bulk re-drive: %d %s", code, body)
-	}
-	testenv.Eventually(t, 2*time.Minute, "every re-driven job to succeed", func() bool {
-		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == keys*each
-	})
-	keysRanInOffsetOrder(t, &spans, redrove, keys, each)
+	redriveAllInKeysOrder(t, b, store, &spans, topic, keys, each)
 }
 
 // A bulk re-drive of parked records, after the route that parked them was
@@ -391,21 +383,23 @@ routes:
 	fixed := config("customer")
 	startRun(t, "run-a", fixed)
 	b := startRun(t, "run-b", fixed)
-	redrove := time.Now()
-	code, body := api(t, adminAddr(t, b), "POST", fmt.Sprintf("/v1/dlq/redrive?route=%s&expect=%d", topic, keys*each))
+	redriveAllInKeysOrder(t, b, store, &spans, topic, keys, each)
+}
+
+// redriveAllInKeysOrder re-drives, by one request to process p, the
+// keys × each entries parked for route, waits for every job to succeed,
+// and checks the target's calls opened since the request (I3): each key
+// had each calls, in offset order, never two at once.
+func redriveAllInKeysOrder(t *testing.T, p *proc, store *pgstore.Store, spans *spanLog, route string, keys, each int) {
+	t.Helper()
+	since := time.Now()
+	code, body := api(t, adminAddr(t, p), "POST", fmt.Sprintf("/v1/dlq/redrive?route=%s&expect=%d", route, keys*each))
 	if code != http.StatusOK || compactJSON(t, body) != fmt.Sprintf(`{"failed":[],"redriven":%d}`, keys*each) {
 		t.Fatalf("bulk re-drive: %d %s", code, body)
 	}
-	testenv.Eventually(t, 2*time.Minute, "every re-driven record's job to succeed", func() bool {
+	testenv.Eventually(t, 2*time.Minute, "every re-driven job to succeed", func() bool {
 		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == keys*each
 	})
-	keysRanInOffsetOrder(t, &spans, redrove, keys, each)
-}
-
-// keysRanInOffsetOrder checks the target's calls opened since since (I3):
-// each of keys keys had each calls, in offset order, never two at once.
-func keysRanInOffsetOrder(t *testing.T, spans *spanLog, since time.Time, keys, each int) {
-	t.Helper()
 	byKey := map[string][]span{}
 	for _, s := range spans.all() {
 		if s.Open.After(since) {

@@ -60,25 +60,18 @@ func TestRecordChunksAgreeWithEachAlone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := outcome{map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}}
+		o := outcome{Errs: map[string]string{}}
 		for _, f := range failed {
 			o.Errs[name[f.ID]] = f.Error
 		}
-		collect := func(m map[string]string, sql string) {
-			rows, _ := s.Pool().Query(ctx, sql)
-			var k, v string
-			if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { m[k] = v; return nil }); err != nil {
-				t.Fatal(err)
-			}
-		}
 		// Jobs by dedupe key (a chunk whose transaction failed has drawn
 		// ids it never used), each with the jobs of its lane before it.
-		collect(o.Jobs, `SELECT dedupe_key, concat_ws(' ', state, attempts, key, (SELECT head_job_id = j.id FROM lanes l
+		o.Jobs = testenv.Pairs(t, s, `SELECT dedupe_key, concat_ws(' ', state, attempts, key, (SELECT head_job_id = j.id FROM lanes l
 			WHERE l.route = j.route AND l.key = j.key), (SELECT string_agg(b.dedupe_key, ',' ORDER BY b.dedupe_key) FROM jobs b
 			WHERE b.route = j.route AND b.key = j.key AND (b.src_offset, b.id) < (j.src_offset, j.id))) FROM jobs j`)
-		collect(o.Entries, `SELECT d.id::text, concat_ws(' ', d.redriven_by, j.dedupe_key) FROM dlq_entries d
+		o.Entries = testenv.Pairs(t, s, `SELECT d.id::text, concat_ws(' ', d.redriven_by, j.dedupe_key) FROM dlq_entries d
 			LEFT JOIN jobs j ON j.id = d.redrive_job_id`)
-		collect(o.Audit, `SELECT a.target, concat_ws(' ', a.actor, a.action, j.dedupe_key) FROM audit_log a
+		o.Audit = testenv.Pairs(t, s, `SELECT a.target, concat_ws(' ', a.actor, a.action, j.dedupe_key) FROM audit_log a
 			LEFT JOIN jobs j ON j.id = (a.detail->>'job_id')::bigint`)
 		return o
 	}
@@ -126,6 +119,20 @@ func TestRecordChunksAgreeWithEachAlone(t *testing.T) {
 	}
 }
 
+// customerRoute is route r of topic t: ordered, keyed by a record's
+// customer_id and deduplicated by its event_id.
+func customerRoute(t *testing.T) *ingest.Route {
+	return compile(t, config.Route{Name: "r", Topic: "t", Ordered: true, Key: config.FieldRef{Field: "customer_id"},
+		Dedupe: config.FieldRef{Field: "event_id"}, MaxRecordBytes: 8 << 20, DLQMaxBytes: new(100)})
+}
+
+// parked is route r's record at offset of topic t, with value and key,
+// parked for its data.
+func parked(offset int64, value, key []byte) pgstore.Poison {
+	return pgstore.Poison{Reason: "decode", Route: "r", Queue: "q", Error: "bad", Payload: value, RecordKey: key,
+		HeaderKeys: []string{}, HeaderVals: [][]byte{}, Topic: "t", Offset: offset}
+}
+
 // recordFixture parks records of an ordered route (keyed by customer_id,
 // deduplicated by event_id) in every state a re-drive meets, and names
 // their ids: records that decode now, two of one key behind a job ingested
@@ -137,8 +144,7 @@ func recordFixture(t *testing.T) (*pgstore.Store, *dlq.Service, map[int64]string
 	t.Helper()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	route := compile(t, config.Route{Name: "r", Topic: "t", Ordered: true, Key: config.FieldRef{Field: "customer_id"},
-		Dedupe: config.FieldRef{Field: "event_id"}, MaxRecordBytes: 8 << 20, DLQMaxBytes: new(100)})
+	route := customerRoute(t)
 	job, p := route.Decode(&kgo.Record{Topic: "t", Value: []byte(`{"customer_id":"c1","event_id":"e0"}`)}, time.Now())
 	if p != nil {
 		t.Fatal(p.Error)
@@ -161,8 +167,7 @@ func recordFixture(t *testing.T) (*pgstore.Store, *dlq.Service, map[int64]string
 	}
 	var poison []pgstore.Poison
 	for i, r := range records {
-		p := pgstore.Poison{Reason: "decode", Route: "r", Queue: "q", Error: "bad", Payload: []byte(r.value), HeaderKeys: []string{},
-			HeaderVals: [][]byte{}, Topic: "t", Offset: int64(i + 1)}
+		p := parked(int64(i+1), []byte(r.value), nil)
 		if r.name == "truncated" {
 			p.Reason, p.Truncated, p.RecordBytes = "too_large", true, 5000
 		}
@@ -228,8 +233,7 @@ func TestRedrivenRecordsCoalesce(t *testing.T) {
 	}
 	var poison []pgstore.Poison
 	for _, off := range []int64{8, 9} {
-		poison = append(poison, pgstore.Poison{Reason: "decode", Route: "r", Queue: "q", Error: "bad", Payload: []byte(`{}`),
-			RecordKey: []byte("c1"), HeaderKeys: []string{}, HeaderVals: [][]byte{}, Topic: "t", Offset: off})
+		poison = append(poison, parked(off, []byte(`{}`), []byte("c1")))
 	}
 	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Poison: poison}); err != nil {
 		t.Fatal(err)
@@ -261,15 +265,13 @@ func TestRecordRedriveBesideAnIngestOfTheSameRecords(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	route := compile(t, config.Route{Name: "r", Topic: "t", Ordered: true, Key: config.FieldRef{Field: "customer_id"},
-		Dedupe: config.FieldRef{Field: "event_id"}, MaxRecordBytes: 1 << 20})
+	route := customerRoute(t)
 	const n = 1000
 	var poison []pgstore.Poison
 	var jobs []pgstore.NewJob
 	for i := range n {
 		value := fmt.Appendf(nil, `{"customer_id":"c%d","event_id":"e%d"}`, i%50, i)
-		poison = append(poison, pgstore.Poison{Reason: "decode", Route: "r", Queue: "q", Error: "bad", Payload: value,
-			HeaderKeys: []string{}, HeaderVals: [][]byte{}, Topic: "t", Offset: int64(i)})
+		poison = append(poison, parked(int64(i), value, nil))
 		j, p := route.Decode(&kgo.Record{Topic: "t", Offset: int64(i), Value: value}, time.Now())
 		if p != nil {
 			t.Fatal(p.Error)
@@ -334,12 +336,10 @@ func TestRecordChunkThatFailsGoesAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := testenv.MigratedStore(t)
-	route := compile(t, config.Route{Name: "r", Topic: "t", Ordered: true, Key: config.FieldRef{Field: "customer_id"},
-		Dedupe: config.FieldRef{Field: "event_id"}, MaxRecordBytes: 1 << 20})
+	route := customerRoute(t)
 	var poison []pgstore.Poison
 	for i := range 10 {
-		poison = append(poison, pgstore.Poison{Reason: "decode", Route: "r", Queue: "q", Error: "bad", HeaderKeys: []string{}, HeaderVals: [][]byte{},
-			Payload: fmt.Appendf(nil, `{"customer_id":"c%d","event_id":"e%d"}`, i%3, i), Topic: "t", Offset: int64(i)})
+		poison = append(poison, parked(int64(i), fmt.Appendf(nil, `{"customer_id":"c%d","event_id":"e%d"}`, i%3, i), nil))
 	}
 	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Poison: poison}); err != nil {
 		t.Fatal(err)

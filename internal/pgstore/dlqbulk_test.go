@@ -54,7 +54,7 @@ func TestDLQChunksAgreeWithEachAlone(t *testing.T) {
 		run := func(chunk bool) outcome {
 			s := testenv.MigratedStore(t)
 			name, ids := named(dlqFixture(t, s))
-			o := outcome{map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}}
+			o := outcome{Errs: map[string]string{}}
 			act := bulk.Chunked(a.many(s), a.one(s))
 			if !chunk {
 				act = func(ctx context.Context, ids []int64) (failed []bulk.Failure, _ error) {
@@ -73,17 +73,10 @@ func TestDLQChunksAgreeWithEachAlone(t *testing.T) {
 			for _, f := range failed {
 				o.Errs[name[f.ID]] = f.Error
 			}
-			collect := func(m map[string]string, sql string) {
-				rows, _ := s.Pool().Query(ctx, sql)
-				var k, v string
-				if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { m[k] = v; return nil }); err != nil {
-					t.Fatal(err)
-				}
-			}
-			collect(o.Jobs, `SELECT id::text, concat_ws(' ', state, attempts, finished_at IS NULL) FROM jobs`)
-			collect(o.Entries, `SELECT id::text, concat_ws(' ', redriven_by, redrive_job_id) FROM dlq_entries`)
-			collect(o.Heads, `SELECT key, coalesce(head_job_id::text, 'none') FROM lanes`)
-			collect(o.Audit, `SELECT target, concat_ws(' ', actor, action, detail::text) FROM audit_log`)
+			o.Jobs = testenv.Pairs(t, s, `SELECT id::text, concat_ws(' ', state, attempts, finished_at IS NULL) FROM jobs`)
+			o.Entries = testenv.Pairs(t, s, `SELECT id::text, concat_ws(' ', redriven_by, redrive_job_id) FROM dlq_entries`)
+			o.Heads = testenv.Pairs(t, s, `SELECT key, coalesce(head_job_id::text, 'none') FROM lanes`)
+			o.Audit = testenv.Pairs(t, s, `SELECT target, concat_ws(' ', actor, action, detail::text) FROM audit_log`)
 			return o
 		}
 		alone, chunked := run(false), run(true)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -201,6 +202,21 @@ func Count(t testing.TB, s *pgstore.Store, query string, args ...any) int {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return n
+}
+
+// Pairs runs a query of two text columns and returns its rows as a map
+// from the first to the second, failing the test on any error.
+func Pairs(t testing.TB, s *pgstore.Store, query string, args ...any) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, _ := s.Pool().Query(ctx, query, args...)
+	m := map[string]string{}
+	var k, v string
+	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { m[k] = v; return nil }); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return m
 }
 
 // ClaimOne claims the one runnable job of queue under a minute's lease,
