@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -426,4 +427,86 @@ func redriveAllInKeysOrder(t *testing.T, p *proc, store *pgstore.Store, spans *s
 			t.Errorf("key %s: %d calls, want %d", key, len(ss), each)
 		}
 	}
+}
+
+// Two bulk re-drives of the same parked records, each asked of its own
+// process at once (two operators, or a client's retry through another
+// replica), take each entry once between them: every record becomes one
+// job, called once, and an entry the other took first is that one's
+// failure, "re-driven already". The two processes' chunks lock the same
+// entries in the same order, so neither waits for the other for long.
+func TestConcurrentBulkRedrivesOfRecordsTakeEachOnce(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
+	store := testenv.Store(t, schema)
+	tg := newTarget(t)
+	cfg := writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 8, lease: 60s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, dedupe: {field: id}, target: {http: {url: %q, timeout: 30s}}}
+`, topic, tg.URL())})
+	a, b := startRun(t, "run-a", cfg), startRun(t, "run-b", cfg)
+	const n = 5000
+	var batch pgstore.IngestBatch
+	for i := range n {
+		batch.Poison = append(batch.Poison, pgstore.Poison{Reason: "decode", Route: topic, Queue: "q", Error: "bad",
+			Payload: fmt.Appendf(nil, `{"id":"r%d"}`, i), HeaderKeys: []string{}, HeaderVals: [][]byte{}, Topic: topic, Offset: int64(i)})
+	}
+	if _, err := store.IngestCommit(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		code int
+		body string
+	}
+	answers := make([]answer, 2)
+	var asks sync.WaitGroup
+	for i, p := range []*proc{a, b} {
+		asks.Go(func() {
+			answers[i].code, answers[i].body = api(t, adminAddr(t, p), "POST", fmt.Sprintf("/v1/dlq/redrive?route=%s&expect=%d", topic, n))
+		})
+	}
+	asks.Wait()
+	redriven, each := 0, []int{}
+	for _, ans := range answers {
+		var res struct {
+			Redriven int
+			Failed   []struct{ Error string }
+		}
+		switch {
+		case ans.code == http.StatusConflict: // the other had taken every entry before this one counted them
+			continue
+		case ans.code != http.StatusOK || json.Unmarshal([]byte(ans.body), &res) != nil:
+			t.Fatalf("bulk re-drive: %d %s", ans.code, ans.body)
+		}
+		for _, f := range res.Failed {
+			if !strings.Contains(f.Error, "re-driven already") {
+				t.Fatalf("bulk re-drive failed otherwise than for the other's: %s", f.Error)
+			}
+		}
+		redriven += res.Redriven
+		each = append(each, res.Redriven)
+	}
+	if redriven != n {
+		t.Fatalf("the two re-drove %d entries between them (%+v), want each of %d once", redriven, answers, n)
+	}
+	testenv.Eventually(t, 2*time.Minute, "every record's job to succeed", func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE state = 'succeeded'`) == n
+	})
+	calls := map[int64]int{}
+	for _, c := range tg.received() {
+		calls[c.JobID]++
+	}
+	if len(calls) != n {
+		t.Errorf("the target was called for %d jobs, want %d", len(calls), n)
+	}
+	for job, k := range calls {
+		if k != 1 {
+			t.Errorf("job %d called %d times", job, k)
+		}
+	}
+	if got := testenv.Count(t, store, `SELECT count(*) FROM audit_log WHERE action = 'redrive'`); got != n {
+		t.Errorf("%d re-drives audited, want %d", got, n)
+	}
+	t.Logf("re-driven by each: %v (answers %d and %d)", each, answers[0].code, answers[1].code)
 }
