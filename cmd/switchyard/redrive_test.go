@@ -220,12 +220,7 @@ func TestCLIBulkActionInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := start(t, "discard", nil, "dlq", "discard", "--config", cfg, "--all-matching", "route=t", "--expect", fmt.Sprint(n))
-	testenv.Eventually(t, time.Minute, "the discard to wait for the held entry", func() bool {
-		var waiting bool
-		err := store.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%dlq_entries%' AND datname = current_database())`).Scan(&waiting)
-		return err == nil && waiting
-	})
+	testenv.WaitBlockedBy(t, store, tx, "the discard to wait for the held entry")
 	p.signal(os.Interrupt)
 	time.Sleep(500 * time.Millisecond) // for the signal to reach the action's stop
 	if err := tx.Rollback(ctx); err != nil {

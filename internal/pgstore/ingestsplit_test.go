@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
 	"github.com/switchyard-dev/switchyard/internal/testenv"
@@ -220,10 +219,7 @@ func TestIngestSplitSecondHalfWaitsForTheFirst(t *testing.T) {
 				_, err := s.IngestCommit(ctx, second)
 				secondErr <- err
 			}()
-			testenv.Eventually(t, 30*time.Second, "the second half waiting on the offsets row", func() bool {
-				return testenv.Count(t, s, `SELECT count(*) FROM pg_stat_activity
-					WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF o%'`) > 0
-			})
+			testenv.WaitBlockedBy(t, s, tx, "the second half waiting on the offsets row")
 			if jobs, next := testenv.Count(t, s, `SELECT count(*) FROM jobs`),
 				testenv.Count(t, s, `SELECT next_offset FROM kafka_offsets WHERE topic = 't'`); jobs != 0 || next != 0 {
 				t.Fatalf("with the second half waiting for the first: %d jobs, stored offset %d; want 0, 0", jobs, next)

@@ -340,12 +340,7 @@ func TestCancelRacingAKeptCompletionIsAConflict(t *testing.T) {
 	cancelled := make(chan error, 1)
 	go func() { cancelled <- s.JobCancel(ctx, j.ID, "test") }()
 	// The cancel reaches the row's lock and waits for the completion.
-	testenv.Eventually(t, 10*time.Second, "the cancel to wait on the row", func() bool {
-		var waiting bool
-		err := s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%cancelled%' AND datname = current_database())`).Scan(&waiting)
-		return err == nil && waiting
-	})
+	testenv.WaitBlockedBy(t, s, tx, "the cancel to wait on the row")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -283,6 +283,23 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 	}
 }
 
+// WaitBlockedBy waits until another backend waits for a lock that tx
+// holds: what tx holds has been reached (what says by what, for the
+// failure). It names tx's own backend, so that a test is never misled by
+// the lock waits of other tests sharing the database.
+func WaitBlockedBy(t testing.TB, s *pgstore.Store, tx pgx.Tx, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var pid int32
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatalf("the holder's backend: %v", err)
+	}
+	Eventually(t, 30*time.Second, what, func() bool {
+		return Count(t, s, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, pid) > 0
+	})
+}
+
 // Until is Eventually for a caller with more to say when the wait fails:
 // it polls cond every 20ms and reports whether cond came true within the
 // time given.
