@@ -100,9 +100,7 @@ func TestMigrateDoesNotQueueTrafficBehindALock(t *testing.T) {
 	defer cancel()
 	migrated := make(chan error, 1)
 	go func() { _, err := s.Migrate(mctx); migrated <- err }()
-	testenv.Eventually(t, 10*time.Second, "migrate waits for the lock on jobs", func() bool {
-		return testenv.Count(t, s, `SELECT count(*) FROM pg_locks WHERE relation = 'jobs'::regclass AND NOT granted`) > 0
-	})
+	testenv.WaitBlockedBy(t, s, holder, "migrate to wait for the lock on jobs")
 	// A writer that comes after: it must not wait for the holder.
 	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer wcancel()
@@ -162,9 +160,7 @@ func TestMigrateOutlastsStatementTimeout(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { _, err := s.Migrate(ctx); done <- err }()
-	testenv.Eventually(t, 10*time.Second, "the second migrate waits for the first", func() bool {
-		return testenv.Count(t, s, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`) > 0
-	})
+	testenv.WaitBlockedBy(t, s, first, "the second migrate to wait for the first")
 	// The first runs on past the second's statement_timeout.
 	if _, err := first.Exec(ctx, `SELECT pg_sleep(1)`); err != nil {
 		t.Fatal(err)
