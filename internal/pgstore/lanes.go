@@ -370,8 +370,11 @@ func (s *Store) DLQRedriveRecords(ctx context.Context, rs []RecordRedrive, by st
 	if by == "" {
 		return nil, nil, errNoActor
 	}
+	jobs, failed = map[int64]int64{}, map[int64]error{}
+	if len(rs) == 0 {
+		return jobs, failed, nil
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		jobs, failed = map[int64]int64{}, map[int64]error{}
 		take, err := lockRecordEntries(ctx, tx, rs, failed)
 		if err != nil || len(take) == 0 {
 			return err
