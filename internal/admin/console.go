@@ -87,9 +87,10 @@ func (s *Server) bulkAction(done string, act func(r *http.Request, opt bulk.Opti
 		if err != nil || expect < 0 {
 			return badRequest("expect", "expect is required: the number of items the action was confirmed for (their count: GET …/count with the same filters)")
 		}
-		// A bulk action takes about 20,000 items a second in chunks, and
-		// hundreds a second where they go one at a time (lanes' jobs,
-		// parked records): hundreds of thousands run past the server's
+		// A bulk action takes about 10,000–20,000 items a second in
+		// chunks, and hundreds a second where they go one at a time (a
+		// lane's head, a record read again from Kafka): hundreds of
+		// thousands run past the server's
 		// WriteTimeout, and the answer (how many, which failed) was lost
 		// for an action that was done. This one has as long as bulkWrite
 		// (a writer that cannot say so still gets the action).
