@@ -516,17 +516,26 @@ func (s *Store) DLQGet(ctx context.Context, id int64) (DLQEntry, error) {
 // ids that are parked records kept whole (a truncated one is read again
 // from Kafka, alone), as many as fit in budget bytes of records: the
 // memory a chunk of them costs is bounded whatever they hold.
-func (s *Store) DLQRecords(ctx context.Context, ids []int64, budget int) ([]DLQEntry, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+dlqColumns+` FROM (
-			SELECT *, sum(octet_length(payload) + coalesce(octet_length(record_key), 0)
-				+ coalesce((SELECT sum(octet_length(v)) FROM unnest(header_values) v), 0)) OVER (ORDER BY id) AS upto
-			FROM dlq_entries WHERE id = ANY($1::bigint[]) AND job_id IS NULL AND redrive_job_id IS NULL AND NOT truncated
-		) dlq_entries WHERE upto <= $2 ORDER BY id`, ids, budget)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, scanDLQ(true))
+func (s *Store) DLQRecords(ctx context.Context, ids []int64, budget int) (entries []DLQEntry, err error) {
+	// After planSQL, as a chunk's statements: by primary key whatever
+	// the statistics say.
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, planSQL); err != nil {
+			return err
+		}
+		rows, _ := tx.Query(ctx, dlqRecordsSQL, ids, budget)
+		entries, err = pgx.CollectRows(rows, scanDLQ(true))
+		return err
+	})
+	return entries, err
 }
+
+// dlqRecordsSQL is DLQRecords's statement for entries $1 and budget $2.
+var dlqRecordsSQL = `SELECT ` + dlqColumns + ` FROM (
+		SELECT *, sum(octet_length(payload) + coalesce(octet_length(record_key), 0)
+			+ coalesce((SELECT sum(octet_length(v)) FROM unnest(header_values) v), 0)) OVER (ORDER BY id) AS upto
+		FROM dlq_entries WHERE id = ANY($1::bigint[]) AND job_id IS NULL AND redrive_job_id IS NULL AND NOT truncated
+	) dlq_entries WHERE upto <= $2 ORDER BY id`
 
 // QueueStat is the health of one queue.
 type QueueStat struct {

@@ -27,6 +27,9 @@ var (
 	LanesWaitingCancelSQL = lanesWaitingCancelSQL
 	DLQRedriveManySQL     = dlqRedriveManySQL
 	DLQDiscardManySQL     = dlqDiscardManySQL
+	DLQRecordsSQL         = dlqRecordsSQL
+	LockRecordEntriesSQL  = lockRecordEntriesSQL
+	RecordJobIDsSQL       = recordJobIDsSQL
 )
 
 // The settings the hot statements run after, and the claim statements

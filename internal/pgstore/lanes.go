@@ -375,6 +375,12 @@ func (s *Store) DLQRedriveRecords(ctx context.Context, rs []RecordRedrive, by st
 		return jobs, failed, nil
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// As a chunk's statements, by primary key and the dedupe index
+		// whatever the statistics: on those of a table a few thousand
+		// rows long, the job ids' lookup read all of job_keys.
+		if _, err := tx.Exec(ctx, planSQL); err != nil {
+			return err
+		}
 		take, err := lockRecordEntries(ctx, tx, rs, failed)
 		if err != nil || len(take) == 0 {
 			return err
@@ -406,8 +412,7 @@ func (s *Store) DLQRedriveRecords(ctx context.Context, rs []RecordRedrive, by st
 			routes[i], origins[i], dedupes[i] = j.Route, j.origin(), j.DedupeKey
 		}
 		entries, ids := make([]int64, len(take)), make([]int64, len(take))
-		rows, _ := tx.Query(ctx, `SELECT u.n, k.job_id FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(route, origin, dedupe_key, n)
-			JOIN job_keys k USING (route, origin, dedupe_key)`, routes, origins, dedupes)
+		rows, _ := tx.Query(ctx, recordJobIDsSQL, routes, origins, dedupes)
 		var n, id int64
 		if _, err := pgx.ForEachRow(rows, []any{&n, &id}, func() error {
 			entries[n-1], ids[n-1] = take[n-1].Entry, id
@@ -434,6 +439,15 @@ func (s *Store) DLQRedriveRecords(ctx context.Context, rs []RecordRedrive, by st
 	return jobs, failed, nil
 }
 
+// recordJobIDsSQL is the job id of each (route $1, origin $2, dedupe key
+// $3), by its position n (from 1).
+const recordJobIDsSQL = `SELECT u.n, k.job_id
+	FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(route, origin, dedupe_key, n)
+	JOIN job_keys k USING (route, origin, dedupe_key)`
+
+// lockRecordEntriesSQL locks entries $1 in id order.
+const lockRecordEntriesSQL = `SELECT id, job_id, redrive_job_id FROM dlq_entries WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`
+
 // lockRecordEntries locks the entries of rs in id order and returns those
 // that are still parked records, each as lockEntry says of one; the others
 // go to failed.
@@ -442,7 +456,7 @@ func lockRecordEntries(ctx context.Context, tx pgx.Tx, rs []RecordRedrive, faile
 	for i, r := range rs {
 		ids[i] = r.Entry
 	}
-	rows, _ := tx.Query(ctx, `SELECT id, job_id, redrive_job_id FROM dlq_entries WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE`, ids)
+	rows, _ := tx.Query(ctx, lockRecordEntriesSQL, ids)
 	var id int64
 	var job, redriven *int64
 	parked := map[int64]bool{}

@@ -85,6 +85,19 @@ func TestBatchStatementsJoinByPrimaryKey(t *testing.T) {
 					t.Errorf("%s does not read by primary key:\n%s", c.name, p)
 				}
 			}
+			// A bulk re-drive's records: their entries by primary key,
+			// their jobs' ids by the dedupe index (without planSQL, the
+			// lookup read all of job_keys at these statistics).
+			for i, c := range []struct{ name, sql, args, index string }{
+				{"the records' entries", pgstore.DLQRecordsSQL, idArr + ", 4194304", "dlq_entries_pkey"},
+				{"the records' entries locked", pgstore.LockRecordEntriesSQL, idArr, "dlq_entries_pkey"},
+				{"the records' jobs", pgstore.RecordJobIDsSQL, "'{r,r}'::text[], '{kafka,kafka}'::text[], '{1,2}'::text[]", "job_keys_dedupe_idx"},
+			} {
+				p := plannedPlan(ctx, t, conn, fmt.Sprintf("r%d", i), c.sql, c.args)
+				if !strings.Contains(p, c.index) || strings.Contains(p, "Seq Scan") || len(walks(p)) > 0 {
+					t.Errorf("%s not read by %s:\n%s", c.name, c.index, p)
+				}
+			}
 		})
 	}
 }
