@@ -105,12 +105,7 @@ func TestRecordChunksAgreeWithEachAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, id := range left {
-		got = append(got, name[id])
-	}
-	slices.Sort(got)
-	if want := []string{"big", "truncated"}; !slices.Equal(got, want) {
+	if got, want := testenv.Names(name, left), []string{"big", "truncated"}; !slices.Equal(got, want) {
 		t.Errorf("a chunk left %v alone, want %v (failed in it: %v)", got, want, failed)
 	}
 	var parked int

@@ -105,11 +105,7 @@ func TestDLQChunksAgreeWithEachAlone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for _, id := range left {
-			got = append(got, name[id])
-		}
-		slices.Sort(got)
+		got := testenv.Names(name, left)
 		wantAlone := []string{"lane-blocked"}
 		if a.name == "re-drive" {
 			wantAlone = []string{"lane-blocked", "record"}

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,6 +218,17 @@ func Pairs(t testing.TB, s *pgstore.Store, query string, args ...any) map[string
 		t.Fatalf("%s: %v", query, err)
 	}
 	return m
+}
+
+// Names is the sorted names of ids, by a fixture's names of its items:
+// what a test compares, where ids differ from one fixture to the next.
+func Names(name map[int64]string, ids []int64) []string {
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, name[id])
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ClaimOne claims the one runnable job of queue under a minute's lease,
