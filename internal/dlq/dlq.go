@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -29,9 +30,9 @@ var (
 	ErrKafkaUnavailable = errors.New("kafka unavailable")
 )
 
-// Rereader reads a record back from Kafka (ingest.Rereader).
+// Rereader reads records back from Kafka (ingest.Rereader).
 type Rereader interface {
-	Reread(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, error)
+	RereadMany(ctx context.Context, ats []ingest.At) ([]*kgo.Record, []error)
 }
 
 // Service re-drives and discards DLQ entries.
@@ -68,33 +69,39 @@ func (s *Service) Redrive(ctx context.Context, id int64, by string) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	job, err := s.decode(ctx, e)
-	if err != nil {
+	rs, errs := s.decode(ctx, []pgstore.DLQEntry{e})
+	if err := errs[id]; err != nil {
 		return 0, err
 	}
-	jobs, failed, err := s.store.DLQRedriveRecords(ctx, []pgstore.RecordRedrive{{Entry: id, Job: job}}, by)
+	jobs, failed, err := s.store.DLQRedriveRecords(ctx, rs, by)
 	if err == nil {
 		err = stillPoison(failed[id])
 	}
 	return jobs[id], err
 }
 
-// decode is an entry's record decoded again by its route in the current
-// config: the job a re-drive stores, or ErrStillPoison saying why not.
-func (s *Service) decode(ctx context.Context, e pgstore.DLQEntry) (pgstore.NewJob, error) {
-	route, ok := s.routes[e.Route]
-	if !ok || e.Source == nil {
-		return pgstore.NewJob{}, fmt.Errorf("%w: no route named %q in the current config", ErrStillPoison, e.Route)
+// decode is entries' records decoded again by their routes in the
+// current config: the jobs a re-drive stores, and for each entry that
+// cannot become one the error saying why (ErrStillPoison, and for a
+// record kept in part ErrCannotRedrive or ErrKafkaUnavailable). The
+// records kept in part are read again from Kafka together, in one pass
+// of their partitions.
+func (s *Service) decode(ctx context.Context, entries []pgstore.DLQEntry) ([]pgstore.RecordRedrive, map[int64]error) {
+	errs := map[int64]error{}
+	recs := s.records(ctx, entries, errs)
+	var rs []pgstore.RecordRedrive
+	for i, e := range entries {
+		if errs[e.ID] != nil {
+			continue
+		}
+		job, poison := s.routes[e.Route].Decode(recs[i], time.Now())
+		if poison != nil {
+			errs[e.ID] = fmt.Errorf("%w: %s: %s", ErrStillPoison, poison.Reason, poison.Error)
+			continue
+		}
+		rs = append(rs, pgstore.RecordRedrive{Entry: e.ID, Job: *job})
 	}
-	rec, err := s.record(ctx, e)
-	if err != nil {
-		return pgstore.NewJob{}, err
-	}
-	job, poison := route.Decode(rec, time.Now())
-	if poison != nil {
-		return pgstore.NewJob{}, fmt.Errorf("%w: %s: %s", ErrStillPoison, poison.Reason, poison.Error)
-	}
-	return *job, nil
+	return rs, errs
 }
 
 // stillPoison says that Postgres refused a record's job (pgstore.ErrRefused)
@@ -128,48 +135,59 @@ func (s *Service) RedriveMatching(ctx context.Context, b Bulk) (bulk.Result, err
 }
 
 // chunkRecordBytes bounds the bytes of the records that a chunk of a
-// re-drive holds at once; the records past it go alone.
+// re-drive holds at once: a chunk's records are stored in transactions
+// of at most that many bytes, and a record larger goes alone.
 const chunkRecordBytes = 4 << 20
 
 // redriveMany re-drives a chunk of entries as far as it can together.
 // The store's chunk takes the dead jobs and leaves alone the records
-// (and a lane's blocked head); of those records, the ones kept whole, as
-// many as chunkRecordBytes holds, are decoded here and stored in one
+// (and a lane's blocked head). Those records are then decoded here, as
+// many as chunkRecordBytes holds at a time (the ones kept in part read
+// again from Kafka together), and each such part stored in one
 // transaction, as ingest stores a batch. The rest go alone: a blocked
-// head, a truncated record (read again from Kafka), and every record of
-// a transaction that failed (a job Postgres refused, a deadlock with
+// head, a record larger than chunkRecordBytes, and every record of a
+// transaction that failed (a job Postgres refused, a deadlock with
 // ingest over the same dedupe keys), each of which then answers for
 // itself. The store's chunk has committed by then, so no later error
 // fails the chunk as a whole (bulk.Chunked).
 func (s *Service) redriveMany(ctx context.Context, ids []int64, by string) ([]bulk.Failure, []int64, error) {
-	failed, alone, err := s.store.DLQRedriveMany(ctx, ids, by)
-	if err != nil || len(alone) == 0 {
-		return failed, alone, err
-	}
-	entries, err := s.store.DLQRecords(ctx, alone, chunkRecordBytes)
+	failed, left, err := s.store.DLQRedriveMany(ctx, ids, by)
 	if err != nil {
-		return failed, alone, nil
+		return failed, left, err
 	}
 	errs := map[int64]error{}
-	var rs []pgstore.RecordRedrive
-	for _, e := range entries {
-		job, err := s.decode(ctx, e)
-		if err != nil {
-			errs[e.ID] = err
-			continue
+	var alone []int64
+	for len(left) > 0 {
+		entries, err := s.store.DLQRecords(ctx, left, chunkRecordBytes)
+		if err != nil || len(entries) == 0 {
+			break
 		}
-		rs = append(rs, pgstore.RecordRedrive{Entry: e.ID, Job: job})
+		rs, decodeErrs := s.decode(ctx, entries)
+		if ctx.Err() != nil {
+			// Their reads were cut short: they are left, and alone the
+			// context's error ends the chunk (bulk.Chunked).
+			break
+		}
+		maps.Copy(errs, decodeErrs)
+		// A transaction that failed took nothing (its maps are empty),
+		// and its records go alone.
+		_, lockFailed, err := s.store.DLQRedriveRecords(ctx, rs, by)
+		for id, err := range lockFailed {
+			errs[id] = stillPoison(err)
+		}
+		if err != nil {
+			for _, r := range rs {
+				alone = append(alone, r.Entry)
+			}
+		}
+		taken := map[int64]bool{}
+		for _, e := range entries {
+			taken[e.ID] = true
+		}
+		left = slices.DeleteFunc(left, func(id int64) bool { return taken[id] })
 	}
-	// A transaction that failed took nothing (its maps are empty), and
-	// its records stay in alone.
-	done, lockFailed, _ := s.store.DLQRedriveRecords(ctx, rs, by)
-	for id, err := range lockFailed {
-		errs[id] = stillPoison(err)
-	}
-	alone = slices.DeleteFunc(alone, func(id int64) bool {
-		_, ok := done[id]
-		return ok || errs[id] != nil
-	})
+	alone = append(alone, left...)
+	slices.Sort(alone)
 	return append(failed, bulk.FailuresOf(errs)...), alone, nil
 }
 
@@ -213,28 +231,50 @@ func (s *Service) eachMatching(ctx context.Context, b Bulk, done string, act bul
 	return bulk.Run(ctx, src, b.Options, bulk.Entries, done, bulk.Chunk, act)
 }
 
-// record is the parked record of an entry: as the entry keeps it, or
-// read again from Kafka when the entry keeps only part of it.
-func (s *Service) record(ctx context.Context, e pgstore.DLQEntry) (*kgo.Record, error) {
-	src := e.Source
-	if !e.Truncated {
-		rec := &kgo.Record{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset, Key: e.RecordKey, Value: e.Payload}
-		for _, h := range e.Headers {
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+// records is entries' parked records, by index: as an entry keeps it, or
+// read again from Kafka when it keeps only part of it. An entry whose
+// record cannot be had (or whose route is gone) gets its error in errs.
+func (s *Service) records(ctx context.Context, entries []pgstore.DLQEntry, errs map[int64]error) []*kgo.Record {
+	recs := make([]*kgo.Record, len(entries))
+	var reread []int // indexes of entries
+	for i, e := range entries {
+		src := e.Source
+		switch {
+		case s.routes[e.Route] == nil || src == nil:
+			errs[e.ID] = fmt.Errorf("%w: no route named %q in the current config", ErrStillPoison, e.Route)
+		case e.Truncated && s.rereader == nil:
+			errs[e.ID] = fmt.Errorf("%w entry %d: it keeps only part of its record, and without Kafka brokers configured (kafka.brokers or SWITCHYARD_KAFKA_BROKERS) it cannot be read again", ErrCannotRedrive, e.ID)
+		case e.Truncated:
+			reread = append(reread, i)
+		default:
+			rec := &kgo.Record{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset, Key: e.RecordKey, Value: e.Payload}
+			for _, h := range e.Headers {
+				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+			}
+			recs[i] = rec
 		}
-		return rec, nil
 	}
-	if s.rereader == nil {
-		return nil, fmt.Errorf("%w entry %d: it keeps only part of its record, and without Kafka brokers configured (kafka.brokers or SWITCHYARD_KAFKA_BROKERS) it cannot be read again", ErrCannotRedrive, e.ID)
+	if len(reread) == 0 {
+		return recs
 	}
-	rec, err := s.rereader.Reread(ctx, src.Topic, src.Partition, src.Offset)
-	switch {
-	case errors.Is(err, ingest.ErrRecordGone):
-		return nil, fmt.Errorf("%w entry %d: it keeps only part of its record, and %v", ErrCannotRedrive, e.ID, err)
-	case err != nil:
-		return nil, fmt.Errorf("%w: entry %d keeps only part of its record, and reading it again failed: %v", ErrKafkaUnavailable, e.ID, err)
+	ats := make([]ingest.At, len(reread))
+	for j, i := range reread {
+		src := entries[i].Source
+		ats[j] = ingest.At{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset}
 	}
-	return rec, nil
+	read, readErrs := s.rereader.RereadMany(ctx, ats)
+	for j, i := range reread {
+		id := entries[i].ID
+		switch err := readErrs[j]; {
+		case errors.Is(err, ingest.ErrRecordGone):
+			errs[id] = fmt.Errorf("%w entry %d: it keeps only part of its record, and %v", ErrCannotRedrive, id, err)
+		case err != nil:
+			errs[id] = fmt.Errorf("%w: entry %d keeps only part of its record, and reading it again failed: %v", ErrKafkaUnavailable, id, err)
+		default:
+			recs[i] = read[j]
+		}
+	}
+	return recs
 }
 
 // Discard removes an entry for good; a lane it was blocking moves on. An

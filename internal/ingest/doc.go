@@ -123,7 +123,9 @@
 // DLQ entry (key, whole headers, then a prefix of the value) and its
 // position: parking 20 records of 8 MB used to keep 160 MB, and listing
 // them took the process to almost 1 GB. Re-driving such an entry reads
-// the record again from Kafka (Rereader) while the topic retains it.
+// the record again from Kafka while the topic retains it: a bulk
+// re-drive's chunk of them together (Rereader.RereadMany), one pass over
+// each partition, for a read alone costs a fetch.
 //
 // As a net for what nobody foresaw, pgstore.IngestCommit bisects a batch
 // that Postgres refuses for its data (SQLSTATE classes 22, 23, 54) under

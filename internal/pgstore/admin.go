@@ -512,10 +512,11 @@ func (s *Store) DLQGet(ctx context.Context, id int64) (DLQEntry, error) {
 	return e, notFound(err)
 }
 
-// DLQRecords returns, with their bytes and in id order, the entries among
-// ids that are parked records kept whole (a truncated one is read again
-// from Kafka, alone), as many as fit in budget bytes of records: the
-// memory a chunk of them costs is bounded whatever they hold.
+// DLQRecords returns, in id order, the entries among ids that are parked
+// records, as many as fit in budget bytes of records: the memory a chunk
+// of them costs is bounded whatever they hold. A record kept whole comes
+// with its bytes, and one kept in part counts its whole size (it is read
+// again from Kafka); a record larger than budget alone is left out.
 func (s *Store) DLQRecords(ctx context.Context, ids []int64, budget int) (entries []DLQEntry, err error) {
 	// After planSQL, as a chunk's statements: by primary key whatever
 	// the statistics say.
@@ -532,9 +533,11 @@ func (s *Store) DLQRecords(ctx context.Context, ids []int64, budget int) (entrie
 
 // dlqRecordsSQL is DLQRecords's statement for entries $1 and budget $2.
 var dlqRecordsSQL = `SELECT ` + dlqColumns + ` FROM (
-		SELECT *, sum(octet_length(payload) + coalesce(octet_length(record_key), 0)
-			+ coalesce((SELECT sum(octet_length(v)) FROM unnest(header_values) v), 0)) OVER (ORDER BY id) AS upto
-		FROM dlq_entries WHERE id = ANY($1::bigint[]) AND job_id IS NULL AND redrive_job_id IS NULL AND NOT truncated
+		SELECT *, sum(size) OVER (ORDER BY id) AS upto FROM (
+			SELECT *, CASE WHEN truncated THEN coalesce(record_bytes, 0) ELSE octet_length(payload) + coalesce(octet_length(record_key), 0)
+				+ coalesce((SELECT sum(octet_length(v)) FROM unnest(header_values) v), 0) END AS size
+			FROM dlq_entries WHERE id = ANY($1::bigint[]) AND job_id IS NULL AND redrive_job_id IS NULL
+		) dlq_entries WHERE size <= $2
 	) dlq_entries WHERE upto <= $2 ORDER BY id`
 
 // QueueStat is the health of one queue.
