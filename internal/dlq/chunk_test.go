@@ -468,3 +468,57 @@ func TestRecordsKeptInPartAreReadAgainTogether(t *testing.T) {
 		}
 	}
 }
+
+// unansweredRereader is a Kafka that answers no read.
+type unansweredRereader struct{}
+
+func (unansweredRereader) RereadMany(_ context.Context, ats []ingest.At) ([]*kgo.Record, []error) {
+	errs := make([]error, len(ats))
+	for i := range errs {
+		errs[i] = context.DeadlineExceeded
+	}
+	return make([]*kgo.Record, len(ats)), errs
+}
+
+// Once Kafka has not answered a chunk's read of records kept in part, the
+// chunk's other such records fail as "kafka unavailable" without a read
+// of their own: each would wait its timeout (15 s) for the same answer.
+func TestRecordsKeptInPartOfAKafkaThatDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testenv.MigratedStore(t)
+	var poison []pgstore.Poison
+	for i := range 10 {
+		p := parked(int64(i), []byte(`{"customer_id":"c1"`), nil)
+		p.Reason, p.Truncated, p.RecordBytes = "too_large", true, 1<<20 // four to a read
+		poison = append(poison, p)
+	}
+	if _, err := s.IngestCommit(ctx, pgstore.IngestBatch{Poison: poison}); err != nil {
+		t.Fatal(err)
+	}
+	reader := &askedRereader{Rereader: unansweredRereader{}}
+	svc := dlq.New(s, []*ingest.Route{customerRoute(t)}, reader)
+	rows, _ := s.Pool().Query(ctx, `SELECT id FROM dlq_entries ORDER BY id`)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed, alone, err := svc.RedriveMany(ctx, ids, "test")
+	if err != nil || len(alone) != 0 {
+		t.Fatalf("re-drive: alone %v, %v", alone, err)
+	}
+	if len(reader.asked) != 1 || len(reader.asked[0]) != 4 {
+		t.Errorf("reads %v, want one of four records", reader.asked)
+	}
+	if len(failed) != 10 {
+		t.Errorf("failed %v, want all ten", failed)
+	}
+	for _, f := range failed {
+		if !strings.Contains(f.Error, "kafka unavailable") {
+			t.Errorf("entry %d: %s, want kafka unavailable", f.ID, f.Error)
+		}
+	}
+	if n := testenv.Count(t, s, `SELECT count(*) FROM dlq_entries WHERE redriven_at IS NULL`); n != 10 {
+		t.Errorf("%d entries parked after, want all ten", n)
+	}
+}

@@ -148,8 +148,10 @@ const chunkRecordBytes = 4 << 20
 // head, a record larger than chunkRecordBytes, and every record of a
 // transaction that failed (a job Postgres refused, a deadlock with
 // ingest over the same dedupe keys), each of which then answers for
-// itself. The store's chunk has committed by then, so no later error
-// fails the chunk as a whole (bulk.Chunked).
+// itself. Once Kafka has not answered a read (each waits up to its
+// timeout), the chunk's other records kept in part fail without one.
+// The store's chunk has committed by then, so no later error fails the
+// chunk as a whole (bulk.Chunked).
 func (s *Service) redriveMany(ctx context.Context, ids []int64, by string) ([]bulk.Failure, []int64, error) {
 	failed, left, err := s.store.DLQRedriveMany(ctx, ids, by)
 	if err != nil {
@@ -157,16 +159,37 @@ func (s *Service) redriveMany(ctx context.Context, ids []int64, by string) ([]bu
 	}
 	errs := map[int64]error{}
 	var alone []int64
+	var unavailable int64 // an entry whose read Kafka did not answer
 	for len(left) > 0 {
 		entries, err := s.store.DLQRecords(ctx, left, chunkRecordBytes)
 		if err != nil || len(entries) == 0 {
 			break
+		}
+		taken := map[int64]bool{}
+		for _, e := range entries {
+			taken[e.ID] = true
+		}
+		if unavailable != 0 {
+			// Each read waits up to its timeout: once one did, the
+			// chunk's other records kept in part are not read.
+			entries = slices.DeleteFunc(entries, func(e pgstore.DLQEntry) bool {
+				if e.Truncated {
+					errs[e.ID] = fmt.Errorf("%w: entry %d keeps only part of its record, and was not read again after the read of entry %d failed",
+						ErrKafkaUnavailable, e.ID, unavailable)
+				}
+				return e.Truncated
+			})
 		}
 		rs, decodeErrs := s.decode(ctx, entries)
 		if ctx.Err() != nil {
 			// Their reads were cut short: they are left, and alone the
 			// context's error ends the chunk (bulk.Chunked).
 			break
+		}
+		for id, err := range decodeErrs {
+			if errors.Is(err, ErrKafkaUnavailable) && (unavailable == 0 || id < unavailable) {
+				unavailable = id
+			}
 		}
 		maps.Copy(errs, decodeErrs)
 		// A transaction that failed took nothing (its maps are empty),
@@ -179,10 +202,6 @@ func (s *Service) redriveMany(ctx context.Context, ids []int64, by string) ([]bu
 			for _, r := range rs {
 				alone = append(alone, r.Entry)
 			}
-		}
-		taken := map[int64]bool{}
-		for _, e := range entries {
-			taken[e.ID] = true
 		}
 		left = slices.DeleteFunc(left, func(id int64) bool { return taken[id] })
 	}
