@@ -42,7 +42,7 @@ var (
 // bulkNote is what the help of every bulk action says of a long one.
 const bulkNote = `
 On a terminal a bulk action shows its progress; Ctrl-C stops it between
-two chunks (up to 100 items, each chunk one transaction) and says how
+two chunks (up to 100 items each) and says how
 many it took and the command for the rest.
 `
 
