@@ -377,6 +377,24 @@ func TestRecordChunkThatFailsGoesAlone(t *testing.T) {
 	}
 }
 
+// redriveEvery re-drives every entry of s as one chunk, and fails the
+// test unless the chunk took them all (none left alone); it returns the
+// entries' ids and the chunk's failures.
+func redriveEvery(t *testing.T, s *pgstore.Store, svc *dlq.Service) ([]int64, []bulk.Failure) {
+	t.Helper()
+	ctx := context.Background()
+	rows, _ := s.Pool().Query(ctx, `SELECT id FROM dlq_entries ORDER BY id`)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed, alone, err := svc.RedriveMany(ctx, ids, "test")
+	if err != nil || len(alone) != 0 {
+		t.Fatalf("re-drive: alone %v, %v", alone, err)
+	}
+	return ids, failed
+}
+
 // askedRereader is a Rereader that notes what each RereadMany asks for.
 type askedRereader struct {
 	dlq.Rereader
@@ -435,16 +453,7 @@ func TestRecordsKeptInPartAreReadAgainTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := &askedRereader{Rereader: ingest.NewRereader(kopts)}
-	svc := dlq.New(s, []*ingest.Route{route}, reader)
-	rows, _ := s.Pool().Query(ctx, `SELECT id FROM dlq_entries ORDER BY id`)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
-	failed, alone, err := svc.RedriveMany(ctx, ids, "test")
-	if err != nil || len(alone) != 0 {
-		t.Fatalf("re-drive: alone %v, %v", alone, err)
-	}
+	ids, failed := redriveEvery(t, s, dlq.New(s, []*ingest.Route{route}, reader))
 	if len(failed) != 1 || failed[0].ID != ids[0] || !strings.Contains(failed[0].Error, "cannot re-drive") ||
 		!strings.Contains(failed[0].Error, "retention") {
 		t.Errorf("failed %v, want only entry %d, whose record retention removed", failed, ids[0])
@@ -497,16 +506,7 @@ func TestRecordsKeptInPartOfAKafkaThatDoesNotAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := &askedRereader{Rereader: unansweredRereader{}}
-	svc := dlq.New(s, []*ingest.Route{customerRoute(t)}, reader)
-	rows, _ := s.Pool().Query(ctx, `SELECT id FROM dlq_entries ORDER BY id`)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
-	failed, alone, err := svc.RedriveMany(ctx, ids, "test")
-	if err != nil || len(alone) != 0 {
-		t.Fatalf("re-drive: alone %v, %v", alone, err)
-	}
+	_, failed := redriveEvery(t, s, dlq.New(s, []*ingest.Route{customerRoute(t)}, reader))
 	if len(reader.asked) != 1 || len(reader.asked[0]) != 4 {
 		t.Errorf("reads %v, want one of four records", reader.asked)
 	}
