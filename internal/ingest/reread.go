@@ -19,10 +19,10 @@ var ErrRecordGone = errors.New("record is no longer in Kafka")
 // rereadTimeout bounds one RereadMany: an operator is waiting on it.
 const rereadTimeout = 15 * time.Second
 
-// rereadSkip is how many offsets past the last record it wanted a
-// partition's read goes on through before it jumps to the next one it
-// wants: reading a few records it drops costs less than the fetch a jump
-// starts over with.
+// rereadSkip is how far (in offsets) past a fetch's last record the next
+// offset asked for may lie for the read to go on through the records
+// between, dropping them; farther, it jumps there (a new fetch position),
+// which costs more than reading a few records.
 const rereadSkip = 64
 
 // Rereader reads records back from Kafka, for re-driving DLQ entries that
