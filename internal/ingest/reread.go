@@ -14,7 +14,7 @@ import (
 // ErrRecordGone means a record is no longer in Kafka: its partition's log
 // now starts past it (retention) or ends before it (the topic was
 // recreated), or the topic is gone.
-var ErrRecordGone = errors.New("record is no longer in Kafka")
+var ErrRecordGone = errors.New("the record is no longer in Kafka")
 
 // rereadTimeout bounds one RereadMany: an operator is waiting on it.
 const rereadTimeout = 15 * time.Second
