@@ -356,8 +356,11 @@ func TestBulkRedriveOfRecordsKeepsTheirKeysOrderAcrossProcesses(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // long enough for two calls of a key to meet
 		return 0
 	}))
+	// One group for both configs: the fixed processes resume after the
+	// parked records, so that only the re-drive makes their jobs.
+	group := testenv.Name("g")
 	config := func(field string) string {
-		return writeConfig(t, testConfig{Group: testenv.Name("g"), Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+		return writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
   q: {concurrency: 4, lease: 60s, poll_interval: 100ms}
 routes:
   - {topic: %q, kind: k, queue: q, key: {field: %s}, ordered: true, target: {http: {url: %q, timeout: 30s}}}
@@ -380,6 +383,52 @@ routes:
 	startRun(t, "run-a", fixed)
 	b := startRun(t, "run-b", fixed)
 	redriveAllInKeysOrder(t, b, store, &spans, topic, keys, each)
+}
+
+// The same for records too large for the route, which their entries keep
+// only in part: re-driven with the limit raised, a chunk's records are
+// read again from Kafka together and stored 4 MiB at a time (two
+// transactions a chunk here), and every key's calls still come in offset
+// order, never two at once, across two processes.
+func TestBulkRedriveOfRecordsKeptInPartKeepsTheirKeysOrderAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
+	store := testenv.Store(t, schema)
+	var spans spanLog
+	tg := newTarget(t)
+	tg.setBehaviour(spans.wrap(func(r *http.Request, c call) int {
+		time.Sleep(5 * time.Millisecond) // long enough for two calls of a key to meet
+		return 0
+	}))
+	group := testenv.Name("g") // as above
+	config := func(maxRecordBytes int) string {
+		return writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
+  q: {concurrency: 4, lease: 60s, poll_interval: 100ms}
+routes:
+  - {topic: %q, kind: k, queue: q, key: {field: customer}, ordered: true, max_record_bytes: %d, dlq_max_bytes: 1000,
+     target: {http: {url: %q, timeout: 30s}}}
+`, topic, maxRecordBytes, tg.URL())})
+	}
+	broken := startRun(t, "run-broken", config(50_000))
+	const keys, each = 6, 30
+	recs := make([]*kgo.Record, keys*each)
+	for i := range recs {
+		recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"id":"r%d","customer":"k%d","pad":%q}`, i, i%keys, strings.Repeat("x", 60_000))}
+	}
+	testenv.Produce(t, topic, recs...)
+	testenv.Eventually(t, 2*time.Minute, "every record parked in part", func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE reason = 'too_large' AND truncated AND redriven_at IS NULL`) == keys*each
+	})
+	broken.signal(syscall.SIGTERM)
+	broken.wait(30 * time.Second)
+
+	fixed := config(1 << 20)
+	startRun(t, "run-a", fixed)
+	b := startRun(t, "run-b", fixed)
+	redriveAllInKeysOrder(t, b, store, &spans, topic, keys, each)
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE octet_length(payload) > 60000`); n != keys*each {
+		t.Errorf("%d jobs carry their whole record, want %d", n, keys*each)
+	}
 }
 
 // redriveAllInKeysOrder re-drives, by one request to process p, the
