@@ -348,41 +348,14 @@ routes:
 // transaction.
 func TestBulkRedriveOfRecordsKeepsTheirKeysOrderAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
-	store := testenv.Store(t, schema)
-	var spans spanLog
-	tg := newTarget(t)
-	tg.setBehaviour(spans.wrap(func(r *http.Request, c call) int {
-		time.Sleep(5 * time.Millisecond) // long enough for two calls of a key to meet
-		return 0
-	}))
-	// One group for both configs: the fixed processes resume after the
-	// parked records, so that only the re-drive makes their jobs.
-	group := testenv.Name("g")
-	config := func(field string) string {
-		return writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
-  q: {concurrency: 4, lease: 60s, poll_interval: 100ms}
-routes:
-  - {topic: %q, kind: k, queue: q, key: {field: %s}, ordered: true, target: {http: {url: %q, timeout: 30s}}}
-`, topic, field, tg.URL())})
-	}
-	broken := startRun(t, "run-broken", config("cust"))
-	const keys, each = 6, 30
-	recs := make([]*kgo.Record, keys*each)
-	for i := range recs {
-		recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"id":"r%d","customer":"k%d"}`, i, i%keys)}
-	}
-	testenv.Produce(t, topic, recs...)
-	testenv.Eventually(t, 2*time.Minute, "every record parked", func() bool {
-		return testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE reason = 'missing_field' AND redriven_at IS NULL`) == keys*each
-	})
-	broken.signal(syscall.SIGTERM)
-	broken.wait(30 * time.Second)
-
-	fixed := config("customer")
-	startRun(t, "run-a", fixed)
-	b := startRun(t, "run-b", fixed)
-	redriveAllInKeysOrder(t, b, store, &spans, topic, keys, each)
+	parkThenRedriveInKeysOrder(t, func(fixed bool) string {
+		if fixed {
+			return "key: {field: customer}"
+		}
+		return "key: {field: cust}"
+	}, func(i int, key string) []byte {
+		return fmt.Appendf(nil, `{"id":"r%d","customer":%q}`, i, key)
+	}, `reason = 'missing_field'`)
 }
 
 // The same for records too large for the route, which their entries keep
@@ -392,6 +365,29 @@ routes:
 // order, never two at once, across two processes.
 func TestBulkRedriveOfRecordsKeptInPartKeepsTheirKeysOrderAcrossProcesses(t *testing.T) {
 	t.Parallel()
+	store := parkThenRedriveInKeysOrder(t, func(fixed bool) string {
+		limit := 50_000
+		if fixed {
+			limit = 1 << 20
+		}
+		return fmt.Sprintf("key: {field: customer}, max_record_bytes: %d, dlq_max_bytes: 1000", limit)
+	}, func(i int, key string) []byte {
+		return fmt.Appendf(nil, `{"id":"r%d","customer":%q,"pad":%q}`, i, key, strings.Repeat("x", 60_000))
+	}, `reason = 'too_large' AND truncated`)
+	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE octet_length(payload) > 60000`); n != 180 {
+		t.Errorf("%d jobs carry their whole record, want 180", n)
+	}
+}
+
+// parkThenRedriveInKeysOrder runs a process whose ordered route (its
+// settings besides topic, kind, queue and target: route(false)) parks
+// 180 records of six keys (value(i, key)) as where says, stops it, and
+// re-drives them by one request to one of two processes whose route is
+// route(true) (redriveAllInKeysOrder). All three share one consumer
+// group: the fixed processes resume after the parked records, so that
+// only the re-drive makes their jobs.
+func parkThenRedriveInKeysOrder(t *testing.T, route func(fixed bool) string, value func(i int, key string) []byte, where string) *pgstore.Store {
+	t.Helper()
 	schema, topic := testenv.Schema(t), testenv.Topic(t, 1)
 	store := testenv.Store(t, schema)
 	var spans spanLog
@@ -400,35 +396,32 @@ func TestBulkRedriveOfRecordsKeptInPartKeepsTheirKeysOrderAcrossProcesses(t *tes
 		time.Sleep(5 * time.Millisecond) // long enough for two calls of a key to meet
 		return 0
 	}))
-	group := testenv.Name("g") // as above
-	config := func(maxRecordBytes int) string {
+	group := testenv.Name("g")
+	config := func(fixed bool) string {
 		return writeConfig(t, testConfig{Group: group, Schema: schema, Listen: "127.0.0.1:0", Body: fmt.Sprintf(`queues:
   q: {concurrency: 4, lease: 60s, poll_interval: 100ms}
 routes:
-  - {topic: %q, kind: k, queue: q, key: {field: customer}, ordered: true, max_record_bytes: %d, dlq_max_bytes: 1000,
-     target: {http: {url: %q, timeout: 30s}}}
-`, topic, maxRecordBytes, tg.URL())})
+  - {topic: %q, kind: k, queue: q, ordered: true, %s, target: {http: {url: %q, timeout: 30s}}}
+`, topic, route(fixed), tg.URL())})
 	}
-	broken := startRun(t, "run-broken", config(50_000))
+	broken := startRun(t, "run-broken", config(false))
 	const keys, each = 6, 30
 	recs := make([]*kgo.Record, keys*each)
 	for i := range recs {
-		recs[i] = &kgo.Record{Value: fmt.Appendf(nil, `{"id":"r%d","customer":"k%d","pad":%q}`, i, i%keys, strings.Repeat("x", 60_000))}
+		recs[i] = &kgo.Record{Value: value(i, fmt.Sprintf("k%d", i%keys))}
 	}
 	testenv.Produce(t, topic, recs...)
-	testenv.Eventually(t, 2*time.Minute, "every record parked in part", func() bool {
-		return testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE reason = 'too_large' AND truncated AND redriven_at IS NULL`) == keys*each
+	testenv.Eventually(t, 2*time.Minute, "every record parked", func() bool {
+		return testenv.Count(t, store, `SELECT count(*) FROM dlq_entries WHERE redriven_at IS NULL AND `+where) == keys*each
 	})
 	broken.signal(syscall.SIGTERM)
 	broken.wait(30 * time.Second)
 
-	fixed := config(1 << 20)
+	fixed := config(true)
 	startRun(t, "run-a", fixed)
 	b := startRun(t, "run-b", fixed)
 	redriveAllInKeysOrder(t, b, store, &spans, topic, keys, each)
-	if n := testenv.Count(t, store, `SELECT count(*) FROM all_jobs WHERE octet_length(payload) > 60000`); n != keys*each {
-		t.Errorf("%d jobs carry their whole record, want %d", n, keys*each)
-	}
+	return store
 }
 
 // redriveAllInKeysOrder re-drives, by one request to process p, the
