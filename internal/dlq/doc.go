@@ -10,7 +10,9 @@
 //
 // A parked record is decoded again here, by its route in the current
 // config, and stored as ingest stores a record: a bulk re-drive decodes a
-// chunk's records and stores them in one transaction (bounded in bytes),
-// and whatever that transaction cannot take goes alone, so that each
-// entry's answer is the one it would get on its own.
+// chunk's records and stores them in transactions bounded in bytes (the
+// records its entries keep only in part read again from Kafka together,
+// one pass over each partition), and whatever a transaction cannot take
+// goes alone, so that each entry's answer is the one it would get on its
+// own.
 package dlq
