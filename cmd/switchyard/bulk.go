@@ -42,8 +42,8 @@ var (
 // bulkNote is what the help of every bulk action says of a long one.
 const bulkNote = `
 On a terminal a bulk action shows its progress; Ctrl-C stops it between
-two chunks (up to 100 items each) and says how
-many it took and the command for the rest.
+two chunks (up to 100 items each) and says how many it took and the
+command for the rest.
 `
 
 // bulkFlags are the flags of a verb that acts on one item by id or, with
