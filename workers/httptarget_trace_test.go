@@ -69,7 +69,7 @@ func TestHTTPTargetClientSpan(t *testing.T) {
 		}
 		a := map[string]string{}
 		for _, kv := range call.Attributes() {
-			a[string(kv.Key)] = kv.Value.Emit()
+			a[string(kv.Key)] = kv.Value.String()
 		}
 		if a["url.full"] != srv.URL+"/hook?token=xxxxx" || a["http.request.method"] != "POST" {
 			t.Errorf("call %d: attributes %v; want the redacted URL and POST", i, a)

@@ -67,8 +67,8 @@ func TestCLIPagesAndPayloads(t *testing.T) {
 		t.Fatalf("the last page: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 	// A page exactly as long as what is left has no next page.
-	if code, stdout, stderr = runCLI("jobs", "list", "--config", cfg, "--limit", "5"); code != exitOK || strings.Contains(stderr, "more:") {
-		t.Fatalf("jobs list --limit 5 of 5: exit %d, stderr %q", code, stderr)
+	if code, stdout, stderr = runCLI("jobs", "list", "--config", cfg, "--limit", "5"); code != exitOK || strings.Contains(stderr, "more:") || strings.Count(stdout, "queued") != 5 {
+		t.Fatalf("jobs list --limit 5 of 5: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 	// --json is the API's shape, with the hint on stderr only.
 	code, stdout, stderr = runCLI("jobs", "list", "--config", cfg, "--limit", "2", "--json")

@@ -159,8 +159,8 @@ func TestCLIBulkDiscard(t *testing.T) {
 	store, cfg, _ := cliSchema(t)
 	parkPoison(t, store, 3)
 	code, stdout, stderr := runCLI("dlq", "discard", "--config", cfg, "--all-matching", "reason=decode")
-	if code != exitUsage || !strings.Contains(stderr, "--expect N") {
-		t.Errorf("dlq discard --all-matching without --expect: exit %d, %s; want a usage error asking for --expect", code, stderr)
+	if code != exitUsage || stdout != "" || !strings.Contains(stderr, "--expect N") {
+		t.Errorf("dlq discard --all-matching without --expect: exit %d, %q, %s; want a usage error asking for --expect", code, stdout, stderr)
 	}
 	code, stdout, stderr = runCLI("dlq", "discard", "--config", cfg, "--all-matching", "reason=decode", "--dry-run")
 	want := fmt.Sprintf("parked entries matching reason=decode now: 3; to discard them:\n  switchyard dlq discard --config %s --all-matching reason=decode --expect 3\n", cfg)

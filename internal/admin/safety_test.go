@@ -155,13 +155,12 @@ func TestUnknownQueryParametersRefused(t *testing.T) {
 	e.send(t, "GET", "/v1/jobs?route=orders&limit=5", "").must(t, http.StatusOK)
 }
 
-// proxy forwards TCP to addr until cut, so that a test can make a real
+// proxy forwards TCP to addr until closed, so that a test can make a real
 // Postgres unreachable from one store without touching the server.
 type proxy struct {
 	ln    net.Listener
 	mu    sync.Mutex
 	conns []net.Conn
-	cut   bool
 }
 
 func newProxy(t *testing.T, addr string) *proxy {
