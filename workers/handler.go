@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/switchyard-dev/switchyard/jobstate"
-	"time"
 )
 
 // Job is what a handler receives for one attempt. It is a read-only view
