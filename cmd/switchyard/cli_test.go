@@ -242,6 +242,10 @@ routes:
 		{"mistyped queues subcommand", []string{"queues", "pasue", "q"}, exitUsage, []string{`did you mean "pause"?`}},
 		{"mistyped flag", []string{"jobs", "list", "--config", good, "--stat", "dead"}, exitUsage,
 			[]string{"unknown flag --stat; did you mean --state?"}},
+		{"a negative number", []string{"jobs", "get", "--config", good, "-5"}, exitUsage,
+			[]string{`unknown flag -5: an argument that starts with "-" reads as a flag; put it after "--" (switchyard jobs get … -- -5)`}},
+		{"a negative number after --", []string{"jobs", "get", "--config", good, "--", "-5"}, exitUsage,
+			[]string{`job id: "-5" is not a positive integer id`}},
 		{"mistyped queue name", []string{"queues", "pause", "--config", good, "qq"}, exitUsage,
 			[]string{`no such queue in the config: "qq"; did you mean "q"?`}},
 

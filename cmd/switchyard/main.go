@@ -13,6 +13,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -253,6 +254,12 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 			var known []string
 			fs.VisitAll(func(f *flag.Flag) { known = append(known, f.Name) })
 			name = strings.TrimLeft(name, "-")
+			// A negative number (an id, a record value) is read as a
+			// flag; "unknown flag --5" would not say how to pass it.
+			if _, err := strconv.ParseFloat(name, 64); err == nil {
+				return usagef("unknown flag -%s: an argument that starts with \"-\" reads as a flag; put it after \"--\" (switchyard %s … -- -%s)",
+					name, fs.Name(), name)
+			}
 			if s := nearest(name, known); s != "" {
 				return usagef("unknown flag --%s; did you mean --%s?", name, s)
 			}
