@@ -114,6 +114,14 @@ func TestReplay(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "no route consumes") {
 		t.Errorf("replay of a topic no route consumes: exit %d, %q", code, errOut)
 	}
+	// A route's topic that Kafka does not have (not made yet, or deleted)
+	// is the operator's input to fix, not a Kafka failure.
+	missing := testenv.Name("missing")
+	missingCfg := writeConfig(t, testConfig{Topic: missing, Group: testenv.Name("g"), Schema: schema, TargetURL: "http://127.0.0.1:1/"})
+	code, _, errOut = runCLI("replay", "--config", missingCfg, "--topic", missing, "--from-offset", "0")
+	if want := fmt.Sprintf("--topic: %q does not exist in Kafka", missing); code != 2 || !strings.Contains(errOut, want) {
+		t.Errorf("replay of a topic Kafka does not have: exit %d, %q; want exit 2 saying %s", code, errOut, want)
+	}
 }
 
 // A replay stopped by Ctrl-C (SIGINT) or SIGTERM stops at a batch's end,

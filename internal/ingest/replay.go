@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-dev/switchyard/internal/pgstore"
@@ -51,11 +52,13 @@ func ReplayRanges(ctx context.Context, adm *kadm.Client, topic string, partition
 	if err == nil {
 		err = starts.Error()
 	}
-	if err != nil {
+	// A topic the broker does not have comes back as its partitions'
+	// error, not as an empty listing: the operator's input, not Kafka's.
+	if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return nil, fmt.Errorf("kafka: listing %s: %w", topic, err)
 	}
-	if len(starts[topic]) == 0 {
-		return nil, &ReplayInputError{"--topic", fmt.Sprintf("%q does not exist", topic)}
+	if err != nil || len(starts[topic]) == 0 {
+		return nil, &ReplayInputError{"--topic", fmt.Sprintf("%q does not exist in Kafka", topic)}
 	}
 	if _, ok := starts[topic][partition]; partition >= 0 && !ok {
 		return nil, &ReplayInputError{"--partition", fmt.Sprintf("%s has no partition %d (it has %d)", topic, partition, len(starts[topic]))}
