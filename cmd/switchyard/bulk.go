@@ -71,6 +71,8 @@ func addBulkFlags(fs *flag.FlagSet, verb bulkVerb) bulkFlags {
 // one that nothing undoes.
 func (b bulkFlags) parse(fs *flag.FlagSet, required bool) (map[string]string, error) {
 	switch {
+	case *b.expect < 0 && given(fs, "expect"):
+		return nil, usagef("--expect: %d is not a count", *b.expect)
 	case *b.matching == "" && (*b.expect >= 0 || *b.dryRun):
 		return nil, usagef("--expect and --dry-run go with --all-matching")
 	case *b.matching == "" && fs.NArg() == 1:

@@ -106,7 +106,13 @@ func TestCLIBulkRedriveChecksTheConfirmedCount(t *testing.T) {
 	ingestJobs(t, store, 2)
 	killOne(t, store)
 	killOne(t, store)
-	code, stdout, stderr := runCLI("dlq", "redrive", "--config", cfg, "--all-matching", "route=t", "--expect", "1")
+	// --expect's default (-1) stands for "not given": given, it is no
+	// count, and would have re-driven without checking one.
+	code, stdout, stderr := runCLI("dlq", "redrive", "--config", cfg, "--all-matching", "route=t", "--expect", "-1")
+	if want := "--expect: -1 is not a count"; code != exitUsage || !strings.Contains(stderr, want) {
+		t.Errorf("dlq redrive --expect -1: exit %d, want %d and %q\nstdout: %s\nstderr: %s", code, exitUsage, want, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI("dlq", "redrive", "--config", cfg, "--all-matching", "route=t", "--expect", "1")
 	if want := "2 entries match now, not 1: nothing re-driven"; code != exitFailure || !strings.Contains(stderr, want) {
 		t.Errorf("dlq redrive --expect 1 of 2: exit %d, want %d and %q\nstdout: %s\nstderr: %s", code, exitFailure, want, stdout, stderr)
 	}

@@ -85,6 +85,9 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return usagef("--to-time: %s is not after --from-time %s", *toTime, *fromTime)
 		}
 	}
+	if *toOffset < 0 && given(fs, "to-offset") {
+		return usagef("--to-offset: %d is not an offset", *toOffset)
+	}
 	if *toOffset >= 0 && *toTime != "" {
 		return usagef("--to-offset and --to-time: give one of them")
 	}
