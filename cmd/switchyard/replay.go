@@ -94,7 +94,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *toOffset >= 0 && *fromOffset >= 0 && *toOffset <= *fromOffset {
 		return usagef("--to-offset: %d is not after --from-offset %d", *toOffset, *fromOffset)
 	}
-	if *partition < -1 {
+	if *partition < 0 && given(fs, "partition") {
 		return usagef("--partition: %d is not a partition number", *partition)
 	}
 	cfg, err := loadConfig(fs, *cfgPath, false, stderr)

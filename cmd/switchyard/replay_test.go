@@ -104,6 +104,7 @@ func TestReplay(t *testing.T) {
 		{[]string{"--from-time", mark.Format(time.RFC3339), "--to-time", mark.Add(-time.Hour).Format(time.RFC3339)}, "--to-time"},
 		{[]string{"--from-offset", "5", "--to-offset", "5"}, "--to-offset"},
 		{[]string{"--from-offset", "0", "--to-offset", "-5"}, "--to-offset: -5 is not an offset"},
+		{[]string{"--from-offset", "0", "--partition", "-1"}, "--partition: -1 is not a partition number"},
 		{[]string{"--from-offset", "0", "--to-offset", "9", "--to-time", mark.Format(time.RFC3339)}, "--to-offset and --to-time"},
 	} {
 		code, _, errOut := runCLI(append([]string{"replay", "--config", cfg, "--topic", topic}, c.args...)...)
