@@ -384,6 +384,12 @@ func TestParseErrors(t *testing.T) {
 			want: []string{"queues: at least one queue is required", `routes[0].queue: unknown queue "bulk" (no queues configured)`},
 		},
 		{
+			name: "negative concurrency, prefetch unset",
+			yaml: strings.Replace(base, "bulk: {}", `bulk: {concurrency: -3}`, 1) + goRoute,
+			want: []string{"queues.bulk.concurrency: -3 is out of range 1..10000"},
+			not:  []string{"prefetch"},
+		},
+		{
 			name: "bad queue settings",
 			yaml: strings.Replace(base, "bulk: {}", `bulk: {concurrency: 20000, lease: 500ms, max_depth: -1, poll_interval: 1ms, steal_from: [bulk, nope]}, "Big Q": {}, small: {concurrency: 2, prefetch: 17}`, 1) + goRoute,
 			want: []string{

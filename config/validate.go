@@ -341,7 +341,9 @@ func (c *Config) validateQueues(p *problems) {
 		if q.MaxDepth < 0 {
 			p.add(f+".max_depth", "must not be negative (0 means no limit)")
 		}
-		if q.Prefetch < 0 || q.Prefetch > MaxPrefetch*q.Concurrency {
+		// Its bound follows from concurrency, which is reported on its own
+		// when out of range ("0 is not between 0 and … (-24)" is noise).
+		if q.Prefetch < 0 || (q.Concurrency > 0 && q.Prefetch > MaxPrefetch*q.Concurrency) {
 			p.add(f+".prefetch", "%d is not between 0 and %d × concurrency (%d)",
 				q.Prefetch, MaxPrefetch, MaxPrefetch*q.Concurrency)
 		}
