@@ -256,7 +256,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 			name = strings.TrimLeft(name, "-")
 			// A negative number (an id, a record value) is read as a
 			// flag; "unknown flag --5" would not say how to pass it.
-			if _, err := strconv.ParseFloat(name, 64); err == nil {
+			if _, err := strconv.ParseFloat(name, 64); err == nil && name[0] >= '0' && name[0] <= '9' {
 				return usagef("unknown flag -%s: an argument that starts with \"-\" reads as a flag; put it after \"--\" (switchyard %s … -- -%s)",
 					name, fs.Name(), name)
 			}

@@ -49,16 +49,17 @@ func (e *ReplayInputError) Error() string { return e.Field + ": " + e.Msg }
 // toOffset (≥ 0; -1: no bound), whichever comes first.
 func ReplayRanges(ctx context.Context, adm *kadm.Client, topic string, partition int32, fromOffset, toOffset int64, from, to time.Time) ([]*ReplayRange, error) {
 	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	// A topic the broker does not have comes back as its partitions'
-	// error, not as an empty listing: the operator's input, not Kafka's.
-	if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+	if err != nil {
 		return nil, fmt.Errorf("kafka: listing %s: %w", topic, err)
 	}
-	if err != nil || len(starts[topic]) == 0 {
+	// A topic the broker does not have is listed as partition -1 with
+	// the topic's error, not as no partitions: the operator's input to
+	// fix, where a partition's own error is Kafka's.
+	if gone, ok := starts[topic][-1]; len(starts[topic]) == 0 || ok && errors.Is(gone.Err, kerr.UnknownTopicOrPartition) {
 		return nil, &ReplayInputError{"--topic", fmt.Sprintf("%q does not exist in Kafka", topic)}
+	}
+	if err := starts.Error(); err != nil {
+		return nil, fmt.Errorf("kafka: listing %s: %w", topic, err)
 	}
 	if _, ok := starts[topic][partition]; partition >= 0 && !ok {
 		return nil, &ReplayInputError{"--partition", fmt.Sprintf("%s has no partition %d (it has %d)", topic, partition, len(starts[topic]))}
